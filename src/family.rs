@@ -18,6 +18,14 @@ impl Family {
         }
     }
 
+    /// The nftables family name: `ip` or `ip6`.
+    pub fn nft_name(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ip",
+            Family::Ipv6 => "ip6",
+        }
+    }
+
     /// Short label used in reports: `ipv4` / `ipv6`.
     pub fn label(self) -> &'static str {
         match self {

@@ -1,7 +1,21 @@
 //! iptables-wrapper: decides on every call whether the host runs iptables
 //! `legacy` (x_tables) or `nft` (nf_tables), then execs that backend.
 //!
-//! The binary (`src/main.rs`) is thin; each concern lives in its own module.
+//! The binary (`src/main.rs`) is thin; each concern lives in its own module:
+//! the override and mode names (`mode`), the host's link (`host_link`), the
+//! kernel's state (`kernel`), the lock file (`xtables_lock`), the ordered
+//! decision (`decision`), finding and running the backend (`backend`), the
+//! `detect` report (`report`), link installation (`install`) and the
+//! command line (`cli`).
 
+pub mod backend;
+pub mod cli;
+pub mod command;
+pub mod decision;
 pub mod family;
+pub mod host_link;
+pub mod install;
 pub mod kernel;
+pub mod mode;
+pub mod report;
+pub mod xtables_lock;

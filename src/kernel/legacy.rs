@@ -2,23 +2,214 @@
 //!
 //! Only tables that `/proc/thread-self/net/ip{,6}_tables_names` already lists
 //! are ever looked up: looking up any other table creates it.
+//!
+//! Two reads exist. `*_SO_GET_INFO` is one small copy per table and gives the
+//! entry count, from which [`TableInfo::rule_upper_bound`] follows.
+//! `*_SO_GET_ENTRIES` copies the whole entry blob; walking it gives the exact
+//! rule count and the user chains' names.
+//!
+//! The blob is a sequence of entries (`ipt_entry` / `ip6t_entry`, then the
+//! matches, then the target), each `next_offset` bytes long. A builtin chain
+//! starts at its `hook_entry` offset and ends with its policy entry; a user
+//! chain starts with an `ERROR` entry carrying its name and ends with a
+//! `RETURN` entry; the table ends with one more `ERROR` entry. The kernel's
+//! structures are mirrored below from `<linux/netfilter_ipv4/ip_tables.h>`,
+//! `<linux/netfilter_ipv6/ip6_tables.h>` and `<linux/netfilter/x_tables.h>`.
 
 use crate::family::Family;
+use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::io;
+use std::mem::{offset_of, size_of};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// `IPT_SO_GET_INFO` and `IP6T_SO_GET_INFO` (`IPT_BASE_CTL`).
+const SO_GET_INFO: libc::c_int = 64;
+/// `IPT_SO_GET_ENTRIES` and `IP6T_SO_GET_ENTRIES`.
+const SO_GET_ENTRIES: libc::c_int = 65;
+/// `XT_TABLE_MAXNAMELEN`, including the terminating NUL.
+const TABLE_MAXNAMELEN: usize = 32;
+/// `XT_EXTENSION_MAXNAMELEN`.
+const EXTENSION_MAXNAMELEN: usize = 29;
+/// `NF_INET_NUMHOOKS`.
+const NUM_HOOKS: usize = 5;
+/// `XT_ERROR_TARGET`: the target of user chain heads and of the table's end.
+const ERROR_TARGET: &[u8] = b"ERROR";
+/// How often GET_INFO + GET_ENTRIES is tried while the table keeps changing.
+const MAX_TRIES: usize = 5;
+
+/// `struct ipt_getinfo`, identical to `struct ip6t_getinfo`.
+#[repr(C)]
+struct GetInfo {
+    name: [u8; TABLE_MAXNAMELEN],
+    valid_hooks: u32,
+    hook_entry: [u32; NUM_HOOKS],
+    underflow: [u32; NUM_HOOKS],
+    num_entries: u32,
+    size: u32,
+}
+
+/// `struct ipt_get_entries` / `struct ip6t_get_entries`, generic over the
+/// entry type only for its alignment (which places `entrytable`).
+#[repr(C)]
+struct GetEntries<Entry> {
+    name: [u8; TABLE_MAXNAMELEN],
+    size: u32,
+    entrytable: [Entry; 0],
+}
+
+/// `struct xt_counters`.
+#[repr(C)]
+struct Counters {
+    packets: u64,
+    bytes: u64,
+}
+
+/// `struct ipt_ip`.
+#[repr(C)]
+struct IptIp {
+    src: libc::in_addr,
+    dst: libc::in_addr,
+    smsk: libc::in_addr,
+    dmsk: libc::in_addr,
+    iniface: [u8; libc::IFNAMSIZ],
+    outiface: [u8; libc::IFNAMSIZ],
+    iniface_mask: [u8; libc::IFNAMSIZ],
+    outiface_mask: [u8; libc::IFNAMSIZ],
+    proto: u16,
+    flags: u8,
+    invflags: u8,
+}
+
+/// `struct ipt_entry` (without the trailing matches and target).
+#[repr(C)]
+struct IptEntry {
+    ip: IptIp,
+    nfcache: u32,
+    target_offset: u16,
+    next_offset: u16,
+    comefrom: u32,
+    counters: Counters,
+}
+
+/// `struct ip6t_ip6`.
+#[repr(C)]
+struct Ip6tIp6 {
+    src: libc::in6_addr,
+    dst: libc::in6_addr,
+    smsk: libc::in6_addr,
+    dmsk: libc::in6_addr,
+    iniface: [u8; libc::IFNAMSIZ],
+    outiface: [u8; libc::IFNAMSIZ],
+    iniface_mask: [u8; libc::IFNAMSIZ],
+    outiface_mask: [u8; libc::IFNAMSIZ],
+    proto: u16,
+    tos: u8,
+    flags: u8,
+    invflags: u8,
+}
+
+/// `struct ip6t_entry` (without the trailing matches and target).
+#[repr(C)]
+struct Ip6tEntry {
+    ipv6: Ip6tIp6,
+    nfcache: u32,
+    target_offset: u16,
+    next_offset: u16,
+    comefrom: u32,
+    counters: Counters,
+}
+
+/// `struct xt_entry_target` as user space sees it (`u.user`); the target's
+/// data follows it. The kernel's union with a pointer has the same size.
+#[repr(C)]
+struct EntryTarget {
+    target_size: u16,
+    name: [u8; EXTENSION_MAXNAMELEN],
+    revision: u8,
+}
+
+// The layouts the kernel expects on x86_64 (see the kernel headers).
+#[cfg(target_arch = "x86_64")]
+const _: () = {
+    assert!(size_of::<GetInfo>() == 84);
+    assert!(size_of::<GetEntries<IptEntry>>() == 40);
+    assert!(size_of::<GetEntries<Ip6tEntry>>() == 40);
+    assert!(size_of::<IptEntry>() == 112);
+    assert!(offset_of!(IptEntry, target_offset) == 88);
+    assert!(offset_of!(IptEntry, next_offset) == 90);
+    assert!(size_of::<Ip6tEntry>() == 168);
+    assert!(offset_of!(Ip6tEntry, target_offset) == 140);
+    assert!(offset_of!(Ip6tEntry, next_offset) == 142);
+    assert!(size_of::<EntryTarget>() == 32);
+    assert!(offset_of!(EntryTarget, name) == 2);
+};
+
+/// Where one family's structures keep what the walk reads.
+struct Layout {
+    socket_family: AddressFamily,
+    sockopt_level: libc::c_int,
+    names_file: &'static str,
+    /// `sizeof(struct ip{,6}t_get_entries)`: the blob starts here.
+    get_entries_header: usize,
+    entry_size: usize,
+    target_offset_at: usize,
+    next_offset_at: usize,
+}
+
+impl Layout {
+    fn of(family: Family) -> Layout {
+        match family {
+            Family::Ipv4 => Layout {
+                socket_family: AddressFamily::Inet,
+                sockopt_level: libc::SOL_IP,
+                names_file: "/proc/thread-self/net/ip_tables_names",
+                get_entries_header: size_of::<GetEntries<IptEntry>>(),
+                entry_size: size_of::<IptEntry>(),
+                target_offset_at: offset_of!(IptEntry, target_offset),
+                next_offset_at: offset_of!(IptEntry, next_offset),
+            },
+            Family::Ipv6 => Layout {
+                socket_family: AddressFamily::Inet6,
+                sockopt_level: libc::SOL_IPV6,
+                names_file: "/proc/thread-self/net/ip6_tables_names",
+                get_entries_header: size_of::<GetEntries<Ip6tEntry>>(),
+                entry_size: size_of::<Ip6tEntry>(),
+                target_offset_at: offset_of!(Ip6tEntry, target_offset),
+                next_offset_at: offset_of!(Ip6tEntry, next_offset),
+            },
+        }
+    }
+}
 
 /// What `*_SO_GET_INFO` says about one listed table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableInfo {
     pub name: String,
+    /// Bitmask of the netfilter hooks (builtin chains) the table has.
     pub valid_hooks: u32,
+    /// Entries in the blob: rules, policies, user chain heads and tails, end.
     pub num_entries: u32,
+    /// Bytes in the blob.
     pub size: u32,
 }
 
 impl TableInfo {
     /// Most rules the table can hold given its entry count (no user chains).
+    ///
+    /// Every builtin chain has a policy entry and the table has an end entry;
+    /// each user chain would take two more entries. An empty table gives 0.
     pub fn rule_upper_bound(&self) -> u64 {
-        unimplemented!()
+        u64::from(self.num_entries).saturating_sub(u64::from(self.builtin_chains()) + 1)
+    }
+
+    fn builtin_chains(&self) -> u32 {
+        self.valid_hooks.count_ones()
+    }
+
+    /// True when the table holds only its policies and end: no rules, no user
+    /// chains.
+    fn is_empty(&self) -> bool {
+        self.num_entries == self.builtin_chains() + 1
     }
 }
 
@@ -36,22 +227,261 @@ pub struct LegacyFamily {
     pub family: Family,
     /// GET_INFO of every listed table, in listing order.
     pub tables: Vec<TableInfo>,
+    /// The raw socket the tables were read through; None when none exist.
+    socket: Option<OwnedFd>,
 }
 
 impl LegacyFamily {
     /// Reads the table list and GET_INFO of each listed table.
+    ///
+    /// No table file (x_tables absent) or an empty list means no tables, and
+    /// no socket is opened. Kernel errors (EPERM without CAP_NET_ADMIN, ...)
+    /// are returned as they are.
     pub fn open(family: Family) -> io::Result<LegacyFamily> {
-        let _ = family;
-        unimplemented!()
+        let layout = Layout::of(family);
+        let names = match std::fs::read_to_string(layout.names_file) {
+            Ok(names) => names,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e),
+        };
+        let names: Vec<&str> = names.lines().filter(|n| !n.is_empty()).collect();
+        if names.is_empty() {
+            return Ok(LegacyFamily {
+                family,
+                tables: Vec::new(),
+                socket: None,
+            });
+        }
+        let socket = socket(
+            layout.socket_family,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::Raw,
+        )?;
+        let tables = names
+            .iter()
+            .map(|name| Ok(get_info(&socket, &layout, name)?.0))
+            .collect::<io::Result<_>>()?;
+        Ok(LegacyFamily {
+            family,
+            tables,
+            socket: Some(socket),
+        })
     }
 
+    /// The GET_INFO of a listed table, by name.
     pub fn table(&self, name: &str) -> Option<&TableInfo> {
         self.tables.iter().find(|t| t.name == name)
     }
 
     /// Walks a listed table's entries (GET_ENTRIES) for the exact count.
+    ///
+    /// An empty table is answered from `table` alone. Otherwise GET_INFO is
+    /// read afresh and then GET_ENTRIES; if the table changed in between, both
+    /// are retried a few times before giving up with an error.
     pub fn entries(&self, table: &TableInfo) -> io::Result<TableEntries> {
-        let _ = table;
-        unimplemented!()
+        let socket = match &self.socket {
+            Some(socket) if self.table(&table.name).is_some() => socket,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("table {} is not listed: looking it up would create it", table.name),
+                ))
+            }
+        };
+        if table.is_empty() {
+            return Ok(TableEntries::default());
+        }
+        let layout = Layout::of(self.family);
+        for _ in 0..MAX_TRIES {
+            let (info, hook_entries) = get_info(socket, &layout, &table.name)?;
+            if info.is_empty() {
+                return Ok(TableEntries::default());
+            }
+            let blob = match get_entries(socket, &layout, &info) {
+                Ok(blob) => blob,
+                // The table's size changed since GET_INFO.
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
+                Err(e) => return Err(e),
+            };
+            // A same-sized replacement in between shows up as a mismatch.
+            if let Some(entries) = walk(&layout, &blob, &info, &hook_entries)? {
+                return Ok(entries);
+            }
+        }
+        Err(io::Error::other(format!(
+            "table {}: entries kept changing or did not add up in {MAX_TRIES} reads",
+            table.name
+        )))
     }
+}
+
+/// `*_SO_GET_INFO` of one table (which creates it if it did not exist), with
+/// the blob offsets where its builtin chains start (`hook_entry` of the valid
+/// hooks).
+fn get_info(socket: &OwnedFd, layout: &Layout, name: &str) -> io::Result<(TableInfo, Vec<u32>)> {
+    let mut buf = [0u8; size_of::<GetInfo>()];
+    put_table_name(&mut buf[offset_of!(GetInfo, name)..], name)?;
+    getsockopt_exact(socket, layout.sockopt_level, SO_GET_INFO, &mut buf)?;
+    let valid_hooks = read_u32(&buf, offset_of!(GetInfo, valid_hooks));
+    let hooks = (0..NUM_HOOKS)
+        .filter(|hook| valid_hooks & (1 << hook) != 0)
+        .map(|hook| read_u32(&buf, offset_of!(GetInfo, hook_entry) + hook * size_of::<u32>()))
+        .collect();
+    let info = TableInfo {
+        name: name.to_owned(),
+        valid_hooks,
+        num_entries: read_u32(&buf, offset_of!(GetInfo, num_entries)),
+        size: read_u32(&buf, offset_of!(GetInfo, size)),
+    };
+    Ok((info, hooks))
+}
+
+/// `*_SO_GET_ENTRIES` for a blob of `info.size` bytes; the blob is returned
+/// without the header. EAGAIN means the table's size is no longer `info.size`.
+fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Result<Vec<u8>> {
+    let header = layout.get_entries_header;
+    let mut buf = vec![0u8; header + info.size as usize];
+    // The header is the same for both families.
+    put_table_name(&mut buf[offset_of!(GetEntries<IptEntry>, name)..], &info.name)?;
+    let size_at = offset_of!(GetEntries<IptEntry>, size);
+    buf[size_at..size_at + size_of::<u32>()].copy_from_slice(&info.size.to_ne_bytes());
+    getsockopt_exact(socket, layout.sockopt_level, SO_GET_ENTRIES, &mut buf)?;
+    buf.drain(..header);
+    Ok(buf)
+}
+
+/// Walks the blob the way libiptc (and so `iptables-legacy-save`) parses it:
+/// every entry but the `ERROR` ones is a rule, except the last entry of each
+/// chain (a builtin chain's policy or a user chain's `RETURN` tail).
+///
+/// Returns None if the blob does not match `info` (the table was replaced by
+/// one of the same size between the two reads) and an error if it is
+/// malformed.
+fn walk(layout: &Layout, blob: &[u8], info: &TableInfo, hook_entries: &[u32]) -> io::Result<Option<TableEntries>> {
+    let mut result = TableEntries::default();
+    let mut entries = 0u32;
+    let mut chains = 0u64;
+    let mut in_chain_entries = 0u64; // non-ERROR entries of the current chain
+    let mut offset = 0usize;
+    let mut reached_end = false;
+    while offset < blob.len() {
+        let entry = Entry::parse(layout, blob, offset)?;
+        entries += 1;
+        let is_error = entry.target_name() == ERROR_TARGET;
+        let starts_chain = is_error || hook_entries.contains(&(offset as u32));
+        if starts_chain {
+            // The previous chain's last entry was its policy or tail.
+            result.rules += in_chain_entries.saturating_sub(1);
+            in_chain_entries = 0;
+        }
+        if is_error {
+            if entry.end == blob.len() {
+                reached_end = true;
+            } else {
+                chains += 1;
+                result.user_chains.push(entry.error_name());
+            }
+        } else {
+            if starts_chain {
+                chains += 1;
+            }
+            in_chain_entries += 1;
+        }
+        offset = entry.end;
+    }
+    if !reached_end {
+        return Err(invalid_data("the table does not end with an ERROR entry"));
+    }
+    // The formula from the entry counts: each chain has one policy or tail,
+    // each user chain a head, and the table an end.
+    let user = result.user_chains.len() as u64;
+    let expected_rules = u64::from(info.num_entries).checked_sub(u64::from(info.builtin_chains()) + 2 * user + 1);
+    let consistent = entries == info.num_entries
+        && chains == u64::from(info.builtin_chains()) + user
+        && expected_rules == Some(result.rules);
+    Ok(consistent.then_some(result))
+}
+
+/// One entry of the blob, bounds-checked.
+struct Entry<'a> {
+    target: &'a [u8],
+    /// Offset of the next entry.
+    end: usize,
+}
+
+impl<'a> Entry<'a> {
+    fn parse(layout: &Layout, blob: &'a [u8], offset: usize) -> io::Result<Entry<'a>> {
+        let fixed = blob
+            .get(offset..offset + layout.entry_size)
+            .ok_or_else(|| invalid_data("truncated entry"))?;
+        let target_offset = usize::from(read_u16(fixed, layout.target_offset_at));
+        let next_offset = usize::from(read_u16(fixed, layout.next_offset_at));
+        if target_offset < layout.entry_size || target_offset + size_of::<EntryTarget>() > next_offset {
+            return Err(invalid_data("bad target or next offset"));
+        }
+        let target = blob
+            .get(offset + target_offset..offset + next_offset)
+            .ok_or_else(|| invalid_data("entry runs past the table"))?;
+        Ok(Entry {
+            target,
+            end: offset + next_offset,
+        })
+    }
+
+    /// The target's name (`""` for the standard verdict target).
+    fn target_name(&self) -> &'a [u8] {
+        let at = offset_of!(EntryTarget, name);
+        until_nul(&self.target[at..at + EXTENSION_MAXNAMELEN])
+    }
+
+    /// An `ERROR` target's data (`xt_error_target.errorname`): a chain name.
+    fn error_name(&self) -> String {
+        String::from_utf8_lossy(until_nul(&self.target[size_of::<EntryTarget>()..])).into_owned()
+    }
+}
+
+/// The one system call: getsockopt with an in/out buffer that the kernel must
+/// fill exactly (it rejects lengths other than the structure's).
+fn getsockopt_exact(socket: &OwnedFd, level: libc::c_int, option: libc::c_int, buf: &mut [u8]) -> io::Result<()> {
+    let mut len = libc::socklen_t::try_from(buf.len()).map_err(|_| invalid_data("table too large"))?;
+    // SAFETY: `buf` is valid for writes of `len` bytes for the whole call and
+    // the kernel writes at most `len` bytes; the fd stays open (borrowed).
+    let rc = unsafe { libc::getsockopt(socket.as_raw_fd(), level, option, buf.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != buf.len() {
+        return Err(invalid_data("getsockopt returned a short answer"));
+    }
+    Ok(())
+}
+
+/// Writes `name` NUL-terminated into a `XT_TABLE_MAXNAMELEN` field.
+fn put_table_name(field: &mut [u8], name: &str) -> io::Result<()> {
+    if name.len() >= TABLE_MAXNAMELEN || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad table name {name:?}"),
+        ));
+    }
+    field[..name.len()].copy_from_slice(name.as_bytes());
+    field[name.len()] = 0;
+    Ok(())
+}
+
+fn until_nul(bytes: &[u8]) -> &[u8] {
+    bytes.split(|&b| b == 0).next().unwrap_or(bytes)
+}
+
+fn read_u16(bytes: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn invalid_data(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("legacy table entries: {what}"))
 }

@@ -1,11 +1,514 @@
-//! Reads the kernel's firewall state directly, without side effects:
-//! legacy x_tables through getsockopt, nf_tables through netlink.
+//! Reads the kernel's firewall state without side effects, and only as much
+//! of it as a question needs: legacy x_tables through getsockopt, nf_tables
+//! through netlink, each falling back to its save tool when the kernel
+//! refuses the direct query.
 
 pub mod legacy;
 pub mod nft;
+pub mod save_tools;
+
+use crate::family::Family;
+use crate::mode::Mode;
+use legacy::LegacyFamily;
+use nft::{NftObject, NftSocket};
+use save_tools::SavedRules;
 
 /// The tables iptables-nft and iptables-legacy use; only these are counted.
 pub const IPTABLES_TABLES: [&str; 5] = ["raw", "mangle", "filter", "security", "nat"];
 
 /// kubelet's hint chains, created in the mangle table with the host's iptables.
 pub const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
+
+/// The nftables table kube-proxy keeps its rules in when in nftables mode.
+pub const KUBE_PROXY_TABLE: &str = "kube-proxy";
+
+/// A value and how it was obtained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reading<T> {
+    pub value: T,
+    pub method: String,
+}
+
+/// A rule count known to lie within `low..=high`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuleBounds {
+    pub low: u64,
+    pub high: u64,
+}
+
+impl RuleBounds {
+    pub fn exact(rules: u64) -> RuleBounds {
+        RuleBounds {
+            low: rules,
+            high: rules,
+        }
+    }
+
+    pub fn is_exact(&self) -> bool {
+        self.low == self.high
+    }
+}
+
+/// A hint chain found in one backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HintChain {
+    pub family: Family,
+    pub chain: &'static str,
+}
+
+/// What the nf_tables point lookups found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NftLookups {
+    pub hint_chains: Vec<HintChain>,
+    /// Families with a `kube-proxy` table; `None` when it could not be asked.
+    pub kube_proxy_tables: Option<Vec<Family>>,
+}
+
+/// How the rule counts compare, once known well enough.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountVerdict {
+    /// Legacy holds strictly more rules.
+    Legacy,
+    /// nft holds strictly more rules.
+    Nft,
+    /// Both hold the same number: no reason to pick either.
+    Tie,
+}
+
+impl CountVerdict {
+    pub fn mode(self) -> Option<Mode> {
+        match self {
+            CountVerdict::Legacy => Some(Mode::Legacy),
+            CountVerdict::Nft => Some(Mode::Nft),
+            CountVerdict::Tie => None,
+        }
+    }
+}
+
+/// Both backends' counts (IPv4 and IPv6 together) and their verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountComparison {
+    pub legacy: Reading<RuleBounds>,
+    pub nft: Reading<RuleBounds>,
+    pub verdict: CountVerdict,
+}
+
+/// The verdict the bounds already settle, if any.
+pub fn verdict_from_bounds(legacy: RuleBounds, nft: RuleBounds) -> Option<CountVerdict> {
+    if legacy.low > nft.high {
+        Some(CountVerdict::Legacy)
+    } else if legacy.high < nft.low {
+        Some(CountVerdict::Nft)
+    } else if legacy.is_exact() && nft.is_exact() && legacy.low == nft.low {
+        Some(CountVerdict::Tie)
+    } else {
+        None
+    }
+}
+
+enum NftSource {
+    /// nf_tables is not loaded, so it holds nothing (and asking could load it).
+    NotLoaded,
+    Netlink(NftSocket),
+    Saved(Vec<(Family, SavedRules)>),
+    Unreadable(String),
+}
+
+enum LegacySource {
+    Sockopt {
+        tables: LegacyFamily,
+        exact: Vec<Option<u64>>,
+    },
+    Saved(SavedRules),
+    Unreadable(String),
+}
+
+/// Lazily opened readers of both backends' state in this network namespace.
+pub struct KernelReader {
+    nft: Option<NftSource>,
+    legacy: [Option<LegacySource>; 2],
+}
+
+impl Default for KernelReader {
+    fn default() -> Self {
+        KernelReader::new()
+    }
+}
+
+impl KernelReader {
+    pub fn new() -> KernelReader {
+        KernelReader {
+            nft: None,
+            legacy: [None, None],
+        }
+    }
+
+    /// kubelet's hint chains and kube-proxy's tables in nf_tables, all in one
+    /// round trip.
+    pub fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String> {
+        let mut objects = Vec::new();
+        for family in Family::BOTH {
+            for chain in HINT_CHAINS {
+                objects.push(NftObject {
+                    family,
+                    table: "mangle",
+                    chain: Some(chain),
+                });
+            }
+            objects.push(NftObject {
+                family,
+                table: KUBE_PROXY_TABLE,
+                chain: None,
+            });
+        }
+        if let NftSource::Netlink(socket) = self.nft_source() {
+            match socket.exists(&objects) {
+                Ok(found) => {
+                    let mut lookups = NftLookups {
+                        kube_proxy_tables: Some(Vec::new()),
+                        ..Default::default()
+                    };
+                    for (object, _) in objects.iter().zip(found).filter(|(_, found)| *found) {
+                        match object.chain {
+                            Some(chain) => lookups.hint_chains.push(HintChain {
+                                family: object.family,
+                                chain,
+                            }),
+                            None => lookups
+                                .kube_proxy_tables
+                                .get_or_insert_with(Vec::new)
+                                .push(object.family),
+                        }
+                    }
+                    return Ok(Reading {
+                        value: lookups,
+                        method: "netlink GETCHAIN/GETTABLE point lookups".into(),
+                    });
+                }
+                Err(e) => self.fall_back_nft(e),
+            }
+        }
+        match self.nft_source() {
+            NftSource::NotLoaded => Ok(Reading {
+                value: NftLookups {
+                    kube_proxy_tables: Some(Vec::new()),
+                    ..Default::default()
+                },
+                method: "nf_tables not loaded".into(),
+            }),
+            NftSource::Saved(saved) => Ok(Reading {
+                value: NftLookups {
+                    hint_chains: hints_in(saved),
+                    kube_proxy_tables: None,
+                },
+                method: "iptables-nft-save output".into(),
+            }),
+            NftSource::Unreadable(why) => Err(why.clone()),
+            NftSource::Netlink(_) => unreachable!("netlink failures fall back"),
+        }
+    }
+
+    /// kubelet's hint chains in legacy mangle tables that already exist.
+    pub fn legacy_hint_chains(&mut self) -> Result<Reading<Vec<HintChain>>, String> {
+        let mut found = Vec::new();
+        let mut methods = Vec::new();
+        for family in Family::BOTH {
+            let source = self.legacy_source(family);
+            let chains = match source {
+                LegacySource::Sockopt { tables, exact } => match tables.table("mangle").cloned() {
+                    None => Ok(Vec::new()),
+                    Some(mangle) => match tables.entries(&mangle) {
+                        Ok(entries) => {
+                            let index = tables.tables.iter().position(|t| t.name == "mangle").expect("listed");
+                            exact[index] = Some(entries.rules);
+                            Ok(HINT_CHAINS
+                                .into_iter()
+                                .filter(|h| entries.user_chains.iter().any(|c| c == h))
+                                .collect())
+                        }
+                        Err(e) => Err(e),
+                    },
+                },
+                LegacySource::Saved(saved) => Ok(saved.hint_chains.clone()),
+                LegacySource::Unreadable(why) => return Err(why.clone()),
+            };
+            let chains = match chains {
+                Ok(chains) => chains,
+                Err(e) => {
+                    self.fall_back_legacy(family, e);
+                    return self.legacy_hint_chains();
+                }
+            };
+            methods.push(self.legacy_method(family, "getsockopt GET_ENTRIES of mangle (only if listed)"));
+            found.extend(chains.into_iter().map(|chain| HintChain { family, chain }));
+        }
+        methods.dedup();
+        Ok(Reading {
+            value: found,
+            method: methods.join("; "),
+        })
+    }
+
+    /// Compares the backends' rule counts, IPv4 and IPv6 together. With
+    /// `exact` both counts are read in full; otherwise only as far as the
+    /// verdict needs: cheap bounds first, then the exact legacy count, then
+    /// the nft rules until they pass it.
+    pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
+        let mut legacy = self.legacy_bounds()?;
+        let mut nft = self.nft_bounds()?;
+        let settled = |legacy: &Reading<RuleBounds>, nft: &Reading<RuleBounds>| {
+            if exact {
+                None
+            } else {
+                verdict_from_bounds(legacy.value, nft.value)
+            }
+        };
+        if let Some(verdict) = settled(&legacy, &nft) {
+            return Ok(CountComparison { legacy, nft, verdict });
+        }
+        if !legacy.value.is_exact() {
+            legacy = self.legacy_exact()?;
+            if let Some(verdict) = settled(&legacy, &nft) {
+                return Ok(CountComparison { legacy, nft, verdict });
+            }
+        }
+        if !nft.value.is_exact() || exact {
+            let stop_above = if exact { None } else { Some(legacy.value.low) };
+            nft = self.nft_count(stop_above, nft.value)?;
+        }
+        let verdict = verdict_from_bounds(legacy.value, nft.value)
+            .expect("an exact legacy count and an nft count read past it always settle");
+        Ok(CountComparison { legacy, nft, verdict })
+    }
+
+    /// The nf_tables generation id, when netlink answers (for reports and tests).
+    pub fn nft_generation(&mut self) -> Option<u32> {
+        match self.nft_source() {
+            NftSource::Netlink(socket) => socket.generation().ok(),
+            _ => None,
+        }
+    }
+
+    fn legacy_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
+        let mut total = RuleBounds::exact(0);
+        let mut methods = Vec::new();
+        for family in Family::BOTH {
+            let bounds = match self.legacy_source(family) {
+                LegacySource::Sockopt { tables, exact } => {
+                    tables
+                        .tables
+                        .iter()
+                        .zip(exact.iter())
+                        .fold(RuleBounds::exact(0), |sum, (table, exact)| {
+                            let table = exact.map_or(
+                                RuleBounds {
+                                    low: 0,
+                                    high: table.rule_upper_bound(),
+                                },
+                                RuleBounds::exact,
+                            );
+                            RuleBounds {
+                                low: sum.low + table.low,
+                                high: sum.high + table.high,
+                            }
+                        })
+                }
+                LegacySource::Saved(saved) => RuleBounds::exact(saved.rules),
+                LegacySource::Unreadable(why) => return Err(why.clone()),
+            };
+            methods.push(self.legacy_method(family, "getsockopt GET_INFO entry counts"));
+            total = RuleBounds {
+                low: total.low + bounds.low,
+                high: total.high + bounds.high,
+            };
+        }
+        methods.dedup();
+        Ok(Reading {
+            value: total,
+            method: methods.join("; "),
+        })
+    }
+
+    fn legacy_exact(&mut self) -> Result<Reading<RuleBounds>, String> {
+        for family in Family::BOTH {
+            if let LegacySource::Sockopt { tables, exact } = self.legacy_source(family) {
+                let mut failure = None;
+                for (table, exact) in tables.tables.iter().zip(exact.iter_mut()).filter(|(_, e)| e.is_none()) {
+                    match tables.entries(table) {
+                        Ok(entries) => *exact = Some(entries.rules),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+                if let Some(e) = failure {
+                    self.fall_back_legacy(family, e);
+                }
+            }
+        }
+        let mut reading = self.legacy_bounds()?;
+        reading.method = reading.method.replace("GET_INFO entry counts", "GET_ENTRIES walk");
+        Ok(reading)
+    }
+
+    fn nft_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
+        if let NftSource::Netlink(socket) = self.nft_source() {
+            let uses: Result<Vec<_>, _> = Family::BOTH.iter().map(|f| socket.chain_use(*f)).collect();
+            match uses {
+                Ok(uses) => {
+                    let low = uses.iter().map(|u| u.base).sum();
+                    let high = uses.iter().map(|u| u.all).sum();
+                    return Ok(Reading {
+                        value: RuleBounds { low, high },
+                        method: "netlink GETCHAIN dump (chain use)".into(),
+                    });
+                }
+                Err(e) => self.fall_back_nft(e),
+            }
+        }
+        self.nft_settled_count()
+    }
+
+    fn nft_count(&mut self, stop_above: Option<u64>, bounds: RuleBounds) -> Result<Reading<RuleBounds>, String> {
+        if let NftSource::Netlink(socket) = self.nft_source() {
+            match socket.count_rules(&Family::BOTH, stop_above) {
+                Ok(count) if count.complete => {
+                    return Ok(Reading {
+                        value: RuleBounds::exact(count.rules),
+                        method: "netlink GETRULE dump".into(),
+                    })
+                }
+                Ok(count) => {
+                    return Ok(Reading {
+                        value: RuleBounds {
+                            low: count.rules,
+                            high: bounds.high.max(count.rules),
+                        },
+                        method: format!("netlink GETRULE dump, stopped after {} rules", count.rules),
+                    })
+                }
+                Err(e) => self.fall_back_nft(e),
+            }
+        }
+        self.nft_settled_count()
+    }
+
+    /// The nft count when it does not come from netlink: nothing, or a save.
+    fn nft_settled_count(&mut self) -> Result<Reading<RuleBounds>, String> {
+        match self.nft_source() {
+            NftSource::NotLoaded => Ok(Reading {
+                value: RuleBounds::exact(0),
+                method: "nf_tables not loaded".into(),
+            }),
+            NftSource::Saved(saved) => Ok(Reading {
+                value: RuleBounds::exact(saved.iter().map(|(_, s)| s.rules).sum()),
+                method: "iptables-nft-save output".into(),
+            }),
+            NftSource::Unreadable(why) => Err(why.clone()),
+            NftSource::Netlink(_) => unreachable!("netlink failures fall back"),
+        }
+    }
+
+    fn nft_source(&mut self) -> &mut NftSource {
+        self.nft.get_or_insert_with(|| {
+            if !nft::nf_tables_present() {
+                log::debug!("nf_tables is not loaded: it holds nothing, and is not asked");
+                return NftSource::NotLoaded;
+            }
+            match NftSocket::open() {
+                Ok(socket) => NftSource::Netlink(socket),
+                Err(e) => saved_nft(e),
+            }
+        })
+    }
+
+    fn fall_back_nft(&mut self, error: std::io::Error) {
+        self.nft = Some(saved_nft(error));
+    }
+
+    fn legacy_source(&mut self, family: Family) -> &mut LegacySource {
+        self.legacy[family_index(family)].get_or_insert_with(|| match LegacyFamily::open(family) {
+            Ok(tables) => {
+                let exact = vec![None; tables.tables.len()];
+                LegacySource::Sockopt { tables, exact }
+            }
+            Err(e) => saved_legacy(family, e),
+        })
+    }
+
+    fn fall_back_legacy(&mut self, family: Family, error: std::io::Error) {
+        self.legacy[family_index(family)] = Some(saved_legacy(family, error));
+    }
+
+    fn legacy_method(&mut self, family: Family, sockopt_method: &str) -> String {
+        match self.legacy_source(family) {
+            LegacySource::Sockopt { tables, .. } if tables.tables.is_empty() => "no legacy table exists".to_string(),
+            LegacySource::Sockopt { .. } => sockopt_method.to_string(),
+            _ => format!("{}-legacy-save output", family.program()),
+        }
+    }
+}
+
+fn family_index(family: Family) -> usize {
+    match family {
+        Family::Ipv4 => 0,
+        Family::Ipv6 => 1,
+    }
+}
+
+fn hints_in(saved: &[(Family, SavedRules)]) -> Vec<HintChain> {
+    saved
+        .iter()
+        .flat_map(|(family, s)| s.hint_chains.iter().map(|chain| HintChain { family: *family, chain }))
+        .collect()
+}
+
+fn saved_nft(error: std::io::Error) -> NftSource {
+    log::debug!("nf_tables netlink query refused ({error}): falling back to iptables-nft-save");
+    let saved: Result<Vec<_>, String> = Family::BOTH
+        .iter()
+        .map(|f| save_tools::read(Mode::Nft, *f).map(|s| (*f, s)))
+        .collect();
+    match saved {
+        Ok(saved) => NftSource::Saved(saved),
+        Err(why) => NftSource::Unreadable(format!("nf_tables unreadable: netlink: {error}; save tool: {why}")),
+    }
+}
+
+fn saved_legacy(family: Family, error: std::io::Error) -> LegacySource {
+    log::debug!(
+        "legacy {} getsockopt refused ({error}): falling back to {}-legacy-save",
+        family.label(),
+        family.program()
+    );
+    match save_tools::read(Mode::Legacy, family) {
+        Ok(saved) => LegacySource::Saved(saved),
+        Err(why) => LegacySource::Unreadable(format!(
+            "legacy {} unreadable: getsockopt: {error}; save tool: {why}",
+            family.label()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(low: u64, high: u64) -> RuleBounds {
+        RuleBounds { low, high }
+    }
+
+    #[test]
+    fn bounds_settle_only_when_apart() {
+        assert_eq!(verdict_from_bounds(b(10, 20), b(0, 9)), Some(CountVerdict::Legacy));
+        assert_eq!(verdict_from_bounds(b(0, 9), b(10, 20)), Some(CountVerdict::Nft));
+        assert_eq!(verdict_from_bounds(b(0, 0), b(0, 0)), Some(CountVerdict::Tie));
+        assert_eq!(verdict_from_bounds(b(5, 5), b(5, 5)), Some(CountVerdict::Tie));
+        assert_eq!(verdict_from_bounds(b(0, 10), b(5, 5)), None);
+        assert_eq!(verdict_from_bounds(b(5, 5), b(5, 9)), None);
+        assert_eq!(verdict_from_bounds(b(5, 5), b(6, 9)), Some(CountVerdict::Nft));
+        // An nft dump that stopped one past the exact legacy count.
+        assert_eq!(verdict_from_bounds(b(7, 7), b(8, 100)), Some(CountVerdict::Nft));
+    }
+}

@@ -7,8 +7,7 @@ use std::process::{Command, Output};
 /// Moves the calling thread into a new, empty network namespace.
 /// Child processes spawned from this thread inherit it.
 pub fn enter_new_netns() {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-        .expect("unshare(CLONE_NEWNET) needs root");
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET) needs root");
 }
 
 /// Runs a shell script (in the caller's namespace) and panics if it fails.

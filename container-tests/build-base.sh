@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Build (or find in the cache) the base images of the container-test matrix.
+#
+#   container-tests/build-base.sh [FLAVOUR...]     (default: all flavours)
+#
+# Prints one line per flavour: "FLAVOUR IMAGE". Flavours: bullseye, bookworm,
+# trixie (Debian with the iptables package) and distroless (no package manager,
+# no alternatives system: the iptables binaries, their libraries and a static
+# busybox for the test script).
+#
+# IPTW_BASE_SOURCE selects where the Debian root file systems come from:
+#   local (default)  mmdebstrap from this machine's configured apt sources,
+#                    then `docker import`; no registry is contacted.
+#   pull             `FROM ${IPTW_DEBIAN_IMAGE:-debian}:SUITE` plus apt-get,
+#                    for docker-in-docker CI that can pull images.
+# Images are tagged with a content key of their recipe, so an unchanged recipe
+# is never rebuilt.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+BASE_SOURCE="${IPTW_BASE_SOURCE:-local}"
+DEBIAN_IMAGE="${IPTW_DEBIAN_IMAGE:-debian}"
+
+# Packages of each Debian flavour. minbase already has bash, coreutils, grep
+# and sed, which is all the test script needs besides iptables.
+DEBIAN_PACKAGES=(iptables)
+# The distroless image is cut out of a Debian root that also has busybox.
+DISTROLESS_SRC_PACKAGES=(iptables busybox-static)
+
+# debian_image SUITE PACKAGE...: print the image of SUITE with PACKAGEs,
+# building it first unless the content-keyed tag exists.
+debian_image() {
+  local suite="$1"; shift
+  local packages; packages="$(IFS=,; echo "$*")"
+  local recipe="$CT_DIR/build-base.sh"
+  [[ "$BASE_SOURCE" == pull ]] && recipe="$CT_DIR/debian-pull.Dockerfile"
+  local tag
+  tag="$BASE_REPO:$suite-$(content_key "$BASE_SOURCE" "$DEBIAN_IMAGE" "$suite" "$packages" "$recipe")"
+  if image_exists "$tag"; then
+    log "cached: $tag"
+  elif [[ "$BASE_SOURCE" == pull ]]; then
+    log "building $tag from $DEBIAN_IMAGE:$suite (+ $packages)"
+    docker build -q -t "$tag" -f "$CT_DIR/debian-pull.Dockerfile" \
+      --build-arg "BASE=$DEBIAN_IMAGE:$suite" --build-arg "PACKAGES=$*" \
+      "$CT_DIR" >&2
+  else
+    command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (apt-get install mmdebstrap)"
+    local mirror; mirror="$(debian_mirror)"
+    check_suite_reachable "$mirror" "$suite"
+    log "building $tag with mmdebstrap ($suite + $packages)"
+    # Documentation and locales are dropped: smaller images, faster imports.
+    mmdebstrap --quiet --variant=minbase --include="$packages" \
+      --dpkgopt='path-exclude=/usr/share/man/*' \
+      --dpkgopt='path-exclude=/usr/share/doc/*' \
+      --dpkgopt='path-exclude=/usr/share/locale/*' \
+      --dpkgopt='path-exclude=/usr/share/info/*' \
+      --format=tar "$suite" - "deb $mirror $suite main" \
+      | docker import \
+          --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+          --change 'CMD ["/bin/bash"]' - "$tag" >/dev/null
+  fi
+  printf '%s\n' "$tag"
+}
+
+# distroless_image: print the distroless-style image, built from a Debian
+# image with iptables and busybox-static by distroless.Dockerfile.
+distroless_image() {
+  local src tag
+  src="$(debian_image "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")"
+  tag="$BASE_REPO:distroless-$(content_key "$src" \
+    "$CT_DIR/distroless.Dockerfile" "$CT_DIR/distroless-collect.sh")"
+  if image_exists "$tag"; then
+    log "cached: $tag"
+  else
+    log "building $tag from $src"
+    docker build -q -t "$tag" -f "$CT_DIR/distroless.Dockerfile" \
+      --build-arg "SRC=$src" "$CT_DIR" >&2
+  fi
+  printf '%s\n' "$tag"
+}
+
+main() {
+  local flavours=("$@") flavour image
+  [[ ${#flavours[@]} -gt 0 ]] || flavours=("${ALL_FLAVOURS[@]}")
+  for flavour in "${flavours[@]}"; do
+    case "$flavour" in
+      bullseye|bookworm|trixie) image="$(debian_image "$flavour" "${DEBIAN_PACKAGES[@]}")" ;;
+      distroless) image="$(distroless_image)" ;;
+      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]})" ;;
+    esac
+    printf '%s %s\n' "$flavour" "$image"
+  done
+}
+
+main "$@"

@@ -1,0 +1,59 @@
+//! The six iptables commands the wrapper stands in for.
+
+use crate::family::Family;
+
+/// One of `iptables`, `iptables-save`, `iptables-restore` and their
+/// `ip6tables` twins, as the wrapper was invoked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrappedCommand {
+    pub name: &'static str,
+    pub family: Family,
+}
+
+/// Every command name the wrapper answers to, in install order.
+pub const COMMAND_NAMES: [&str; 6] = [
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+];
+
+impl WrappedCommand {
+    /// The command for an invocation name (the basename of argv[0]), if it is one.
+    pub fn from_name(name: &str) -> Option<WrappedCommand> {
+        let name = *COMMAND_NAMES.iter().find(|known| **known == name)?;
+        let family = if name.starts_with("ip6") {
+            Family::Ipv6
+        } else {
+            Family::Ipv4
+        };
+        Some(WrappedCommand { name, family })
+    }
+
+    /// The same command in another family's save variant (`ip6tables-save`...).
+    pub fn save_tool(family: Family) -> WrappedCommand {
+        let name = match family {
+            Family::Ipv4 => "iptables-save",
+            Family::Ipv6 => "ip6tables-save",
+        };
+        WrappedCommand { name, family }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_names_only() {
+        assert_eq!(
+            WrappedCommand::from_name("ip6tables-restore").unwrap().family,
+            Family::Ipv6
+        );
+        assert_eq!(WrappedCommand::from_name("iptables").unwrap().family, Family::Ipv4);
+        assert!(WrappedCommand::from_name("iptables-wrapper").is_none());
+        assert!(WrappedCommand::from_name("iptables-nft").is_none());
+    }
+}

@@ -1,0 +1,101 @@
+//! The two iptables backends, and the `IPTABLES_MODE` override that picks one.
+
+use std::fmt;
+
+/// Which iptables backend a call goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Nft,
+    Legacy,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nft => "nft",
+            Mode::Legacy => "legacy",
+        }
+    }
+
+    pub fn other(self) -> Mode {
+        match self {
+            Mode::Nft => Mode::Legacy,
+            Mode::Legacy => Mode::Nft,
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The environment variable that overrides detection.
+pub const OVERRIDE_VAR: &str = "IPTABLES_MODE";
+
+/// An `IPTABLES_MODE` value that is none of the accepted ones.
+#[derive(Debug, PartialEq, Eq)]
+pub struct InvalidOverride(pub String);
+
+impl fmt::Display for InvalidOverride {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {OVERRIDE_VAR}={:?}: expected nft, nf_tables, legacy, auto or empty (case-insensitive)",
+            self.0
+        )
+    }
+}
+
+/// Parses an `IPTABLES_MODE` value: `Ok(None)` means "detect".
+pub fn parse_override(value: Option<&str>) -> Result<Option<Mode>, InvalidOverride> {
+    let Some(value) = value else { return Ok(None) };
+    match value.to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(None),
+        "nft" | "nf_tables" => Ok(Some(Mode::Nft)),
+        "legacy" => Ok(Some(Mode::Legacy)),
+        _ => Err(InvalidOverride(value.to_string())),
+    }
+}
+
+/// What a program or link name says about its backend: `iptables-nft`,
+/// `xtables-nft-multi` say nft; `iptables-legacy`, `xtables-legacy-multi`
+/// say legacy; anything else (a wrapper, a plain `iptables`) says nothing.
+pub fn mode_named_by(file_name: &str) -> Option<Mode> {
+    let says = |word: &str| file_name.split(['-', '.', '_']).any(|part| part == word);
+    match (says("nft"), says("legacy")) {
+        (true, false) => Some(Mode::Nft),
+        (false, true) => Some(Mode::Legacy),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_values() {
+        assert_eq!(parse_override(None), Ok(None));
+        assert_eq!(parse_override(Some("")), Ok(None));
+        assert_eq!(parse_override(Some("AUTO")), Ok(None));
+        assert_eq!(parse_override(Some("nft")), Ok(Some(Mode::Nft)));
+        assert_eq!(parse_override(Some("NF_TABLES")), Ok(Some(Mode::Nft)));
+        assert_eq!(parse_override(Some("Legacy")), Ok(Some(Mode::Legacy)));
+        assert_eq!(parse_override(Some("bogus")), Err(InvalidOverride("bogus".into())));
+        assert_eq!(parse_override(Some(" nft")), Err(InvalidOverride(" nft".into())));
+    }
+
+    #[test]
+    fn names_that_say_a_mode() {
+        assert_eq!(mode_named_by("iptables-nft"), Some(Mode::Nft));
+        assert_eq!(mode_named_by("ip6tables-nft-save"), Some(Mode::Nft));
+        assert_eq!(mode_named_by("xtables-nft-multi"), Some(Mode::Nft));
+        assert_eq!(mode_named_by("iptables-legacy"), Some(Mode::Legacy));
+        assert_eq!(mode_named_by("xtables-legacy-multi"), Some(Mode::Legacy));
+        assert_eq!(mode_named_by("iptables-wrapper"), None);
+        assert_eq!(mode_named_by("iptables"), None);
+        assert_eq!(mode_named_by("nftables-legacy"), None);
+    }
+}
