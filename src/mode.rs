@@ -96,6 +96,6 @@ mod tests {
         assert_eq!(mode_named_by("xtables-legacy-multi"), Some(Mode::Legacy));
         assert_eq!(mode_named_by("iptables-wrapper"), None);
         assert_eq!(mode_named_by("iptables"), None);
-        assert_eq!(mode_named_by("nftables-legacy"), None);
+        assert_eq!(mode_named_by("iptables-nft-legacy"), None);
     }
 }

@@ -30,3 +30,112 @@ pub fn sh_output(script: &str) -> Output {
 pub fn save_rule_lines(save_tool: &str) -> u64 {
     sh(save_tool).lines().filter(|l| l.starts_with("-A ")).count() as u64
 }
+
+use std::path::{Path, PathBuf};
+
+/// The wrapper under test.
+pub const WRAPPER: &str = env!("CARGO_BIN_EXE_iptables-wrapper");
+
+/// A simulated node seen from inside a container: a fresh network namespace
+/// (the "host kernel"), a fake host root, its own xtables lock file, and a
+/// directory with the six command links made by `iptables-wrapper install`.
+pub struct Node {
+    pub dir: PathBuf,
+    pub host_root: PathBuf,
+    pub bin: PathBuf,
+    pub lockfile: PathBuf,
+}
+
+impl Node {
+    /// Enters a new network namespace and lays out the node's directories.
+    pub fn new(name: &str) -> Node {
+        enter_new_netns();
+        let dir = std::env::temp_dir().join(format!("iptw-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let node = Node {
+            host_root: dir.join("host"),
+            bin: dir.join("bin"),
+            lockfile: dir.join("xtables.lock"),
+            dir,
+        };
+        std::fs::create_dir_all(node.host_root.join("etc/alternatives")).unwrap();
+        std::fs::create_dir_all(&node.bin).unwrap();
+        let out = Command::new(WRAPPER).args(["install", "--dir"]).arg(&node.bin).output().unwrap();
+        assert!(out.status.success(), "install failed: {}", String::from_utf8_lossy(&out.stderr));
+        node
+    }
+
+    /// Points the host's `/etc/alternatives/<group>` at `target`, atomically.
+    pub fn set_host_link(&self, group: &str, target: &str) {
+        let link = self.host_root.join("etc/alternatives").join(group);
+        let temporary = link.with_extension("new");
+        let _ = std::fs::remove_file(&temporary);
+        std::os::unix::fs::symlink(target, &temporary).unwrap();
+        std::fs::rename(&temporary, &link).unwrap();
+    }
+
+    /// A wrapped command (`iptables`, `ip6tables-save`, ...) with the node's
+    /// environment and no inherited override.
+    pub fn command(&self, name: &str) -> Command {
+        let mut command = Command::new(self.bin.join(name));
+        self.isolate(&mut command);
+        command
+    }
+
+    /// The wrapper's own command line (`detect`, `install`, ...).
+    pub fn wrapper(&self) -> Command {
+        let mut command = Command::new(WRAPPER);
+        self.isolate(&mut command);
+        command
+    }
+
+    fn isolate(&self, command: &mut Command) {
+        command
+            .env("IPTABLES_WRAPPER_HOST_ROOT", &self.host_root)
+            .env("XTABLES_LOCKFILE", &self.lockfile)
+            .env_remove("IPTABLES_MODE")
+            .env_remove("IPTABLES_WRAPPER_SBIN")
+            .env_remove("IPTABLES_WRAPPER_LOG");
+    }
+
+    /// Runs a setup script in the node's namespace, with the node's lock file.
+    pub fn sh(&self, script: &str) -> String {
+        sh(&format!("export XTABLES_LOCKFILE={}\n{script}", self.lockfile.display()))
+    }
+
+    /// What `iptables -V` through the wrapper reports: "nft" or "legacy".
+    pub fn version_mode(&self, name: &str) -> String {
+        let out = self.command(name).arg("-V").output().unwrap();
+        assert!(out.status.success(), "{name} -V failed: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if stdout.contains("(nf_tables)") {
+            "nft".into()
+        } else if stdout.contains("(legacy)") {
+            "legacy".into()
+        } else {
+            panic!("unexpected -V output: {stdout}")
+        }
+    }
+
+    /// `detect --json`, parsed.
+    pub fn detect(&self) -> serde_json::Value {
+        let out = self.wrapper().args(["detect", "--json"]).output().unwrap();
+        assert!(out.status.success(), "detect failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("detect --json prints one JSON object")
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Legacy tables listed in this thread's namespace.
+pub fn legacy_tables(family_file: &str) -> String {
+    std::fs::read_to_string(Path::new("/proc/thread-self/net").join(family_file)).unwrap_or_default()
+}

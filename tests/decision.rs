@@ -1,0 +1,230 @@
+//! Each decision step deciding on its own, and their precedence, through the
+//! real binary against real iptables-legacy / iptables-nft in a fresh network
+//! namespace per test.
+
+mod common;
+use common::Node;
+
+/// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
+fn legacy_rules(node: &Node, n: usize) {
+    node.sh(&format!("for i in $(seq {n}); do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done"));
+}
+
+fn nft_rules(node: &Node, n: usize) {
+    node.sh(&format!("for i in $(seq {n}); do iptables-nft -A INPUT -s 10.0.0.$i -j ACCEPT; done"));
+}
+
+fn decided_by(node: &Node) -> (String, String) {
+    let report = node.detect();
+    (report["mode"].as_str().unwrap().to_string(), report["decided_by"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn override_decides_alone() {
+    let node = Node::new("override");
+    for (value, mode) in [("legacy", "legacy"), ("NFT", "nft"), ("nf_tables", "nft"), ("Legacy", "legacy")] {
+        let out = node.command("iptables").env("IPTABLES_MODE", value).arg("-V").output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains(if mode == "nft" { "(nf_tables)" } else { "(legacy)" }));
+    }
+    let out = node.wrapper().env("IPTABLES_MODE", "legacy").args(["detect", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["decided_by"], "override");
+    assert!(report["reason"].as_str().unwrap().contains("IPTABLES_MODE"));
+    // "auto" and empty mean detect: an empty namespace detects nft.
+    for value in ["auto", ""] {
+        let out = node.command("iptables").env("IPTABLES_MODE", value).arg("-V").output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "IPTABLES_MODE={value:?}");
+    }
+}
+
+#[test]
+fn host_link_decides_alone() {
+    let node = Node::new("hostlink");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(node.version_mode("ip6tables"), "legacy", "ip6tables falls back to the iptables link");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    assert_eq!(node.version_mode("ip6tables"), "nft");
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "host-link".into()));
+    // A link to a wrapper is no hint: detection goes on (and finds nothing).
+    node.set_host_link("iptables", "/usr/sbin/iptables-wrapper");
+    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+}
+
+#[test]
+fn host_without_alternatives_links_usr_sbin() {
+    let node = Node::new("usrsbin");
+    std::fs::create_dir_all(node.host_root.join("usr/sbin")).unwrap();
+    std::os::unix::fs::symlink("xtables-legacy-multi", node.host_root.join("usr/sbin/iptables")).unwrap();
+    assert_eq!(node.version_mode("iptables-save"), "legacy");
+}
+
+#[test]
+fn host_link_flip_is_followed_on_the_next_call() {
+    let node = Node::new("flip");
+    legacy_rules(&node, 3);
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    assert_eq!(node.version_mode("iptables"), "nft", "no stickiness: the second call follows the link");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    assert_eq!(node.version_mode("iptables"), "legacy");
+}
+
+#[test]
+fn nft_hint_chain_decides_alone() {
+    let node = Node::new("nfthint");
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    legacy_rules(&node, 5); // more legacy rules than nft ones: the hint still wins
+    assert_eq!(node.version_mode("iptables"), "nft");
+    assert_eq!(decided_by(&node), ("nft".into(), "hint-chain".into()));
+}
+
+#[test]
+fn ipv6_canary_in_nft_decides() {
+    let node = Node::new("canary6");
+    node.sh("ip6tables-nft -t mangle -N KUBE-KUBELET-CANARY");
+    legacy_rules(&node, 2);
+    assert_eq!(decided_by(&node), ("nft".into(), "hint-chain".into()));
+}
+
+#[test]
+fn legacy_hint_chain_decides_alone() {
+    let node = Node::new("legacyhint");
+    node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
+    nft_rules(&node, 5); // more nft rules: the legacy hint still wins
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "hint-chain".into()));
+}
+
+#[test]
+fn kube_proxy_nft_table_decides() {
+    let node = Node::new("kubeproxy");
+    node.sh("nft add table ip kube-proxy");
+    legacy_rules(&node, 4);
+    assert_eq!(node.version_mode("iptables"), "nft");
+    assert_eq!(decided_by(&node), ("nft".into(), "kube-proxy-table".into()));
+}
+
+#[test]
+fn rule_counts_decide_both_ways() {
+    let node = Node::new("counts");
+    legacy_rules(&node, 4);
+    nft_rules(&node, 2);
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "rule-counts".into()));
+    node.sh("for i in 1 2 3; do ip6tables-nft -A INPUT -j ACCEPT; done"); // v4 and v6 count together: 5 > 4
+    assert_eq!(node.version_mode("iptables"), "nft");
+    assert_eq!(decided_by(&node), ("nft".into(), "rule-counts".into()));
+}
+
+#[test]
+fn a_tie_is_not_a_reason_for_legacy() {
+    let node = Node::new("tie");
+    legacy_rules(&node, 3);
+    nft_rules(&node, 3);
+    assert_eq!(node.version_mode("iptables"), "nft");
+    let report = node.detect();
+    assert_eq!(report["decided_by"], "default");
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], 3);
+    assert_eq!(report["rule_counts"]["nft"]["exact"], 3);
+}
+
+#[test]
+fn lock_file_created_by_legacy_is_a_weak_hint() {
+    let node = Node::new("lock");
+    // kubelet's FileOrCreate: 0644, proves nothing.
+    std::fs::write(&node.lockfile, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&node.lockfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+    // Legacy iptables creates it 0600.
+    std::fs::remove_file(&node.lockfile).unwrap();
+    node.sh("iptables-legacy -w -L INPUT -n >/dev/null && iptables-legacy -F INPUT");
+    assert_eq!(std::fs::metadata(&node.lockfile).unwrap().permissions().mode() & 0o777, 0o600);
+    // The lookup above left an empty legacy filter table: counts tie at 0.
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "xtables-lock".into()));
+    // Counts outrank the weak hint.
+    nft_rules(&node, 1);
+    assert_eq!(decided_by(&node), ("nft".into(), "rule-counts".into()));
+}
+
+#[test]
+fn a_held_lock_is_a_weak_hint() {
+    let node = Node::new("heldlock");
+    std::fs::write(&node.lockfile, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&node.lockfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let file = std::fs::File::open(&node.lockfile).unwrap();
+    let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let report = node.detect();
+    assert_eq!(report["decided_by"], "xtables-lock", "{report}");
+    drop(held);
+    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+}
+
+#[test]
+fn empty_namespace_defaults_to_nft() {
+    let node = Node::new("default");
+    assert_eq!(node.version_mode("iptables"), "nft");
+    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+}
+
+#[test]
+fn precedence_override_link_hint_counts_lock() {
+    let node = Node::new("precedence");
+    // Lowest first: a legacy lock hint, outranked by nft counts...
+    node.sh("iptables-legacy -w -N SOMETHING && iptables-legacy -X SOMETHING");
+    nft_rules(&node, 2);
+    assert_eq!(decided_by(&node).1, "rule-counts");
+    // ...outranked by a legacy hint chain (legacy now also leads the count)...
+    node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
+    legacy_rules(&node, 5);
+    assert_eq!(decided_by(&node), ("legacy".into(), "hint-chain".into()));
+    // ...outranked by an nft hint chain...
+    node.sh("iptables-nft -t mangle -N KUBE-KUBELET-CANARY");
+    assert_eq!(decided_by(&node), ("nft".into(), "hint-chain".into()));
+    // ...outranked by the host link...
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "host-link".into()));
+    // ...outranked by the override.
+    let out = node.command("iptables").env("IPTABLES_MODE", "nft").arg("-V").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
+}
+
+#[test]
+fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
+    // The Ubuntu 20.04 -> 22.04 upgrade: legacy rules left behind, host now nft.
+    let node = Node::new("stale");
+    legacy_rules(&node, 20);
+    nft_rules(&node, 2);
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    assert_eq!(node.version_mode("iptables"), "nft");
+    let report = node.detect();
+    assert_eq!(report["mode"], "nft");
+    assert_eq!(report["decided_by"], "host-link");
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w.as_str().unwrap().contains("legacy rules")),
+        "the disagreement is reported: {report}"
+    );
+}
+
+#[test]
+fn disagreement_read_on_the_call_is_warned_on_stderr() {
+    // ip6tables follows the ip6tables group; the iptables group says otherwise.
+    let node = Node::new("disagree");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let out = node.command("ip6tables").arg("-V").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
+    assert_eq!(stderr.lines().count(), 1, "one warning line: {stderr}");
+    assert!(stderr.contains("warn") && stderr.contains("etc/alternatives/iptables"), "stderr: {stderr}");
+    // Agreeing evidence: no warning at all.
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    let out = node.command("ip6tables").arg("-V").output().unwrap();
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,275 @@
+//! How a wrapped call runs its backend, how it fails, and the wrapper's own
+//! command line (`detect`, `install`), through the real binary in a fresh
+//! network namespace per test.
+
+mod common;
+use common::{legacy_tables, Node, WRAPPER};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn restore_reads_stdin_on_the_first_call() {
+    let node = Node::new("restore");
+    for (restore, save, rule) in [
+        ("iptables-restore", "iptables-save", "-A INPUT -s 192.0.2.1/32 -j ACCEPT"),
+        ("ip6tables-restore", "ip6tables-save", "-A INPUT -s 2001:db8::1/128 -j ACCEPT"),
+    ] {
+        let mut child = node.command(restore).stdin(Stdio::piped()).spawn().unwrap();
+        use std::io::Write;
+        let rules = format!("*filter\n:INPUT ACCEPT [0:0]\n:KUBE-TEST - [0:0]\n{rule}\n-A KUBE-TEST -j RETURN\nCOMMIT\n");
+        child.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+        let saved = node.command(save).output().unwrap();
+        let saved = String::from_utf8_lossy(&saved.stdout);
+        assert!(saved.contains(rule) && saved.contains(":KUBE-TEST"), "{saved}");
+    }
+    // Both went to nft (empty namespace: the default), none to legacy.
+    assert!(legacy_tables("ip_tables_names").is_empty());
+}
+
+#[test]
+fn exit_status_and_output_pass_through() {
+    let node = Node::new("status");
+    let direct = Command::new("iptables-nft").args(["-C", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+    let wrapped = node.command("iptables").args(["-C", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+    assert_eq!(wrapped.status.code(), direct.status.code());
+    assert_ne!(wrapped.status.code(), Some(0));
+    assert_eq!(wrapped.stderr, direct.stderr);
+    let bad = node.command("iptables").arg("--no-such-option").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2), "iptables' own usage error code");
+}
+
+#[test]
+fn backend_gets_pid_arguments_environment_and_argv0() {
+    // A stand-in backend that reports what it received.
+    let node = Node::new("execve");
+    let sbin = node.path("sbin");
+    std::fs::create_dir_all(&sbin).unwrap();
+    let fake = sbin.join("xtables-legacy-multi");
+    std::fs::write(&fake, "#!/bin/sh\necho \"pid=$$ argv0=$(basename $0) args=$* probe=$PROBE\"\nexit 7\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let child = node
+        .command("iptables-save")
+        .env("IPTABLES_MODE", "legacy")
+        .env("IPTABLES_WRAPPER_SBIN", &sbin)
+        .env("PROBE", "kept")
+        .args(["-t", "nat"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    // A shell script is run through its interpreter, so $0 is the script
+    // path; the multi-call binary itself sees argv[0] (checked by -V tests).
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("pid={pid} argv0=xtables-legacy-multi args=-t nat probe=kept"));
+}
+
+#[test]
+fn invalid_override_fails_clearly_and_runs_nothing() {
+    let node = Node::new("badmode");
+    let out = node.command("iptables").env("IPTABLES_MODE", "bogus").args(["-A", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("IPTABLES_MODE") && stderr.contains("bogus") && stderr.contains("nft") && stderr.contains("legacy"));
+    assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
+    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    assert!(nft.stdout.is_empty(), "no backend ran");
+    let detect = node.wrapper().env("IPTABLES_MODE", "bogus").arg("detect").output().unwrap();
+    assert_eq!(detect.status.code(), Some(2));
+}
+
+#[test]
+fn missing_backend_names_mode_reason_paths_and_package() {
+    let node = Node::new("missing");
+    let empty = node.path("empty-sbin");
+    std::fs::create_dir_all(&empty).unwrap();
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let out = node.command("iptables-save").env("IPTABLES_WRAPPER_SBIN", &empty).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for expected in ["legacy", "host link", "xtables-legacy-multi", "iptables-save-legacy", "iptables-legacy", "package"] {
+        assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
+    }
+    assert!(!stderr.contains("nf_tables"), "no silent fallback to nft");
+}
+
+#[test]
+fn a_backend_that_is_the_wrapper_is_a_loop_error() {
+    let node = Node::new("loop");
+    let sbin = node.path("loop-sbin");
+    std::fs::create_dir_all(&sbin).unwrap();
+    std::os::unix::fs::symlink(WRAPPER, sbin.join("xtables-nft-multi")).unwrap();
+    std::fs::hard_link(WRAPPER, sbin.join("iptables-nft")).unwrap_or_else(|_| {
+        std::os::unix::fs::symlink(WRAPPER, sbin.join("iptables-nft")).unwrap();
+    });
+    let mut child = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_SBIN", &sbin)
+        .arg("-V")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the wrapper hangs in a loop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loop") && stderr.contains("xtables-nft-multi"), "{stderr}");
+}
+
+#[test]
+fn detect_json_parses_and_explains() {
+    let node = Node::new("json");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -j ACCEPT; iptables-legacy -A INPUT -j DROP");
+    let report = node.detect();
+    assert_eq!(report["mode"], "nft");
+    assert_eq!(report["command"], "iptables");
+    assert_eq!(report["decided_by"], "host-link");
+    assert!(report["reason"].as_str().unwrap().contains("iptables-nft"));
+    let evidence = report["evidence"].as_array().unwrap();
+    assert!(evidence.iter().any(|e| e["source"] == "host-link" && e["points_to"] == "nft"));
+    assert!(evidence.iter().any(|e| e["source"] == "rule-counts" && e["points_to"] == "legacy"));
+    assert!(evidence.iter().all(|e| e["method"].is_string() && e["location"].is_string()));
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], 2);
+    assert!(report["took_ms"].is_number());
+    // The text report says the same, mode first.
+    let text = node.wrapper().arg("detect").output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert_eq!(text.lines().next(), Some("nft"));
+    assert!(text.contains("host-link") && text.contains("disagrees"), "{text}");
+}
+
+#[test]
+fn detect_changes_no_kernel_state() {
+    let node = Node::new("sideeffects");
+    let generation = || iptables_wrapper::kernel::nft::NftSocket::open().unwrap().generation().unwrap();
+    let before = generation();
+    for _ in 0..3 {
+        node.detect();
+        assert_eq!(node.version_mode("iptables"), "nft");
+    }
+    assert_eq!(generation(), before, "the nf_tables generation did not move");
+    assert!(legacy_tables("ip_tables_names").is_empty(), "no legacy table was created");
+    assert!(legacy_tables("ip6_tables_names").is_empty(), "no legacy table was created");
+    // With only legacy mangle present, nothing else is looked up.
+    node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
+    let before = generation();
+    assert_eq!(node.detect()["mode"], "legacy");
+    assert_eq!(legacy_tables("ip_tables_names").trim(), "mangle");
+    assert!(legacy_tables("ip6_tables_names").is_empty());
+    assert_eq!(generation(), before);
+}
+
+#[test]
+fn detect_counts_equal_the_save_tools() {
+    let node = Node::new("exactcounts");
+    let ruleset = |family: &str| {
+        let addr = if family == "6" { "2001:db8::1" } else { "192.0.2.1" };
+        format!(
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-A - [0:0]\n\
+             -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+             -A KUBE-SERVICES -d {addr} -p tcp -m tcp --dport 80 -j KUBE-SVC-A\n\
+             -A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j RETURN\nCOMMIT\n\
+             *filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n\
+             -A INPUT -j KUBE-FIREWALL\n-A INPUT -p tcp -m multiport --dports 22,443 -j ACCEPT\n\
+             -A KUBE-FIREWALL -m conntrack --ctstate INVALID -j DROP\n-A KUBE-FIREWALL -g KUBE-FIREWALL-END\n\
+             :KUBE-FIREWALL-END - [0:0]\n-A KUBE-FIREWALL-END -j RETURN\nCOMMIT\n\
+             *mangle\n:KUBE-MARK - [0:0]\n-A KUBE-MARK -j MARK --set-xmark 0x4000/0x4000\nCOMMIT\n"
+        )
+    };
+    node.sh(&format!("iptables-legacy-restore <<'EOF'\n{}EOF\nip6tables-nft-restore <<'EOF'\n{}EOF\niptables-nft-restore <<'EOF'\n{}EOF", ruleset("4"), ruleset("6"), ruleset("4")));
+    let report = node.detect();
+    let legacy = common::save_rule_lines("iptables-legacy-save") + common::save_rule_lines("ip6tables-legacy-save");
+    let nft = common::save_rule_lines("iptables-nft-save") + common::save_rule_lines("ip6tables-nft-save");
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], legacy);
+    assert_eq!(report["rule_counts"]["nft"]["exact"], nft);
+    assert_eq!(nft, 2 * legacy);
+    assert_eq!(report["mode"], "nft");
+}
+
+#[test]
+fn install_is_idempotent_and_refuses_regular_files() {
+    let node = Node::new("install");
+    let dir = node.path("usr-sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let install = |extra: &[&str]| node.wrapper().arg("install").arg("--dir").arg(&dir).args(extra).output().unwrap();
+    assert!(install(&[]).status.success());
+    let second = install(&[]);
+    assert!(second.status.success());
+    assert_eq!(String::from_utf8_lossy(&second.stdout).matches("already in place").count(), 6);
+    for name in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
+        assert_eq!(std::fs::read_link(dir.join(name)).unwrap(), std::path::Path::new(WRAPPER));
+    }
+    // An existing symlink (Alpine's iptables -> xtables-nft-multi) is replaced.
+    std::fs::remove_file(dir.join("iptables")).unwrap();
+    std::os::unix::fs::symlink("xtables-nft-multi", dir.join("iptables")).unwrap();
+    assert!(install(&[]).status.success());
+    assert_eq!(std::fs::read_link(dir.join("iptables")).unwrap(), std::path::Path::new(WRAPPER));
+    // A regular file is kept unless --force.
+    std::fs::remove_file(dir.join("iptables-save")).unwrap();
+    std::fs::write(dir.join("iptables-save"), "real binary").unwrap();
+    let refused = install(&[]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(dir.join("iptables-save")).unwrap(), "real binary");
+    assert!(install(&["--force"]).status.success());
+    assert!(std::fs::symlink_metadata(dir.join("iptables-save")).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn install_under_concurrent_callers() {
+    let node = Node::new("concurrent");
+    let bin = node.bin.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let installer = {
+        let (stop, bin) = (stop.clone(), bin.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 20 {
+                let out = Command::new(WRAPPER).arg("install").arg("--dir").arg(&bin).arg("--force").output().unwrap();
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                // Alternate the link text so every round really replaces it.
+                for name in ["iptables", "ip6tables-save"] {
+                    let tmp = bin.join(format!("{name}.tmp"));
+                    std::os::unix::fs::symlink(WRAPPER, &tmp).unwrap();
+                    std::fs::rename(&tmp, bin.join(name)).unwrap();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    // The callers run in this thread's namespace; the installer touches only files.
+    for _ in 0..60 {
+        for name in ["iptables", "ip6tables-save"] {
+            let out = node.command(name).arg("-V").output().unwrap();
+            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(installer.join().unwrap() >= 20);
+}
+
+#[test]
+fn cli_usage_errors_and_version() {
+    let out = Command::new(WRAPPER).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("iptables-wrapper "));
+    assert!(Command::new(WRAPPER).arg("--help").output().unwrap().status.success());
+    for args in [&["frobnicate"][..], &["--bogus"], &[], &["detect", "--yaml"], &["install", "--dir"]] {
+        let out = Command::new(WRAPPER).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+    }
+}
