@@ -9,24 +9,27 @@
 # "has no endpoints" REJECT rules.  Every rule a kube-proxy would write carries
 # a comment and most carry a tcp match.
 
-function hash(prefix, i) { return sprintf("%s-%016X", prefix, i * 2654435761 % 4294967296 * 65537 + i) }
+# Unique 16-character suffixes in the style of kube-proxy's chain names.
+function hash(prefix, i) { return sprintf("%s-%08X%08X", prefix, (i * 40503 + 12345) % 2147483647, i) }
 function cluster_ip(i)   { return sprintf("10.96.%d.%d", int(i / 250) % 250, i % 250 + 1) }
 function pod_ip(i)       { return sprintf("10.244.%d.%d", int(i / 250) % 250, i % 250 + 1) }
 
 # Appends a rule while the table's budget lasts; returns 0 once it is spent.
 function add(table, rule) {
     if (budget[table] <= 0) return 0
-    rules[table] = rules[table] "-A " rule "\n"
+    rules[table, ++nrules[table]] = "-A " rule
     budget[table]--
     return 1
 }
-function chain(table, name) { chains[table] = chains[table] ":" name " - [0:0]\n" }
+function chain(table, name) { chains[table, ++nchains[table]] = ":" name " - [0:0]" }
 
 function emit(table, builtin,    n, i, b) {
     printf "*%s\n", table
     n = split(builtin, b, " ")
     for (i = 1; i <= n; i++) printf ":%s ACCEPT [0:0]\n", b[i]
-    printf "%s%sCOMMIT\n", chains[table], rules[table]
+    for (i = 1; i <= nchains[table]; i++) print chains[table, i]
+    for (i = 1; i <= nrules[table]; i++) print rules[table, i]
+    print "COMMIT"
 }
 
 BEGIN {

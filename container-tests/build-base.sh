@@ -21,26 +21,40 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BASE_SOURCE="${IPTW_BASE_SOURCE:-local}"
 DEBIAN_IMAGE="${IPTW_DEBIAN_IMAGE:-debian}"
 
+# How `docker import` completes an imported root file system into an image.
+IMPORT_CHANGES=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+  --change 'CMD ["/bin/bash"]')
+
 # Packages of each Debian flavour. minbase already has bash, coreutils, grep
 # and sed, which is all the test script needs besides iptables.
 DEBIAN_PACKAGES=(iptables)
 # The distroless image is cut out of a Debian root that also has busybox.
 DISTROLESS_SRC_PACKAGES=(iptables busybox-static)
 
-# debian_image SUITE PACKAGE...: print the image of SUITE with PACKAGEs,
-# building it first unless the content-keyed tag exists.
+# prune_older NAME KEEP: remove the images of NAME built from older recipes.
+prune_older() {
+  docker images --format '{{.Repository}}:{{.Tag}}' "$BASE_REPO" \
+    | grep "^$BASE_REPO:$1-[0-9a-f]*\$" | grep -vxF "$2" \
+    | xargs -r docker rmi >/dev/null 2>&1 || true
+}
+
+# debian_image NAME SUITE PACKAGE...: print the image NAME of SUITE with
+# PACKAGEs, building it first unless the content-keyed tag exists.
 debian_image() {
-  local suite="$1"; shift
+  local name="$1" suite="$2"; shift 2
   local packages; packages="$(IFS=,; echo "$*")"
-  local recipe="$CT_DIR/build-base.sh"
-  [[ "$BASE_SOURCE" == pull ]] && recipe="$CT_DIR/debian-pull.Dockerfile"
-  local tag
-  tag="$BASE_REPO:$suite-$(content_key "$BASE_SOURCE" "$DEBIAN_IMAGE" "$suite" "$packages" "$recipe")"
+  local key
+  if [[ "$BASE_SOURCE" == pull ]]; then
+    key="$(content_key pull "$DEBIAN_IMAGE" "$suite" "$packages" "$CT_DIR/debian-pull.Dockerfile")"
+  else
+    key="$(content_key local "$suite" "$packages" "$CT_DIR/mkrootfs.sh" "${IMPORT_CHANGES[@]}")"
+  fi
+  local tag="$BASE_REPO:$name-$key"
   if image_exists "$tag"; then
     log "cached: $tag"
   elif [[ "$BASE_SOURCE" == pull ]]; then
     log "building $tag from $DEBIAN_IMAGE:$suite (+ $packages)"
-    docker build -q -t "$tag" -f "$CT_DIR/debian-pull.Dockerfile" \
+    docker build -t "$tag" -f "$CT_DIR/debian-pull.Dockerfile" \
       --build-arg "BASE=$DEBIAN_IMAGE:$suite" --build-arg "PACKAGES=$*" \
       "$CT_DIR" >&2
   else
@@ -48,17 +62,10 @@ debian_image() {
     local mirror; mirror="$(debian_mirror)"
     check_suite_reachable "$mirror" "$suite"
     log "building $tag with mmdebstrap ($suite + $packages)"
-    # Documentation and locales are dropped: smaller images, faster imports.
-    mmdebstrap --quiet --variant=minbase --include="$packages" \
-      --dpkgopt='path-exclude=/usr/share/man/*' \
-      --dpkgopt='path-exclude=/usr/share/doc/*' \
-      --dpkgopt='path-exclude=/usr/share/locale/*' \
-      --dpkgopt='path-exclude=/usr/share/info/*' \
-      --format=tar "$suite" - "deb $mirror $suite main" \
-      | docker import \
-          --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-          --change 'CMD ["/bin/bash"]' - "$tag" >/dev/null
+    "$CT_DIR/mkrootfs.sh" "$mirror" "$suite" "$packages" \
+      | docker import "${IMPORT_CHANGES[@]}" - "$tag" >/dev/null
   fi
+  prune_older "$name" "$tag"
   printf '%s\n' "$tag"
 }
 
@@ -66,16 +73,17 @@ debian_image() {
 # image with iptables and busybox-static by distroless.Dockerfile.
 distroless_image() {
   local src tag
-  src="$(debian_image "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")"
+  src="$(debian_image distroless-src "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")"
   tag="$BASE_REPO:distroless-$(content_key "$src" \
     "$CT_DIR/distroless.Dockerfile" "$CT_DIR/distroless-collect.sh")"
   if image_exists "$tag"; then
     log "cached: $tag"
   else
     log "building $tag from $src"
-    docker build -q -t "$tag" -f "$CT_DIR/distroless.Dockerfile" \
+    docker build -t "$tag" -f "$CT_DIR/distroless.Dockerfile" \
       --build-arg "SRC=$src" "$CT_DIR" >&2
   fi
+  prune_older distroless "$tag"
   printf '%s\n' "$tag"
 }
 
@@ -84,7 +92,7 @@ main() {
   [[ ${#flavours[@]} -gt 0 ]] || flavours=("${ALL_FLAVOURS[@]}")
   for flavour in "${flavours[@]}"; do
     case "$flavour" in
-      bullseye|bookworm|trixie) image="$(debian_image "$flavour" "${DEBIAN_PACKAGES[@]}")" ;;
+      bullseye|bookworm|trixie) image="$(debian_image "$flavour" "$flavour" "${DEBIAN_PACKAGES[@]}")" ;;
       distroless) image="$(distroless_image)" ;;
       *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]})" ;;
     esac

@@ -7,15 +7,15 @@ set -euo pipefail
 OUT="${1:?usage: distroless-collect.sh OUTDIR}"
 mkdir -p "$OUT"
 
-multiarch="$(dirname "$(readlink -f /usr/lib/*/libxtables.so.*)" | head -n1)"
-
-# The two multi-call backends and the extensions they dlopen.
-files=(/usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi "$multiarch"/xtables/*.so)
+# The two multi-call backends and the extensions they dlopen (from
+# /usr/lib/<multiarch triplet>/xtables).
+files=(/usr/sbin/xtables-legacy-multi /usr/sbin/xtables-nft-multi /usr/lib/*/xtables/*.so)
 
 # Every shared library those need (ldd resolves the whole closure), the
-# dynamic loader included.
-mapfile -t libs < <(ldd "${files[@]}" 2>/dev/null \
-  | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
+# dynamic loader included. With several files ldd prints a "FILE:" header
+# before each list; those are skipped.
+mapfile -t libs < <(ldd "${files[@]}" \
+  | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\/.*[^:]$/ { print $1 }' | sort -u)
 
 # cp --parents keeps the paths; -L stores the libraries as files, so the
 # distroless image needs no /lib -> usr/lib links to find them.

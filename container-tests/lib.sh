@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # Helpers shared by the container-test scripts. Source it; do not run it.
 
+# `set -e` also inside $(...), so that a failing build in a function whose
+# output is captured fails the script.
+shopt -s inherit_errexit
+
 # The directory of these scripts and the repository root.
 CT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$CT_DIR/.." && pwd)"

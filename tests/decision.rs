@@ -124,6 +124,9 @@ fn a_tie_is_not_a_reason_for_legacy() {
     let node = Node::new("tie");
     legacy_rules(&node, 3);
     nft_rules(&node, 3);
+    // The setup's legacy calls left a 0600 lock file, a weak legacy hint that
+    // would break the tie; the host's kubelet-made one is 0644.
+    std::fs::remove_file(&node.lockfile).unwrap();
     assert_eq!(node.version_mode("iptables"), "nft");
     let report = node.detect();
     assert_eq!(report["decided_by"], "default");

@@ -180,10 +180,10 @@ fn detect_counts_equal_the_save_tools() {
              -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
              -A KUBE-SERVICES -d {addr} -p tcp -m tcp --dport 80 -j KUBE-SVC-A\n\
              -A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j RETURN\nCOMMIT\n\
-             *filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n\
+             *filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n:KUBE-FIREWALL-END - [0:0]\n\
              -A INPUT -j KUBE-FIREWALL\n-A INPUT -p tcp -m multiport --dports 22,443 -j ACCEPT\n\
              -A KUBE-FIREWALL -m conntrack --ctstate INVALID -j DROP\n-A KUBE-FIREWALL -g KUBE-FIREWALL-END\n\
-             :KUBE-FIREWALL-END - [0:0]\n-A KUBE-FIREWALL-END -j RETURN\nCOMMIT\n\
+             -A KUBE-FIREWALL-END -j RETURN\nCOMMIT\n\
              *mangle\n:KUBE-MARK - [0:0]\n-A KUBE-MARK -j MARK --set-xmark 0x4000/0x4000\nCOMMIT\n"
         )
     };

@@ -1,14 +1,75 @@
 //! nf_tables state, read over NETLINK_NETFILTER with point lookups and
 //! streamed dumps.
+//!
+//! Only read requests are ever sent (GETTABLE, GETCHAIN, GETRULE, GETGEN),
+//! so nothing here changes the ruleset or its generation id. The first
+//! nf_tables message can autoload the `nf_tables` module: callers check
+//! [`nf_tables_present`] before opening an [`NftSocket`].
+//!
+//! What the reads cost:
+//! - [`NftSocket::exists`] and [`NftSocket::generation`]: one round trip,
+//!   independent of the ruleset size (several lookups share one datagram);
+//! - [`NftSocket::chain_use`]: a GETCHAIN dump, one small message per chain;
+//! - [`NftSocket::count_rules`]: GETRULE dumps, where the kernel serialises
+//!   every rule whole (hundreds of bytes each with xt matches). They are
+//!   streamed through a fixed buffer and abandoned as soon as the count
+//!   passes the caller's limit.
+//!
+//! Requests and replies are encoded by hand: a `nlmsghdr`, a `nfgenmsg`
+//! (family, version 0, res_id 0), then netlink attributes.
+
+use std::cell::Cell;
+use std::io;
+use std::ops::ControlFlow;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use libc::c_int;
+use nix::errno::Errno;
+use nix::sys::socket::{
+    bind, connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr,
+    SockFlag, SockProtocol, SockType,
+};
 
 use crate::family::Family;
-use std::io;
+use crate::kernel::IPTABLES_TABLES;
+
+// Attribute numbers from <linux/netfilter/nf_tables.h> (libc lacks them).
+const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFTA_CHAIN_HOOK: u16 = 4;
+const NFTA_CHAIN_USE: u16 = 6;
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_GEN_ID: u16 = 1;
+
+const NLMSG_HEADER_LEN: usize = std::mem::size_of::<libc::nlmsghdr>();
+/// `struct nfgenmsg`: family (u8), version (u8), res_id (u16, big endian).
+const NFGENMSG_LEN: usize = 4;
+const NLA_HEADER_LEN: usize = std::mem::size_of::<libc::nlattr>();
+
+/// One `recv`: the kernel sends dump datagrams of at most about 32 KiB.
+const RECV_BUFFER_LEN: usize = 64 * 1024;
+/// `SO_RCVBUF` (capped by `net.core.rmem_max`): room for the replies to a
+/// batch of lookups, which the kernel drops if they do not fit (ENOBUFS).
+/// Dumps need less: the kernel fills one datagram ahead of the reader.
+const SOCKET_RECEIVE_BUFFER: usize = 256 * 1024;
+/// Attempts at a dump that the kernel marks as interrupted by a ruleset change.
+const DUMP_TRIES: usize = 5;
+
+/// Whether nf_tables can be queried without loading a kernel module: the
+/// kernel cannot load modules at all (no `/proc/modules`), or nf_tables is
+/// already there (`/sys/module/nf_tables`: loaded, or built in). Sends nothing.
+pub fn nf_tables_present() -> bool {
+    !Path::new("/proc/modules").exists() || Path::new("/sys/module/nf_tables").exists()
+}
 
 /// A table, or a chain in a table, to look up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NftObject {
     pub family: Family,
     pub table: &'static str,
+    /// None to look up the table itself.
     pub chain: Option<&'static str>,
 }
 
@@ -29,39 +90,424 @@ pub struct RuleCount {
     pub complete: bool,
 }
 
-/// Whether nf_tables can be queried without loading a kernel module.
-pub fn nf_tables_present() -> bool {
-    unimplemented!()
+/// A NETLINK_NETFILTER socket connected to the kernel, in the network
+/// namespace of the thread that opened it. Needs CAP_NET_ADMIN to query.
+///
+/// It serves the round trips (lookups, generation). Each dump attempt runs
+/// on a socket of its own (opening one costs microseconds), opened in the
+/// calling thread's namespace: a dump abandoned early, or interrupted, keeps
+/// the kernel's dump state busy on its socket until that socket is closed.
+pub struct NftSocket {
+    fd: OwnedFd,
+    /// Sequence number for the next request; replies with another number
+    /// (left over from an abandoned request) are skipped.
+    next_seq: Cell<u32>,
 }
 
-pub struct NftSocket {}
-
 impl NftSocket {
+    /// Opens the socket and connects it to the kernel. Sends nothing.
     pub fn open() -> io::Result<NftSocket> {
-        unimplemented!()
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkNetFilter,
+        )?;
+        setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RECEIVE_BUFFER)?;
+        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+        connect(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+        Ok(NftSocket {
+            fd,
+            next_seq: Cell::new(1),
+        })
     }
 
     /// Point lookups, all in one round trip: whether each object exists.
     pub fn exists(&self, objects: &[NftObject]) -> io::Result<Vec<bool>> {
-        let _ = objects;
-        unimplemented!()
+        let requests: Vec<Request> = objects.iter().map(Request::lookup).collect();
+        let outcomes = self.round_trip(&requests, |_, _| {})?;
+        outcomes
+            .into_iter()
+            .map(|outcome| match outcome {
+                Ok(()) => Ok(true),
+                Err(Errno::ENOENT) => Ok(false),
+                Err(errno) => Err(errno.into()),
+            })
+            .collect()
     }
 
     /// Chain-use sums over the iptables tables of one family (a GETCHAIN dump).
     pub fn chain_use(&self, family: Family) -> io::Result<ChainUse> {
-        let _ = family;
-        unimplemented!()
+        let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
+        retry_interrupted(|| {
+            let socket = NftSocket::open()?;
+            let mut sums = ChainUse::default();
+            let end = socket.dump(&request, |payload| {
+                let mut in_iptables_table = false;
+                let mut is_base_chain = false;
+                let mut chain_use = 0;
+                for (kind, value) in attributes(payload) {
+                    match kind {
+                        NFTA_CHAIN_TABLE => in_iptables_table = is_iptables_table(value),
+                        NFTA_CHAIN_HOOK => is_base_chain = true,
+                        NFTA_CHAIN_USE => chain_use = be_u32(value).unwrap_or(0),
+                        _ => {}
+                    }
+                }
+                if in_iptables_table {
+                    sums.all += u64::from(chain_use);
+                    if is_base_chain {
+                        sums.base += u64::from(chain_use);
+                    }
+                }
+                ControlFlow::Continue(())
+            })?;
+            Ok((end, sums))
+        })
     }
 
     /// Counts the rules of the iptables tables of `families` (GETRULE dumps),
     /// stopping as soon as the count exceeds `stop_above`.
-    pub fn count_rules(&self, families: &[Family], stop_above: Option<u64>) -> io::Result<RuleCount> {
-        let _ = (families, stop_above);
-        unimplemented!()
+    ///
+    /// Each table is dumped on its own (the kernel filters by table name, so
+    /// rules of other nf_tables tables are never serialised), one after the
+    /// other on one fresh socket per attempt. A dump interrupted by a ruleset
+    /// change restarts the count; a change between two tables' dumps is not
+    /// detected (each table's count is consistent on its own).
+    pub fn count_rules(
+        &self,
+        families: &[Family],
+        stop_above: Option<u64>,
+    ) -> io::Result<RuleCount> {
+        let limit = stop_above.unwrap_or(u64::MAX);
+        retry_interrupted(|| {
+            let socket = NftSocket::open()?;
+            let mut rules = 0;
+            for &family in families {
+                for table in IPTABLES_TABLES {
+                    let request =
+                        Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
+                    let end = socket.dump(&request, |_| {
+                        rules += 1;
+                        if rules > limit {
+                            ControlFlow::Break(())
+                        } else {
+                            ControlFlow::Continue(())
+                        }
+                    })?;
+                    if !matches!(end, DumpEnd::Done) {
+                        return Ok((
+                            end,
+                            RuleCount {
+                                rules,
+                                complete: false,
+                            },
+                        ));
+                    }
+                }
+            }
+            Ok((
+                DumpEnd::Done,
+                RuleCount {
+                    rules,
+                    complete: true,
+                },
+            ))
+        })
     }
 
-    /// The nf_tables generation id of this network namespace.
+    /// The nf_tables generation id of this network namespace (GETGEN).
     pub fn generation(&self) -> io::Result<u32> {
-        unimplemented!()
+        // GETGEN ignores the family; any will do.
+        let request = Request::new(libc::NFT_MSG_GETGEN, Family::Ipv4);
+        let mut generation = None;
+        let outcomes = self.round_trip(&[request], |_, payload| {
+            generation = attributes(payload)
+                .find(|&(kind, _)| kind == NFTA_GEN_ID)
+                .and_then(|(_, value)| be_u32(value));
+        })?;
+        outcomes[0]?;
+        generation.ok_or_else(|| invalid_data("GETGEN reply without NFTA_GEN_ID"))
     }
+
+    /// Sends all `requests` in one datagram, each with NLM_F_ACK and its own
+    /// sequence number, and reads until each has its ACK or error. Object
+    /// messages are passed to `on_reply` with the index of their request.
+    fn round_trip(
+        &self,
+        requests: &[Request],
+        mut on_reply: impl FnMut(usize, &[u8]),
+    ) -> io::Result<Vec<Result<(), Errno>>> {
+        if requests.is_empty() {
+            return Ok(Vec::new()); // the kernel refuses an empty datagram
+        }
+        let first_seq = self.take_seqs(requests.len());
+        let mut datagram = Vec::new();
+        for (seq, request) in (first_seq..).zip(requests) {
+            request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_ACK, seq);
+        }
+        self.send(&datagram)?;
+
+        let mut outcomes = vec![None; requests.len()];
+        let mut buffer = vec![0; RECV_BUFFER_LEN];
+        while outcomes.iter().any(Option::is_none) {
+            for message in messages(self.recv(&mut buffer)?) {
+                let message = message?;
+                let index = message.seq.wrapping_sub(first_seq) as usize;
+                if index >= requests.len() || outcomes[index].is_some() {
+                    continue; // left over from an abandoned request
+                }
+                match message.kind {
+                    NLMSG_ERROR => outcomes[index] = Some(message.error_code()?),
+                    NLMSG_NOOP | NLMSG_DONE => {}
+                    _ => on_reply(index, message.payload),
+                }
+            }
+        }
+        Ok(outcomes.into_iter().flatten().collect())
+    }
+
+    /// Runs one dump, passing the payload of each object message to
+    /// `on_object`, which may break to abandon the rest of the dump.
+    fn dump(
+        &self,
+        request: &Request,
+        mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> io::Result<DumpEnd> {
+        let seq = self.take_seqs(1);
+        let mut datagram = Vec::new();
+        request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_DUMP, seq);
+        self.send(&datagram)?;
+
+        let mut buffer = vec![0; RECV_BUFFER_LEN];
+        loop {
+            for message in messages(self.recv(&mut buffer)?) {
+                let message = message?;
+                if message.seq != seq {
+                    continue; // left over from an abandoned request
+                }
+                if message.flags & NLM_F_DUMP_INTR != 0 {
+                    return Ok(DumpEnd::Interrupted);
+                }
+                match message.kind {
+                    NLMSG_NOOP => {}
+                    NLMSG_ERROR | NLMSG_DONE => {
+                        return match message.error_code()? {
+                            Ok(()) => Ok(DumpEnd::Done),
+                            Err(errno) => Err(errno.into()),
+                        };
+                    }
+                    _ => {
+                        if on_object(message.payload).is_break() {
+                            return Ok(DumpEnd::Stopped);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reserves `count` consecutive sequence numbers and returns the first.
+    fn take_seqs(&self, count: usize) -> u32 {
+        let first = self.next_seq.get();
+        self.next_seq.set(first.wrapping_add(count as u32));
+        first
+    }
+
+    fn send(&self, datagram: &[u8]) -> io::Result<()> {
+        loop {
+            match send(self.fd.as_raw_fd(), datagram, MsgFlags::empty()) {
+                Err(Errno::EINTR) => continue,
+                Err(errno) => return Err(errno.into()),
+                Ok(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// Receives one datagram (one or more netlink messages) into `buffer`.
+    fn recv<'b>(&self, buffer: &'b mut [u8]) -> io::Result<&'b [u8]> {
+        loop {
+            // MSG_TRUNC: returns the real length, so truncation shows.
+            match recv(self.fd.as_raw_fd(), buffer, MsgFlags::MSG_TRUNC) {
+                Err(Errno::EINTR) => continue,
+                Err(errno) => return Err(errno.into()),
+                Ok(len) if len > buffer.len() => {
+                    return Err(invalid_data(
+                        "netlink datagram larger than the receive buffer",
+                    ))
+                }
+                Ok(len) => return Ok(&buffer[..len]),
+            }
+        }
+    }
+}
+
+/// Runs `attempt` until it ends with something other than
+/// [`DumpEnd::Interrupted`], at most [`DUMP_TRIES`] times.
+fn retry_interrupted<T>(mut attempt: impl FnMut() -> io::Result<(DumpEnd, T)>) -> io::Result<T> {
+    for _ in 0..DUMP_TRIES {
+        match attempt()? {
+            (DumpEnd::Interrupted, _) => continue,
+            (_, value) => return Ok(value),
+        }
+    }
+    Err(io::Error::other(format!(
+        "nf_tables ruleset changed during each of {DUMP_TRIES} dumps"
+    )))
+}
+
+/// How a dump ended.
+enum DumpEnd {
+    /// NLMSG_DONE: every object was seen.
+    Done,
+    /// The caller stopped reading; the rest is still pending on the socket.
+    Stopped,
+    /// The kernel flagged NLM_F_DUMP_INTR: the ruleset changed mid-dump.
+    Interrupted,
+}
+
+const NLMSG_NOOP: u16 = libc::NLMSG_NOOP as u16;
+const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
+const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
+const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
+
+/// An nf_tables read request: message, family and string attributes.
+struct Request {
+    message_type: u16,
+    family: Family,
+    attributes: Vec<(u16, &'static str)>,
+}
+
+impl Request {
+    fn new(nft_msg: c_int, family: Family) -> Request {
+        Request {
+            message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,
+            family,
+            attributes: Vec::new(),
+        }
+    }
+
+    fn attr(mut self, kind: u16, value: &'static str) -> Request {
+        self.attributes.push((kind, value));
+        self
+    }
+
+    /// GETTABLE for a table, GETCHAIN for a chain.
+    fn lookup(object: &NftObject) -> Request {
+        match object.chain {
+            None => Request::new(libc::NFT_MSG_GETTABLE, object.family)
+                .attr(NFTA_TABLE_NAME, object.table),
+            Some(chain) => Request::new(libc::NFT_MSG_GETCHAIN, object.family)
+                .attr(NFTA_CHAIN_TABLE, object.table)
+                .attr(NFTA_CHAIN_NAME, chain),
+        }
+    }
+
+    /// Appends the request as one netlink message to `datagram`.
+    fn encode(&self, datagram: &mut Vec<u8>, flags: c_int, seq: u32) {
+        let start = datagram.len();
+        datagram.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, set below
+        datagram.extend_from_slice(&self.message_type.to_ne_bytes());
+        datagram.extend_from_slice(&(flags as u16).to_ne_bytes());
+        datagram.extend_from_slice(&seq.to_ne_bytes());
+        datagram.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: the kernel fills it in
+        let family = match self.family {
+            Family::Ipv4 => libc::NFPROTO_IPV4,
+            Family::Ipv6 => libc::NFPROTO_IPV6,
+        };
+        datagram.extend_from_slice(&[family as u8, libc::NFNETLINK_V0 as u8, 0, 0]);
+        for &(kind, value) in &self.attributes {
+            // NLA_STRING, NUL-terminated as the kernel's nla_strcmp expects.
+            let len = NLA_HEADER_LEN + value.len() + 1;
+            datagram.extend_from_slice(&(len as u16).to_ne_bytes());
+            datagram.extend_from_slice(&kind.to_ne_bytes());
+            datagram.extend_from_slice(value.as_bytes());
+            datagram.push(0);
+            datagram.resize(align4(datagram.len()), 0);
+        }
+        let len = (datagram.len() - start) as u32;
+        datagram[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    }
+}
+
+/// One netlink message of a received datagram.
+struct Message<'a> {
+    kind: u16,
+    flags: u16,
+    seq: u32,
+    /// Everything after the `nlmsghdr`.
+    payload: &'a [u8],
+}
+
+impl Message<'_> {
+    /// The error code of an NLMSG_ERROR or NLMSG_DONE message: a negative
+    /// errno, or 0 (an ACK, or a dump that completed).
+    fn error_code(&self) -> io::Result<Result<(), Errno>> {
+        let code = self
+            .payload
+            .get(..4)
+            .map(|bytes| i32::from_ne_bytes(bytes.try_into().unwrap()))
+            .ok_or_else(|| invalid_data("netlink error message too short"))?;
+        Ok(match code {
+            0 => Ok(()),
+            code => Err(Errno::from_raw(-code)),
+        })
+    }
+}
+
+/// The netlink messages of a datagram; an error for a malformed one.
+fn messages(datagram: &[u8]) -> impl Iterator<Item = io::Result<Message<'_>>> {
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let header = rest.get(..NLMSG_HEADER_LEN)?;
+        let len = u32::from_ne_bytes(header[0..4].try_into().unwrap()) as usize;
+        if !(NLMSG_HEADER_LEN..=rest.len()).contains(&len) {
+            rest = &[];
+            return Some(Err(invalid_data("malformed netlink message")));
+        }
+        let message = Message {
+            kind: u16::from_ne_bytes(header[4..6].try_into().unwrap()),
+            flags: u16::from_ne_bytes(header[6..8].try_into().unwrap()),
+            seq: u32::from_ne_bytes(header[8..12].try_into().unwrap()),
+            payload: &rest[NLMSG_HEADER_LEN..len],
+        };
+        rest = &rest[align4(len).min(rest.len())..];
+        Some(Ok(message))
+    })
+}
+
+/// The top-level attributes of an nf_tables message payload (after its
+/// `nfgenmsg`), as (type, value). Stops at the first malformed attribute.
+fn attributes(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut rest = payload.get(NFGENMSG_LEN..).unwrap_or_default();
+    std::iter::from_fn(move || {
+        let header = rest.get(..NLA_HEADER_LEN)?;
+        let len = u16::from_ne_bytes([header[0], header[1]]) as usize;
+        let kind = u16::from_ne_bytes([header[2], header[3]]) & libc::NLA_TYPE_MASK as u16;
+        let value = rest.get(NLA_HEADER_LEN..len)?;
+        rest = &rest[align4(len).min(rest.len())..];
+        Some((kind, value))
+    })
+}
+
+/// A NUL-terminated string attribute names one of the iptables tables.
+fn is_iptables_table(value: &[u8]) -> bool {
+    let name = value.strip_suffix(&[0]).unwrap_or(value);
+    IPTABLES_TABLES.iter().any(|table| table.as_bytes() == name)
+}
+
+/// A u32 attribute in network byte order.
+fn be_u32(value: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(value.try_into().ok()?))
+}
+
+fn align4(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+fn invalid_data(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
 }

@@ -1,0 +1,152 @@
+/*
+ * abtime: time several commands side by side, interleaved run by run.
+ *
+ *   abtime [-w WARMUP] [-n RUNS] -- CMD1 ARGS... ::: CMD2 ARGS... [::: ...]
+ *
+ * Each round runs every command once (the order alternates between rounds, so
+ * neither command always runs first), WARMUP rounds are discarded, RUNS rounds
+ * are kept.  Commands are started with posix_spawn (no shell), stdin, stdout
+ * and stderr on /dev/null, and timed from spawn to wait4 with CLOCK_MONOTONIC.
+ * A command that exits non-zero aborts the measurement.
+ *
+ * Output, one line per command, tab-separated:
+ *   median_us  p25_us  p75_us  min_us  max_rss_kib
+ * where max_rss_kib is the largest ru_maxrss seen over the kept runs.
+ *
+ * Interleaving keeps the comparison fair on a shared machine: a burst of
+ * background load hits all commands alike instead of one block of runs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define MAX_CMDS 8
+
+struct cmd {
+	char **argv;
+	double *us;
+	long max_rss;
+};
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static void run_once(struct cmd *c, posix_spawn_file_actions_t *fa, double *us, long *rss)
+{
+	struct rusage ru;
+	int status;
+	pid_t pid;
+	double t0 = now_us();
+	int err = posix_spawn(&pid, c->argv[0], fa, NULL, c->argv, environ);
+	if (err) {
+		fprintf(stderr, "abtime: spawn %s: %s\n", c->argv[0], strerror(err));
+		exit(1);
+	}
+	while (wait4(pid, &status, 0, &ru) < 0)
+		if (errno != EINTR) {
+			perror("abtime: wait4");
+			exit(1);
+		}
+	*us = now_us() - t0;
+	*rss = ru.ru_maxrss;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "abtime: %s failed (status 0x%x)\n", c->argv[0], status);
+		exit(1);
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Linear interpolation between closest ranks, on a sorted array. */
+static double quantile(const double *v, int n, double q)
+{
+	double pos = q * (n - 1);
+	int lo = (int)pos;
+	if (lo >= n - 1)
+		return v[n - 1];
+	return v[lo] + (pos - lo) * (v[lo + 1] - v[lo]);
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: abtime [-w WARMUP] [-n RUNS] -- CMD ARGS... ::: CMD ARGS... [::: ...]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	int warmup = 10, runs = 100, opt, ncmd = 0;
+	struct cmd cmds[MAX_CMDS];
+	posix_spawn_file_actions_t fa;
+
+	while ((opt = getopt(argc, argv, "w:n:")) != -1) {
+		if (opt == 'w')
+			warmup = atoi(optarg);
+		else if (opt == 'n')
+			runs = atoi(optarg);
+		else
+			usage();
+	}
+	if (optind >= argc || runs < 1 || warmup < 0)
+		usage();
+
+	/* Split the remaining words at ":::" (modifies argv in place). */
+	for (int i = optind; i < argc; i++) {
+		if (ncmd == MAX_CMDS)
+			usage();
+		cmds[ncmd].argv = &argv[i];
+		while (i < argc && strcmp(argv[i], ":::") != 0)
+			i++;
+		if (i < argc)
+			argv[i] = NULL;
+		if (cmds[ncmd].argv[0] == NULL)
+			usage();
+		cmds[ncmd].us = calloc(runs, sizeof(double));
+		cmds[ncmd].max_rss = 0;
+		ncmd++;
+	}
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+
+	for (int r = 0; r < warmup + runs; r++) {
+		for (int k = 0; k < ncmd; k++) {
+			struct cmd *c = &cmds[r % 2 ? ncmd - 1 - k : k];
+			double us;
+			long rss;
+			run_once(c, &fa, &us, &rss);
+			if (r >= warmup) {
+				c->us[r - warmup] = us;
+				if (rss > c->max_rss)
+					c->max_rss = rss;
+			}
+		}
+	}
+
+	for (int k = 0; k < ncmd; k++) {
+		qsort(cmds[k].us, runs, sizeof(double), cmp_double);
+		printf("%.1f\t%.1f\t%.1f\t%.1f\t%ld\n", quantile(cmds[k].us, runs, 0.5),
+		       quantile(cmds[k].us, runs, 0.25), quantile(cmds[k].us, runs, 0.75),
+		       cmds[k].us[0], cmds[k].max_rss);
+	}
+	return 0;
+}

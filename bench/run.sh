@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# Benchmark: what a call through iptables-wrapper costs over calling the backend
+# directly, on kube-proxy-like rule sets of 0, 1,000 and 50,000 rules per backend.
+#
+#   sudo bash bench/run.sh            # builds, measures, writes bench/results.md
+#
+# Every iptables/nft command runs inside network namespaces this script creates
+# (and deletes on exit); the machine's own namespace, /host and /run/xtables.lock
+# are never touched or consulted.  Exits non-zero when a target is missed.
+#
+# Environment knobs (defaults in brackets):
+#   BENCH_RUNS [400]       rounds per row for the -V comparisons
+#   BENCH_WARMUP [20]      discarded rounds before those
+#   BENCH_SLOW_RUNS [7]    rounds per row when save-and-count is measured
+#   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
+#   BENCH_RESULTS [bench/results.md]
+#   BENCH_WRAPPER          use this binary instead of building with cargo
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$BENCH_DIR")
+RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results.md}
+RUNS=${BENCH_RUNS:-400}
+WARMUP=${BENCH_WARMUP:-20}
+SLOW_RUNS=${BENCH_SLOW_RUNS:-7}
+SMALL=${BENCH_SMALL:-1000}
+LARGE=${BENCH_LARGE:-50000}
+SBIN=/usr/sbin                    # where the real backends live
+HINT=KUBE-IPTABLES-HINT
+NS_PREFIX=iptwb-$$
+
+# Nothing inherited may steer the wrapper; each measurement sets its own.
+unset IPTABLES_MODE IPTABLES_WRAPPER_HOST_ROOT IPTABLES_WRAPPER_SBIN IPTABLES_WRAPPER_LOG XTABLES_LOCKFILE
+
+log() { printf '[bench %(%T)T] %s\n' -1 "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- setup ----
+
+ensure_tools() {
+    local missing=() pair
+    for pair in gcc:gcc strace:strace ip:iproute2 awk:mawk \
+                iptables-legacy:iptables iptables-nft:iptables; do
+        command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+    done
+    [[ -e /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+    if ((${#missing[@]})); then
+        log "installing: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+build_wrapper() {
+    if [[ -n ${BENCH_WRAPPER:-} ]]; then
+        WRAPPER_BIN=$BENCH_WRAPPER
+        log "using prebuilt wrapper $WRAPPER_BIN"
+        return
+    fi
+    command -v cargo >/dev/null || die "cargo not found (install Rust from rustup.rs)"
+    log "cargo build --release"
+    (cd "$REPO" && cargo build --release --quiet)
+    local dir
+    for dir in target/x86_64-unknown-linux-gnu/release target/release; do
+        WRAPPER_BIN=$REPO/$dir/iptables-wrapper
+        [[ -x $WRAPPER_BIN ]] && return
+    done
+    die "built wrapper not found under $REPO/target"
+}
+
+cleanup() {
+    local ns
+    for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    [[ -n ${WORK:-} ]] && rm -rf "$WORK"
+}
+
+# Tools, the wrapper with its six links, fake host roots, lock paths, rule files.
+prepare_workdir() {
+    WORK=$(mktemp -d /tmp/iptables-wrapper-bench.XXXXXX)
+    mkdir -p "$WORK/bin" "$WORK/stub" "$WORK/out"
+
+    gcc -static -O2 -o "$WORK/abtime" "$BENCH_DIR/abtime.c"
+    gcc -static -nostdlib -Os -fno-stack-protector -o "$WORK/stub/xtables-nft-multi" "$BENCH_DIR/stub-backend.c"
+    ln "$WORK/stub/xtables-nft-multi" "$WORK/stub/xtables-legacy-multi"
+
+    cp "$WRAPPER_BIN" "$WORK/bin/iptables-wrapper"
+    "$WORK/bin/iptables-wrapper" install --dir "$WORK/bin"
+    [[ -L $WORK/bin/iptables ]] || die "iptables-wrapper install did not create $WORK/bin/iptables"
+    WRAPPED=$WORK/bin/iptables
+
+    local mode
+    mkdir -p "$WORK/host-none"
+    for mode in nft legacy; do
+        mkdir -p "$WORK/host-$mode/etc/alternatives"
+        ln -s "$SBIN/iptables-$mode" "$WORK/host-$mode/etc/alternatives/iptables"
+        ln -s "$SBIN/ip6tables-$mode" "$WORK/host-$mode/etc/alternatives/ip6tables"
+    done
+
+    LOAD_LOCK=$WORK/load.lock      # legacy tools create this while we load rules
+    BENCH_LOCK=$WORK/xtables.lock  # what the wrapper sees: never created
+
+    local n
+    for n in "$SMALL" "$LARGE"; do
+        awk -v N="$n" -f "$BENCH_DIR/gen-rules.awk" > "$WORK/rules-$n.v4"
+        [[ $(grep -c '^-A' "$WORK/rules-$n.v4") == "$n" ]] || die "generator did not make $n rules"
+    done
+}
+
+# ----------------------------------------------------------- namespaces ----
+
+NAMESPACES=()
+
+ns_create() {
+    local ns=$1
+    ip netns add "$ns"
+    NAMESPACES+=("$ns")
+    [[ $(ip netns exec "$ns" readlink /proc/self/ns/net) != "$(readlink /proc/self/ns/net)" ]] \
+        || die "namespace $ns is not isolated"
+}
+
+# The only way this script runs anything netfilter-related.
+in_ns() { local ns=$1; shift; XTABLES_LOCKFILE=$LOAD_LOCK ip netns exec "$ns" "$@"; }
+
+count_rules() {  # ns backend -> "-A" lines of iptables-<backend>-save (IPv4)
+    in_ns "$1" "iptables-$2-save" | grep -c '^-A' || true
+}
+
+load_rules() {  # ns backend n: replace filter and nat with the n-rule set, verify
+    local ns=$1 backend=$2 n=$3 got
+    log "$ns: loading $n rules into $backend"
+    in_ns "$ns" "iptables-$backend-restore" < "$WORK/rules-$n.v4"
+    got=$(count_rules "$ns" "$backend")
+    [[ $got == "$n" ]] || die "$ns: $backend holds $got rules, expected $n"
+}
+
+hint_chain() {  # ns backend -N|-X
+    in_ns "$1" "iptables-$2" -t mangle "$3" "$HINT"
+}
+
+legacy_tables() {  # ns -> the legacy tables that exist, one line
+    { in_ns "$1" cat /proc/net/ip_tables_names /proc/net/ip6_tables_names 2>/dev/null || true; } | sort | tr '\n' ' '
+}
+
+# ---------------------------------------------------------- measurement ----
+
+ROWS=()      # "<case>\t<markdown row>", sorted by case when printed
+MEMROWS=()
+DETAILS=()
+FAILURES=0
+
+k() { awk -v n="$1" 'BEGIN { printf (n >= 1000 ? "%dk" : "%d"), (n >= 1000 ? n / 1000 : n) }'; }
+ms() { awk -v us="$1" 'BEGIN { printf (us >= 100000 ? "%.0f" : us >= 10000 ? "%.1f" : "%.3f"), us / 1000 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# The environment of one setup: override, host link or detection.
+setup_env() {  # setup -> words for env(1)
+    local root=$WORK/host-none
+    case $1 in
+        override-*) echo "IPTABLES_MODE=${1#override-}" ;;
+        link-*) root=$WORK/host-${1#link-} ;;
+        auto) ;;
+        *) die "unknown setup $1" ;;
+    esac
+    echo "IPTABLES_WRAPPER_HOST_ROOT=$root XTABLES_LOCKFILE=$BENCH_LOCK"
+}
+
+# Runs "$@" in the namespace under the setup's environment, nothing else set.
+run_as() {  # ns setup cmd...
+    local ns=$1 setup=$2; shift 2
+    # shellcheck disable=SC2046 # setup_env's words are meant to split
+    env $(setup_env "$setup") ip netns exec "$ns" "$@"
+}
+
+wrapper_mode() {  # ns setup -> nft|legacy|?, from the backend's -V line
+    case $(run_as "$1" "$2" "$WRAPPED" -V 2>/dev/null) in
+        *"(nf_tables)"*) echo nft ;;
+        *"(legacy)"*) echo legacy ;;
+        *) echo "?" ;;
+    esac
+}
+
+count_execs() {  # ns setup -> execve calls in one wrapped call, wrapper's included
+    local trace=$WORK/out/execve.trace
+    run_as "$1" "$2" strace -f -qq -e trace=execve -o "$trace" "$WRAPPED" -V >/dev/null 2>&1 || true
+    grep -c 'execve(' "$trace" || true
+}
+
+# One row of the table.  Cases A-D compare with the backend's own -V (target:
+# the ratio); case E compares with save-and-count (target: never slower) and
+# shows the backend's -V for scale.
+measure() {  # case ns state setup expected target
+    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6
+    local got execs before after debug line result notes=()
+    log "case $case: $state, $setup"
+
+    before=$(legacy_tables "$ns")
+    got=$(wrapper_mode "$ns" "$setup")
+    execs=$(count_execs "$ns" "$setup")
+    debug=$(IPTABLES_WRAPPER_LOG=debug run_as "$ns" "$setup" "$WRAPPED" -V 2>&1 >/dev/null | tr '\n' ' ')
+    DETAILS+=("$case | $state | $setup: ${debug:-(no debug output)}")
+
+    local backend=$SBIN/iptables-${got/\?/nft}
+    local cmds=("$WRAPPED" -V ::: "$backend" -V) runs=$RUNS warmup=$WARMUP
+    if [[ $case == E* ]]; then
+        local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
+        cmds+=(::: /bin/bash -c "$save_count")
+        runs=$SLOW_RUNS warmup=1
+    fi
+    local out t
+    out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
+    mapfile -t t < <(cut -f1 <<<"$out")
+
+    local wrapper_us=${t[0]} backend_us=${t[1]} save_us=${t[2]:-} ref_us r
+    ref_us=${save_us:-$backend_us}
+    r=$(ratio "$wrapper_us" "$ref_us")
+    after=$(legacy_tables "$ns")
+
+    le "$r" "$target" || notes+=("ratio over target")
+    [[ $got == "$expected" ]] || notes+=("picked $got, expected $expected")
+    [[ $execs == 2 ]] || notes+=("$execs execs")
+    [[ $before == "$after" ]] || notes+=("legacy tables changed: [$before] -> [$after]")
+    if ((${#notes[@]})); then
+        result="**FAIL** ($(IFS=';'; echo "${notes[*]}"))"
+        FAILURES=$((FAILURES + 1))
+    else
+        result=pass
+    fi
+    line="| $case | $state | $setup | $got | $(ms "$wrapper_us") | $(ms "$backend_us") | ${save_us:+$(ms "$save_us")}${save_us:-–} | $r | ≤ $target | $execs | $result |"
+    ROWS+=("$case"$'\t'"$line")
+    log "  -> $line"
+}
+
+# Peak RSS of the wrapper with the stand-in backend (see stub-backend.c).
+measure_memory() {  # ns state setup
+    local ns=$1 state=$2 setup=$3 rss
+    log "memory: $state, $setup"
+    rss=$(IPTABLES_WRAPPER_SBIN=$WORK/stub run_as "$ns" "$setup" \
+        "$WORK/abtime" -w 1 -n 5 -- "$WRAPPED" -V ::: "$WORK/stub/xtables-nft-multi")
+    mapfile -t rss < <(cut -f5 <<<"$rss")
+    MEMROWS+=("| $state | $setup | ${rss[0]} | ${rss[1]} |")
+}
+
+# ------------------------------------------------------------ scenarios ----
+
+A_TARGET=1.3
+BCD_TARGET=1.5
+E_TARGET=1.0
+
+case_a() {  # ns state: override and host link, both modes
+    local setup
+    for setup in override-nft override-legacy link-nft link-legacy; do
+        measure A "$1" "$2" "$setup" "${setup#*-}" "$A_TARGET"
+    done
+}
+
+# Namespace 1 grows: empty, then SMALL + SMALL, then LARGE legacy + SMALL nft.
+scenario_growing() {
+    local ns=$NS_PREFIX-grow s l
+    s=$(k "$SMALL") l=$(k "$LARGE")
+    ns_create "$ns"
+    case_a "$ns" "0 + 0"
+    measure_memory "$ns" "0 + 0 (empty namespace)" auto
+
+    load_rules "$ns" legacy "$SMALL"
+    load_rules "$ns" nft "$SMALL"
+    case_a "$ns" "$s + $s"
+
+    load_rules "$ns" legacy "$LARGE"
+    measure E "$ns" "$l L + $s N" auto legacy "$E_TARGET"
+    measure_memory "$ns" "$l L + $s N" auto
+}
+
+# Namespace 2: LARGE nft only, then SMALL legacy beside it, then LARGE + LARGE
+# with no hint, the hint in nft, and the hint in legacy only.
+scenario_large() {
+    local ns=$NS_PREFIX-large s l
+    s=$(k "$SMALL") l=$(k "$LARGE")
+    ns_create "$ns"
+    load_rules "$ns" nft "$LARGE"
+    [[ -z $(legacy_tables "$ns") ]] || die "$ns: legacy tables exist before case D"
+    measure D "$ns" "0 L (no table) + $l N" auto nft "$BCD_TARGET"
+
+    load_rules "$ns" legacy "$SMALL"
+    measure E "$ns" "$s L + $l N" auto nft "$E_TARGET"
+    measure_memory "$ns" "$s L + $l N" auto
+
+    load_rules "$ns" legacy "$LARGE"
+    case_a "$ns" "$l + $l"
+    measure E "$ns" "$l L + $l N (tie)" auto nft "$E_TARGET"
+    measure_memory "$ns" "$l L + $l N (tie)" auto
+
+    hint_chain "$ns" nft -N
+    measure B "$ns" "$l + $l, hint in nft" auto nft "$BCD_TARGET"
+    hint_chain "$ns" nft -X
+    hint_chain "$ns" legacy -N
+    measure C "$ns" "$l + $l, hint in legacy" auto legacy "$BCD_TARGET"
+}
+
+# --------------------------------------------------------------- report ----
+
+machine_description() {
+    local cpu os
+    cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+    os=$(. /etc/os-release && echo "$PRETTY_NAME")
+    cat <<EOF
+| | |
+|---|---|
+| CPU | $cpu, $(nproc) cores$(grep -q hypervisor /proc/cpuinfo && echo " (virtual machine)") |
+| Memory | $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) |
+| OS, kernel | $os, Linux $(uname -r) |
+| iptables | $("$SBIN/iptables-legacy" -V | cut -d' ' -f2) (legacy and nf_tables) |
+| wrapper | $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown), $(stat -c %s "$WRAPPER_BIN") bytes, $(file -b "$WRAPPER_BIN" 2>/dev/null | grep -o 'statically linked\|dynamically linked' || echo "?") |
+| load average at start | $LOAD_AT_START |
+| date | $(date -u '+%Y-%m-%d %H:%M UTC') |
+EOF
+}
+
+write_report() {
+    local elapsed=$1
+    {
+        echo "# iptables-wrapper benchmark"
+        echo
+        echo "Produced by \`bash bench/run.sh\` in $elapsed s."
+        echo
+        machine_description
+        echo
+        echo "Rule sets are kube-proxy-like (\`bench/gen-rules.awk\`): per service a"
+        echo "KUBE-SERVICES jump into KUBE-SVC-*, statistic-balanced jumps into two"
+        echo "KUBE-SEP-* chains with MARK and DNAT rules, comments and tcp matches on"
+        echo "nearly every rule, about a tenth of the rules in filter (REJECT, conntrack,"
+        echo "mark); $(k "$LARGE") rules make $(grep -c '^:KUBE' "$WORK/rules-$LARGE.v4") user chains. \"L\" and \"N\" count the"
+        echo "\`-A\` lines of iptables-legacy-save and iptables-nft-save (IPv4; IPv6 empty)."
+        echo
+        echo "Times are medians over interleaved rounds (\`bench/abtime.c\`: posix_spawn, no"
+        echo "shell; $RUNS rounds after $WARMUP warm-up for -V, $SLOW_RUNS for case E)."
+        echo "*wrapper*: \`iptables -V\` through the wrapper's link; *backend*: the picked"
+        echo "backend's own \`iptables-<mode> -V\`; *save-and-count*: \`iptables-legacy-save\`,"
+        echo "\`iptables-nft-save\`, \`ip6tables-legacy-save\`, \`ip6tables-nft-save\` each"
+        echo "piped to \`grep -c '^-A'\` (what earlier wrappers do before running the backend)."
+        echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E."
+        echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
+        echo
+        echo "| case | state (legacy + nft rules) | setup | picked | wrapper ms | backend ms | save-and-count ms | ratio | target | execs | result |"
+        echo "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"
+        printf '%s\n' "${ROWS[@]}" | sort -s -t$'\t' -k1,1 | cut -f2-
+        echo
+        echo "Setups: *override-M* sets \`IPTABLES_MODE=M\`; *link-M* points the fake host"
+        echo "root's \`etc/alternatives/iptables\` at \`iptables-M\`; *auto* has neither (no host"
+        echo "link, \`XTABLES_LOCKFILE\` at a path that does not exist)."
+        echo
+        echo "## Peak memory (max RSS, KiB)"
+        echo
+        echo "The wrapper execs a static stand-in backend (\`bench/stub-backend.c\`) so that"
+        echo "ru_maxrss is the wrapper's own; the stand-in run alone the same way is the floor."
+        echo
+        echo "| state | setup | wrapper | floor (stand-in alone) |"
+        echo "|---|---|---:|---:|"
+        printf '%s\n' "${MEMROWS[@]}"
+        echo
+        echo "## The wrapper's own account (IPTABLES_WRAPPER_LOG=debug, one call per row)"
+        echo
+        echo '```'
+        printf '%s\n' "${DETAILS[@]}"
+        echo '```'
+    } > "$RESULTS"
+}
+
+main() {
+    [[ $(id -u) == 0 ]] || die "run as root (network namespaces, netfilter)"
+    local start=$SECONDS
+    LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+    ensure_tools
+    build_wrapper
+    prepare_workdir
+
+    scenario_growing
+    scenario_large
+
+    write_report $((SECONDS - start))
+    cat "$RESULTS"
+    log "results written to $RESULTS"
+    if ((FAILURES)); then
+        log "$FAILURES row(s) missed their target"
+        exit 1
+    fi
+}
+
+main "$@"

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The container test matrix: every scenario in every image, each in fresh
+# privileged containers, then a summary table and "N passed, M failed".
+#
+#   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST]
+#
+# LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
+# scenarios 1..8 (see scenario.sh). Default: all of both.
+#
+# Environment:
+#   IPTW_WRAPPER      the static wrapper binary to test (default: build it with
+#                     `cargo build --release` and use target/x86_64-unknown-linux-gnu/release/iptables-wrapper)
+#   IPTW_BASE_SOURCE  local (default: mmdebstrap from this machine's apt
+#                     sources, no registry) or pull (FROM debian:SUITE)
+#   IPTW_DEBIAN_IMAGE with pull: the image repository (default: debian)
+#   IPTW_DEBIAN_MIRROR with local: the Debian archive URI (default: the
+#                     one this machine's apt uses)
+#   IPTW_PRIVILEGE    docker run options that give a container the rights of
+#                     the host's iptables (default: --privileged when the
+#                     engine grants it, else --cap-add NET_ADMIN --cap-add NET_RAW)
+#   IPTW_LOG_DIR      keep every cell's log there (default: logs of failed
+#                     cells are printed, then all are removed)
+# Exit status: 0 when every cell passed, 1 otherwise.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+FLAVOURS=("${ALL_FLAVOURS[@]}")
+SCENARIOS=(1 2 3 4 5 6 7 8)
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
+    --scenarios) IFS=, read -r -a SCENARIOS <<<"$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+
+export IPTW_RUN_ID="$$-$(date +%s)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-matrix.XXXXXX")"
+cleanup() {
+  # Containers of this run that a killed scenario.sh could not remove.
+  local left
+  left="$(docker ps -aq --filter "label=iptables-wrapper-test=$IPTW_RUN_ID" 2>/dev/null || true)"
+  if [[ -n "$left" ]]; then docker rm -f $left >/dev/null 2>&1 || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed)"
+
+START=$SECONDS
+
+# The wrapper under test.
+if [[ -z "${IPTW_WRAPPER:-}" ]]; then
+  log "cargo build --release"
+  (cd "$REPO_DIR" && cargo build --release --quiet)
+  IPTW_WRAPPER="$REPO_DIR/target/x86_64-unknown-linux-gnu/release/iptables-wrapper"
+fi
+[[ -x "$IPTW_WRAPPER" ]] || die "wrapper binary not found: $IPTW_WRAPPER"
+if ldd "$IPTW_WRAPPER" 2>&1 | grep -q '=>'; then
+  die "$IPTW_WRAPPER is dynamically linked; the distroless image needs a static binary"
+fi
+
+# Base images (cached by content key), then one test image per flavour. The
+# build context holds only what Dockerfile.test copies, at the paths it
+# expects, instead of the whole repository with its target/ directory.
+log "base images"
+declare -A BASE
+while read -r flavour image; do
+  BASE[$flavour]="$image"
+done < <("$CT_DIR/build-base.sh" "${FLAVOURS[@]}")
+BASES_DONE=$SECONDS
+
+CONTEXT="$WORK/context"
+mkdir -p "$CONTEXT/target/x86_64-unknown-linux-gnu/release" "$CONTEXT/container-tests"
+cp "$IPTW_WRAPPER" "$CONTEXT/target/x86_64-unknown-linux-gnu/release/iptables-wrapper"
+cp "$CT_DIR/in-container.sh" "$CONTEXT/container-tests/in-container.sh"
+declare -A TEST_IMAGE
+for flavour in "${FLAVOURS[@]}"; do
+  TEST_IMAGE[$flavour]="$TEST_REPO:$flavour"
+  log "test image ${TEST_IMAGE[$flavour]} from ${BASE[$flavour]}"
+  docker build -q -t "${TEST_IMAGE[$flavour]}" -f "$REPO_DIR/Dockerfile.test" \
+    --build-arg "BASE=${BASE[$flavour]}" "$CONTEXT" >/dev/null
+done
+IMAGES_DONE=$SECONDS
+
+# --privileged fails on an engine that lacks some capability itself (a
+# daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
+# to what iptables needs, the capabilities a Kubernetes pod would be granted.
+if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
+  if docker run --rm --privileged --network none "${TEST_IMAGE[${FLAVOURS[0]}]}" true >/dev/null 2>&1; then
+    IPTW_PRIVILEGE="--privileged"
+  else
+    IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW"
+    log "this engine cannot start --privileged containers; using $IPTW_PRIVILEGE"
+  fi
+fi
+export IPTW_PRIVILEGE
+
+# The matrix. Each cell is a child process (scenario.sh), so a failing step
+# ends that cell only.
+LOGS="${IPTW_LOG_DIR:-$WORK/logs}"
+mkdir -p "$LOGS"
+declare -A RESULT
+passed=0 failed=0
+for flavour in "${FLAVOURS[@]}"; do
+  for s in "${SCENARIOS[@]}"; do
+    cell_log="$LOGS/$flavour-$s.log"
+    cell_start=$SECONDS
+    if "$CT_DIR/scenario.sh" "${TEST_IMAGE[$flavour]}" "$s" >"$cell_log" 2>&1; then
+      RESULT[$flavour,$s]=pass; passed=$((passed + 1))
+    else
+      RESULT[$flavour,$s]=FAIL; failed=$((failed + 1))
+    fi
+    log "$flavour scenario $s: ${RESULT[$flavour,$s]} ($((SECONDS - cell_start))s)"
+  done
+done
+
+# Failed cells' logs, then the table.
+for flavour in "${FLAVOURS[@]}"; do
+  for s in "${SCENARIOS[@]}"; do
+    [[ "${RESULT[$flavour,$s]}" == FAIL ]] || continue
+    printf '\n----- %s, scenario %s -----\n' "$flavour" "$s"
+    cat "$LOGS/$flavour-$s.log"
+  done
+done
+
+echo
+printf '%-12s' image; printf ' %5s' "${SCENARIOS[@]}"; echo
+for flavour in "${FLAVOURS[@]}"; do
+  printf '%-12s' "$flavour"
+  for s in "${SCENARIOS[@]}"; do printf ' %5s' "${RESULT[$flavour,$s]}"; done
+  echo
+done
+echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
+echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8), 8 50 concurrent calls while flipping"
+echo "containers: --network none $IPTW_PRIVILEGE"
+echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
+[[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"
+echo
+echo "$passed passed, $failed failed"
+[[ "$failed" -eq 0 ]]

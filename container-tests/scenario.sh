@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Run one scenario of the matrix in fresh privileged containers of one image
+# (IPTW_PRIVILEGE: the docker run options for that, default --privileged).
+#
+#   container-tests/scenario.sh IMAGE SCENARIO [--read-only]
+#
+# The machine plays the host: a temporary directory mounted read-only at
+# /host/etc/alternatives holds the host's `iptables` alternatives link, and
+# this script sets and flips it. The container's own network namespace
+# (--network none) plays the host's kernel state; the machine's firewall is
+# never touched. Steps inside the container are `wrapper-test` commands
+# (in-container.sh). Exit 0 when the scenario passed.
+#
+# Scenarios (issue 3):
+#   1 host on legacy   2 host on nft   3 upgrade without restart
+#   4 stale legacy rules outnumber nft   5 IPTABLES_MODE   6 restore/save
+#   7 = 1-6 and 8 again with a read-only root file system
+#   8 50 concurrent calls while the host link flips
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+IMAGE="${1:?usage: scenario.sh IMAGE SCENARIO [--read-only]}"
+SCENARIO="${2:?usage: scenario.sh IMAGE SCENARIO [--read-only]}"
+READ_ONLY="${3:-}"
+
+CONTAINER=""
+FLIPPER=""
+HOST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/iptw-host.XXXXXX")"
+cleanup() {
+  if [[ -n "$FLIPPER" ]]; then kill "$FLIPPER" 2>/dev/null || true; wait "$FLIPPER" 2>/dev/null || true; fi
+  if [[ -n "$CONTAINER" ]]; then docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; fi
+  rm -rf "$HOST_DIR"
+}
+trap cleanup EXIT
+
+# start [DOCKER-RUN-OPTION...]: a fresh container for this scenario.
+start() {
+  local privilege
+  read -r -a privilege <<<"${IPTW_PRIVILEGE:---privileged}"
+  local opts=(--detach "${privilege[@]}" --network none
+    --label "iptables-wrapper-test=${IPTW_RUN_ID:-manual}"
+    --volume "$HOST_DIR:/host/etc/alternatives:ro")
+  if [[ "$READ_ONLY" == --read-only ]]; then
+    # Legacy iptables creates and flocks /run/xtables.lock before it touches
+    # the kernel and fails ("can't open lock file") when it cannot. Kubernetes
+    # gives it a hostPath mount there; a tmpfs on /run plays that part.
+    opts+=(--read-only --tmpfs /run)
+  fi
+  CONTAINER="$(docker run "${opts[@]}" "$@" "$IMAGE" sleep 3600)"
+  echo "container ${CONTAINER:0:12} (${READ_ONLY:-read-write}) $*"
+}
+
+# ctr STEP ARGS...: a wrapper-test step inside the running container.
+ctr() {
+  echo "- $*"
+  docker exec "$CONTAINER" wrapper-test "$@"
+}
+
+# host_link legacy|nft|none: what the host's /etc/alternatives/iptables says.
+# The new link is made under a temporary name and renamed over the old one, as
+# update-alternatives does, so the container never sees it missing.
+host_link() {
+  case "$1" in
+    none) rm -f "$HOST_DIR/iptables" ;;
+    legacy|nft)
+      ln -sfn "/usr/sbin/iptables-$1" "$HOST_DIR/.iptables.new"
+      mv -T "$HOST_DIR/.iptables.new" "$HOST_DIR/iptables" ;;
+    *) die "host_link: $1" ;;
+  esac
+}
+
+scenario_1() { # host on legacy: with its link, then by kernel evidence alone
+  start
+  host_link legacy
+  ctr hint legacy
+  ctr rules legacy 5
+  ctr expect legacy
+  echo "- host link removed: the hint chain in legacy decides"
+  host_link none
+  ctr expect legacy
+}
+
+scenario_2() { # host on nft: with its link, then by kernel evidence alone
+  start
+  host_link nft
+  ctr hint nft
+  ctr rules nft 5
+  ctr expect nft
+  echo "- host link removed: the hint chain in nft decides"
+  host_link none
+  ctr expect nft
+}
+
+scenario_3() { # the upgrade without restart (RKE report)
+  start
+  host_link legacy
+  ctr hint legacy
+  ctr rules legacy 5
+  ctr expect legacy
+  echo "- the host switches to nft; its legacy rules stay behind"
+  host_link nft
+  ctr expect nft
+}
+
+scenario_4() { # stale legacy rules outnumber nft (Calico report)
+  start
+  ctr rules legacy 30
+  ctr rules nft 3
+  host_link nft
+  ctr expect nft
+  ctr warns
+  echo "- control: no host link, no hint: the rule counts say legacy"
+  host_link none
+  ctr expect legacy
+  echo "- kubelet's hint chain in nft outweighs the counts"
+  ctr hint nft
+  ctr expect nft
+}
+
+scenario_5() { # IPTABLES_MODE set in the image overrides a legacy-looking host
+  start --env IPTABLES_MODE=nft
+  host_link legacy
+  ctr hint legacy
+  ctr rules legacy 5
+  ctr expect nft
+  ctr mode-env NF_TABLES nft
+  ctr mode-env Legacy legacy
+  ctr mode-env auto legacy
+  ctr bogus
+}
+
+scenario_6() { # restore fed on stdin, save round-trips, in both modes
+  start
+  host_link legacy
+  ctr restore legacy
+  host_link nft
+  ctr restore nft
+}
+
+scenario_8() { # 50 concurrent calls while the host link flips
+  start
+  host_link legacy
+  # Flip as fast as the machine can for as long as the calls run.
+  ( while :; do host_link nft; host_link legacy; done ) &
+  FLIPPER=$!
+  ctr concurrent 50
+  kill "$FLIPPER"; wait "$FLIPPER" 2>/dev/null || true; FLIPPER=""
+}
+
+scenario_7() { # everything again on a read-only root file system
+  local s failed=()
+  for s in 1 2 3 4 5 6 8; do
+    echo "=== scenario $s --read-only"
+    # A child process per scenario: each gets its own fresh container and
+    # its own set -e.
+    "${BASH_SOURCE[0]}" "$IMAGE" "$s" --read-only || failed+=("$s")
+  done
+  [[ ${#failed[@]} -eq 0 ]] || { echo "read-only failures: ${failed[*]}"; return 1; }
+}
+
+case "$SCENARIO" in
+  [1-8]) "scenario_$SCENARIO" ;;
+  *) die "unknown scenario '$SCENARIO'" ;;
+esac
+echo "scenario $SCENARIO passed"

@@ -1,0 +1,407 @@
+//! nf_tables reader against real rulesets, each test in its own network
+//! namespace (the tests run as root).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use iptables_wrapper::family::Family::{self, Ipv4, Ipv6};
+use iptables_wrapper::kernel::nft::{nf_tables_present, NftObject, NftSocket, RuleCount};
+
+/// An iptables-nft-restore ruleset with user chains, jumps, a goto, every
+/// iptables table, comments and match/target extensions: 19 rules.
+const RULES_V4: &str = r#"*raw
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+-A PREROUTING -p udp --dport 53 -j CT --notrack
+-A OUTPUT -p tcp --dport 80 -m comment --comment "raw out" -j ACCEPT
+COMMIT
+*mangle
+:PREROUTING ACCEPT [0:0]
+:KUBE-IPTABLES-HINT - [0:0]
+:MARKING - [0:0]
+-A PREROUTING -j MARKING
+-A MARKING -p tcp -m tcp --dport 22 -j MARK --set-xmark 0x1/0xffffffff
+-A MARKING -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:SVC - [0:0]
+:SVC-A - [0:0]
+:EMPTY - [0:0]
+-A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
+-A INPUT -p tcp -m multiport --dports 80,443,8080 -m comment --comment "web ports" -j SVC
+-A INPUT -p tcp -m tcp --dport 22 -j LOG --log-prefix "ssh: "
+-A INPUT -i lo -j ACCEPT
+-A FORWARD -g SVC
+-A SVC -m comment --comment "to A" -j SVC-A
+-A SVC -j SVC-A
+-A SVC-A -s 10.0.0.0/8 -j DROP
+-A SVC-A -j REJECT
+-A OUTPUT -d 192.168.1.1/32 -p udp -m udp --dport 53 -j ACCEPT
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-SVC - [0:0]
+-A PREROUTING -m comment --comment "kube" -j KUBE-SVC
+-A KUBE-SVC -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.1.2.3:8080
+-A POSTROUTING -o eth0 -j MASQUERADE
+COMMIT
+*security
+:INPUT ACCEPT [0:0]
+-A INPUT -p tcp -m tcp --dport 25 -j ACCEPT
+COMMIT
+"#;
+
+/// The same ruleset for ip6tables.
+fn rules_v6() -> String {
+    RULES_V4
+        .replace("10.0.0.0/8", "fd00::/8")
+        .replace("192.168.1.1/32", "fd00::1/128")
+        .replace("10.1.2.3:8080", "[fd00::3]:8080")
+}
+
+fn ruleset(family: Family) -> String {
+    match family {
+        Ipv4 => RULES_V4.to_string(),
+        Ipv6 => rules_v6(),
+    }
+}
+
+/// Loads `rules` with `<family>-nft-restore` in the current namespace.
+fn restore(family: Family, rules: &str) {
+    let mut child = Command::new(format!("{}-nft-restore", family.program()))
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn restore");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "{}-nft-restore failed",
+        family.program()
+    );
+}
+
+fn saved_rules(family: Family) -> u64 {
+    common::save_rule_lines(&format!("{}-nft-save", family.program()))
+}
+
+fn exact_count(socket: &NftSocket, families: &[Family]) -> u64 {
+    let count = socket.count_rules(families, None).unwrap();
+    assert!(count.complete);
+    count.rules
+}
+
+fn object(family: Family, table: &'static str, chain: Option<&'static str>) -> NftObject {
+    NftObject {
+        family,
+        table,
+        chain,
+    }
+}
+
+#[test]
+fn nf_tables_is_present_here() {
+    // This machine's kernel has nf_tables built in (or no module support).
+    assert!(nf_tables_present());
+}
+
+#[test]
+fn exact_count_matches_save_per_family() {
+    common::enter_new_netns();
+    for family in Family::BOTH {
+        restore(family, &ruleset(family));
+    }
+    let socket = NftSocket::open().unwrap();
+    for family in Family::BOTH {
+        let saved = saved_rules(family);
+        assert_eq!(saved, 19, "{family:?}");
+        assert_eq!(exact_count(&socket, &[family]), saved, "{family:?}");
+    }
+    assert_eq!(
+        exact_count(&socket, &Family::BOTH),
+        saved_rules(Ipv4) + saved_rules(Ipv6)
+    );
+}
+
+#[test]
+fn exact_count_of_one_family_ignores_the_other() {
+    common::enter_new_netns();
+    restore(Ipv6, &rules_v6());
+    common::sh("ip6tables-nft -A INPUT -j ACCEPT");
+    let socket = NftSocket::open().unwrap();
+    assert_eq!(exact_count(&socket, &[Ipv4]), 0);
+    assert_eq!(exact_count(&socket, &[Ipv6]), 20);
+    assert_eq!(saved_rules(Ipv6), 20);
+}
+
+#[test]
+fn chain_use_bounds_contain_the_exact_count() {
+    common::enter_new_netns();
+    for family in Family::BOTH {
+        restore(family, &ruleset(family));
+    }
+    let socket = NftSocket::open().unwrap();
+    for family in Family::BOTH {
+        let bounds = socket.chain_use(family).unwrap();
+        let exact = exact_count(&socket, &[family]);
+        assert!(
+            bounds.base <= exact && exact <= bounds.all,
+            "{family:?}: {bounds:?} vs {exact}"
+        );
+        // Base chains hold 12 rules; the 5 jumps and the goto add to `all`.
+        assert_eq!((bounds.base, bounds.all), (12, 19 + 6), "{family:?}");
+    }
+}
+
+#[test]
+fn count_stops_early_above_the_limit() {
+    common::enter_new_netns();
+    for family in Family::BOTH {
+        restore(family, &ruleset(family));
+    }
+    let socket = NftSocket::open().unwrap();
+    for k in [0, 1, 5, 18, 30] {
+        let count = socket.count_rules(&Family::BOTH, Some(k)).unwrap();
+        assert_eq!(
+            count,
+            RuleCount {
+                rules: k + 1,
+                complete: false
+            },
+            "stop_above {k}"
+        );
+    }
+    for k in [38, 100] {
+        let count = socket.count_rules(&Family::BOTH, Some(k)).unwrap();
+        assert_eq!(
+            count,
+            RuleCount {
+                rules: 38,
+                complete: true
+            },
+            "stop_above {k}"
+        );
+    }
+    // The socket is not left with stale dump messages.
+    assert_eq!(exact_count(&socket, &[Ipv4]), 19);
+    assert!(socket.chain_use(Ipv4).unwrap().all >= 19);
+    assert_eq!(
+        socket
+            .exists(&[object(Ipv4, "filter", Some("SVC"))])
+            .unwrap(),
+        [true]
+    );
+}
+
+#[test]
+fn hint_chains_and_tables_are_found() {
+    common::enter_new_netns();
+    common::sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT; nft add table ip kube-proxy");
+    let socket = NftSocket::open().unwrap();
+    let hint = object(Ipv4, "mangle", Some("KUBE-IPTABLES-HINT"));
+    assert_eq!(socket.exists(&[hint]).unwrap(), [true]);
+    assert_eq!(
+        socket.exists(&[object(Ipv4, "kube-proxy", None)]).unwrap(),
+        [true]
+    );
+    let batch = [
+        object(Ipv6, "mangle", Some("KUBE-IPTABLES-HINT")),
+        hint,
+        object(Ipv4, "mangle", Some("KUBE-KUBELET-CANARY")),
+        object(Ipv4, "kube-proxy", None),
+        object(Ipv6, "kube-proxy", None),
+        object(Ipv4, "mangle", None),
+        object(Ipv4, "filter", None),
+        object(Ipv4, "nat", Some("KUBE-IPTABLES-HINT")),
+        object(Ipv4, "mangle", Some("PREROUTING")),
+    ];
+    let expected = [false, true, false, true, false, true, false, false, false];
+    assert_eq!(socket.exists(&batch).unwrap(), expected);
+    // Repeated calls on the same socket keep their replies apart.
+    assert_eq!(socket.exists(&batch).unwrap(), expected);
+    assert_eq!(socket.exists(&[]).unwrap(), Vec::<bool>::new());
+}
+
+#[test]
+fn native_nft_tables_are_not_counted() {
+    common::enter_new_netns();
+    common::sh(
+        "nft add table ip other; nft add chain ip other c '{ type filter hook input priority 0; }'
+         nft add rule ip other c accept; nft add rule ip other c drop
+         nft add table ip6 other; nft add chain ip6 other c; nft add rule ip6 other c accept
+         iptables-nft -A INPUT -j ACCEPT",
+    );
+    let socket = NftSocket::open().unwrap();
+    assert_eq!(exact_count(&socket, &Family::BOTH), 1);
+    let bounds = socket.chain_use(Ipv4).unwrap();
+    assert_eq!((bounds.base, bounds.all), (1, 1));
+    assert_eq!(socket.chain_use(Ipv6).unwrap(), Default::default());
+}
+
+#[test]
+fn reads_change_nothing_in_an_empty_namespace() {
+    common::enter_new_netns();
+    let socket = NftSocket::open().unwrap();
+    let before = socket.generation().unwrap();
+    let lookups = [
+        object(Ipv4, "mangle", Some("KUBE-IPTABLES-HINT")),
+        object(Ipv6, "mangle", Some("KUBE-KUBELET-CANARY")),
+        object(Ipv4, "filter", None),
+    ];
+    assert_eq!(socket.exists(&lookups).unwrap(), [false; 3]);
+    for family in Family::BOTH {
+        assert_eq!(socket.chain_use(family).unwrap(), Default::default());
+    }
+    assert_eq!(
+        socket.count_rules(&Family::BOTH, Some(0)).unwrap(),
+        RuleCount {
+            rules: 0,
+            complete: true
+        }
+    );
+    assert_eq!(socket.generation().unwrap(), before);
+    assert_eq!(common::sh("nft list ruleset").trim(), "");
+}
+
+#[test]
+fn generation_follows_committed_changes_only() {
+    common::enter_new_netns();
+    let socket = NftSocket::open().unwrap();
+    let before = socket.generation().unwrap();
+    common::sh("iptables-nft -A INPUT -j ACCEPT");
+    let after = socket.generation().unwrap();
+    assert_ne!(after, before);
+    exact_count(&socket, &Family::BOTH);
+    assert_eq!(socket.generation().unwrap(), after);
+}
+
+#[test]
+fn counts_stay_consistent_while_the_ruleset_changes() {
+    common::enter_new_netns();
+    for family in Family::BOTH {
+        restore(family, &ruleset(family));
+    }
+    // Adds and deletes up to 20 rules per family, over and over.
+    let mut churn = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "while true; do
+               for i in $(seq 20); do iptables-nft -A SVC -j ACCEPT; ip6tables-nft -I INPUT -j ACCEPT; done
+               for i in $(seq 20); do iptables-nft -D SVC -j ACCEPT; ip6tables-nft -D INPUT -j ACCEPT; done
+             done",
+        )
+        .spawn()
+        .unwrap();
+    let socket = NftSocket::open().unwrap();
+    let started = Instant::now();
+    let mut counts = 0;
+    while started.elapsed().as_secs() < 3 {
+        let count = socket.count_rules(&Family::BOTH, None).unwrap();
+        assert!(
+            count.complete && (38..=78).contains(&count.rules),
+            "{count:?}"
+        );
+        for family in Family::BOTH {
+            let bounds = socket.chain_use(family).unwrap();
+            assert!(
+                bounds.base >= 12 && bounds.all <= 25 + 20,
+                "{family:?}: {bounds:?}"
+            );
+        }
+        let early = socket.count_rules(&Family::BOTH, Some(30)).unwrap();
+        assert_eq!(
+            early,
+            RuleCount {
+                rules: 31,
+                complete: false
+            }
+        );
+        counts += 1;
+    }
+    churn.kill().unwrap();
+    churn.wait().unwrap();
+    assert!(counts > 10, "only {counts} rounds");
+}
+
+/// Cost on a large ruleset; run by hand:
+/// `cargo test --release --test kernel_nft -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn timing_on_20000_rules() {
+    common::enter_new_netns();
+    let chains = 50;
+    let mut rules = String::from("*filter\n:INPUT ACCEPT [0:0]\n");
+    for c in 0..chains {
+        rules += &format!(":KUBE-SVC-{c} - [0:0]\n");
+    }
+    for r in 0..20_000 {
+        let c = r % chains;
+        rules += &if r < chains {
+            format!("-A INPUT -p tcp -m comment --comment \"svc {c}\" -m tcp --dport {} -j KUBE-SVC-{c}\n", 1000 + c)
+        } else {
+            format!(
+                "-A KUBE-SVC-{c} -s 10.{}.{}.0/24 -p tcp -m comment --comment \"ns/svc-{r}:port\" -m tcp --dport {} -j ACCEPT\n",
+                r / 256 % 256,
+                r % 256,
+                r % 60000 + 1
+            )
+        };
+    }
+    rules += "COMMIT\n*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n";
+    restore(Ipv4, &rules);
+    assert_eq!(saved_rules(Ipv4), 20_000);
+
+    let time = |label: &str, f: &mut dyn FnMut() -> String| {
+        let runs = 20;
+        let mut best = f64::MAX;
+        let mut result = String::new();
+        for _ in 0..runs {
+            let started = Instant::now();
+            result = f();
+            best = best.min(started.elapsed().as_secs_f64() * 1e3);
+        }
+        println!("{label:<40} best of {runs}: {best:8.3} ms  -> {result}");
+    };
+    time("open", &mut || {
+        NftSocket::open().unwrap();
+        String::new()
+    });
+    let socket = NftSocket::open().unwrap();
+    let hints = [
+        object(Ipv4, "mangle", Some("KUBE-IPTABLES-HINT")),
+        object(Ipv4, "mangle", Some("KUBE-KUBELET-CANARY")),
+        object(Ipv6, "mangle", Some("KUBE-IPTABLES-HINT")),
+        object(Ipv6, "mangle", Some("KUBE-KUBELET-CANARY")),
+    ];
+    time("exists (4 hint chains)", &mut || {
+        format!("{:?}", socket.exists(&hints).unwrap())
+    });
+    time("generation", &mut || {
+        socket.generation().unwrap().to_string()
+    });
+    time("chain_use ipv4", &mut || {
+        format!("{:?}", socket.chain_use(Ipv4).unwrap())
+    });
+    time("chain_use both", &mut || {
+        format!(
+            "{:?} {:?}",
+            socket.chain_use(Ipv4).unwrap(),
+            socket.chain_use(Ipv6).unwrap()
+        )
+    });
+    time("count_rules both, stop_above 100", &mut || {
+        format!(
+            "{:?}",
+            socket.count_rules(&Family::BOTH, Some(100)).unwrap()
+        )
+    });
+    time("count_rules both, exact", &mut || {
+        format!("{:?}", socket.count_rules(&Family::BOTH, None).unwrap())
+    });
+    time("iptables-nft-save", &mut || saved_rules(Ipv4).to_string());
+}
