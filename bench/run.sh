@@ -82,6 +82,7 @@ prepare_workdir() {
     gcc -static -O2 -o "$WORK/abtime" "$BENCH_DIR/abtime.c"
     gcc -static -nostdlib -Os -fno-stack-protector -o "$WORK/stub/xtables-nft-multi" "$BENCH_DIR/stub-backend.c"
     ln "$WORK/stub/xtables-nft-multi" "$WORK/stub/xtables-legacy-multi"
+    echo 'int main(void) { return 0; }' | gcc -static -O2 -x c -o "$WORK/empty-glibc" -
 
     cp "$WRAPPER_BIN" "$WORK/bin/iptables-wrapper"
     "$WORK/bin/iptables-wrapper" install --dir "$WORK/bin"
@@ -122,7 +123,7 @@ ns_create() {
 in_ns() { local ns=$1; shift; XTABLES_LOCKFILE=$LOAD_LOCK ip netns exec "$ns" "$@"; }
 
 count_rules() {  # ns backend -> "-A" lines of iptables-<backend>-save (IPv4)
-    in_ns "$1" "iptables-$2-save" | grep -c '^-A' || true
+    in_ns "$1" "iptables-$2-save" 2>/dev/null | grep -c '^-A' || true
 }
 
 load_rules() {  # ns backend n: replace filter and nat with the n-rule set, verify
@@ -199,21 +200,32 @@ measure() {  # case ns state setup expected target
     execs=$(count_execs "$ns" "$setup")
     debug=$(IPTABLES_WRAPPER_LOG=debug run_as "$ns" "$setup" "$WRAPPED" -V 2>&1 >/dev/null | tr '\n' ' ')
     DETAILS+=("$case | $state | $setup: ${debug:-(no debug output)}")
+    local decided
+    decided=$(grep -o 'decided in [0-9.]* ms' <<<"$debug" | grep -o '[0-9.]\+' || echo "?")
 
+    # Third and fourth command: save-and-count for E; otherwise the stand-in
+    # and the empty glibc program, whose difference is glibc's start-up now.
     local backend=$SBIN/iptables-${got/\?/nft}
     local cmds=("$WRAPPED" -V ::: "$backend" -V) runs=$RUNS warmup=$WARMUP
     if [[ $case == E* ]]; then
         local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
         cmds+=(::: /bin/bash -c "$save_count")
         runs=$SLOW_RUNS warmup=1
+    else
+        cmds+=(::: "$WORK/stub/xtables-nft-multi" ::: "$WORK/empty-glibc")
     fi
     local out t
     out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
     mapfile -t t < <(cut -f1 <<<"$out")
 
-    local wrapper_us=${t[0]} backend_us=${t[1]} save_us=${t[2]:-} ref_us r
-    ref_us=${save_us:-$backend_us}
-    r=$(ratio "$wrapper_us" "$ref_us")
+    local wrapper_us=${t[0]} backend_us=${t[1]} save_us= r net=–
+    if [[ $case == E* ]]; then
+        save_us=${t[2]}
+        r=$(ratio "$wrapper_us" "$save_us")
+    else
+        r=$(ratio "$wrapper_us" "$backend_us")
+        net=$(ratio "$(awk -v w="$wrapper_us" -v s="${t[2]}" -v g="${t[3]}" 'BEGIN { print w - (g - s) }')" "$backend_us")
+    fi
     after=$(legacy_tables "$ns")
 
     le "$r" "$target" || notes+=("ratio over target")
@@ -221,12 +233,15 @@ measure() {  # case ns state setup expected target
     [[ $execs == 2 ]] || notes+=("$execs execs")
     [[ $before == "$after" ]] || notes+=("legacy tables changed: [$before] -> [$after]")
     if ((${#notes[@]})); then
-        result="**FAIL** ($(IFS=';'; echo "${notes[*]}"))"
+        result=$(printf '; %s' "${notes[@]}")
+        result="**FAIL** (${result#; })"
         FAILURES=$((FAILURES + 1))
     else
         result=pass
     fi
-    line="| $case | $state | $setup | $got | $(ms "$wrapper_us") | $(ms "$backend_us") | ${save_us:+$(ms "$save_us")}${save_us:-–} | $r | ≤ $target | $execs | $result |"
+    local save_col=–
+    [[ -n $save_us ]] && save_col=$(ms "$save_us")
+    line="| $case | $state | $setup | $got | $(ms "$wrapper_us") | $(ms "$backend_us") | $save_col | $decided | $r | ≤ $target | $net | $execs | $result |"
     ROWS+=("$case"$'\t'"$line")
     log "  -> $line"
 }
@@ -239,6 +254,17 @@ measure_memory() {  # ns state setup
         "$WORK/abtime" -w 1 -n 5 -- "$WRAPPED" -V ::: "$WORK/stub/xtables-nft-multi")
     mapfile -t rss < <(cut -f5 <<<"$rss")
     MEMROWS+=("| $state | $setup | ${rss[0]} | ${rss[1]} |")
+}
+
+# What starting a process costs here, whatever it then does: the stand-in (no
+# libc), an empty static glibc program (the wrapper is one), the backend's -V.
+measure_floor() {
+    local ns=$1 t
+    log "process start-up floor"
+    t=$(run_as "$ns" auto "$WORK/abtime" -w "$WARMUP" -n "$RUNS" -- "$WORK/stub/xtables-nft-multi" \
+        ::: "$WORK/empty-glibc" ::: "$SBIN/iptables-nft" -V ::: "$SBIN/iptables-legacy" -V)
+    mapfile -t t < <(cut -f1 <<<"$t")
+    FLOOR="| $(ms "${t[0]}") | $(ms "${t[1]}") | $(ms "$(awk -v a="${t[1]}" -v b="${t[0]}" 'BEGIN { print a - b }')") | $(ms "${t[2]}") | $(ms "${t[3]}") |"
 }
 
 # ------------------------------------------------------------ scenarios ----
@@ -259,6 +285,7 @@ scenario_growing() {
     local ns=$NS_PREFIX-grow s l
     s=$(k "$SMALL") l=$(k "$LARGE")
     ns_create "$ns"
+    measure_floor "$ns"
     case_a "$ns" "0 + 0"
     measure_memory "$ns" "0 + 0 (empty namespace)" auto
 
@@ -310,7 +337,7 @@ machine_description() {
 | Memory | $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) |
 | OS, kernel | $os, Linux $(uname -r) |
 | iptables | $("$SBIN/iptables-legacy" -V | cut -d' ' -f2) (legacy and nf_tables) |
-| wrapper | $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown), $(stat -c %s "$WRAPPER_BIN") bytes, $(file -b "$WRAPPER_BIN" 2>/dev/null | grep -o 'statically linked\|dynamically linked' || echo "?") |
+| wrapper | $(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown), $(stat -c %s "$WRAPPER_BIN") bytes, $(readelf -lW "$WRAPPER_BIN" | grep -q 'program interpreter' && echo dynamic || echo static) |
 | load average at start | $LOAD_AT_START |
 | date | $(date -u '+%Y-%m-%d %H:%M UTC') |
 EOF
@@ -339,15 +366,30 @@ write_report() {
         echo "\`iptables-nft-save\`, \`ip6tables-legacy-save\`, \`ip6tables-nft-save\` each"
         echo "piped to \`grep -c '^-A'\` (what earlier wrappers do before running the backend)."
         echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E."
+        echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
+        echo "*ratio less glibc start-up*: for information only, (wrapper - glibc start-up) /"
+        echo "backend, glibc's start-up measured in the same rounds as the difference between"
+        echo "an empty static glibc program and the no-libc stand-in (see the section below)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
         echo
-        echo "| case | state (legacy + nft rules) | setup | picked | wrapper ms | backend ms | save-and-count ms | ratio | target | execs | result |"
-        echo "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"
+        echo "| case | state (legacy + nft rules) | setup | picked | wrapper ms | backend ms | save-and-count ms | decided in (log) ms | ratio | target | ratio less glibc start-up (info) | execs | result |"
+        echo "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|"
         printf '%s\n' "${ROWS[@]}" | sort -s -t$'\t' -k1,1 | cut -f2-
         echo
         echo "Setups: *override-M* sets \`IPTABLES_MODE=M\`; *link-M* points the fake host"
         echo "root's \`etc/alternatives/iptables\` at \`iptables-M\`; *auto* has neither (no host"
         echo "link, \`XTABLES_LOCKFILE\` at a path that does not exist)."
+        echo
+        echo "## Process start-up on this machine (median ms, same method)"
+        echo
+        echo "| stand-in (static, no libc) | empty static glibc program | difference: glibc start-up | iptables-nft -V | iptables-legacy -V |"
+        echo "|---:|---:|---:|---:|---:|"
+        echo "$FLOOR"
+        echo
+        echo "Before \`main\`, every glibc program (static or dynamic) runs glibc's CPU"
+        echo "feature and cache detection, dozens of CPUID instructions. Where the hypervisor"
+        echo "traps CPUID this is the glibc start-up above; the backends pay it once, a call"
+        echo "through the wrapper (a static glibc binary) pays it twice."
         echo
         echo "## Peak memory (max RSS, KiB)"
         echo

@@ -38,6 +38,18 @@ prune_older() {
     | xargs -r docker rmi >/dev/null 2>&1 || true
 }
 
+# ensure_mmdebstrap: install mmdebstrap from the machine's Debian packages
+# when it is missing (a fresh CI machine), where we may.
+ensure_mmdebstrap() {
+  command -v mmdebstrap >/dev/null && return
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null \
+    || die "mmdebstrap is missing: install it (Debian package mmdebstrap) or use IPTW_BASE_SOURCE=pull"
+  log "installing mmdebstrap"
+  export DEBIAN_FRONTEND=noninteractive
+  quietly apt-get update
+  quietly apt-get install -y mmdebstrap
+}
+
 # debian_image NAME SUITE PACKAGE...: print the image NAME of SUITE with
 # PACKAGEs, building it first unless the content-keyed tag exists.
 debian_image() {
@@ -54,11 +66,11 @@ debian_image() {
     log "cached: $tag"
   elif [[ "$BASE_SOURCE" == pull ]]; then
     log "building $tag from $DEBIAN_IMAGE:$suite (+ $packages)"
-    docker build -t "$tag" -f "$CT_DIR/debian-pull.Dockerfile" \
+    quietly docker build --force-rm -t "$tag" -f "$CT_DIR/debian-pull.Dockerfile" \
       --build-arg "BASE=$DEBIAN_IMAGE:$suite" --build-arg "PACKAGES=$*" \
-      "$CT_DIR" >&2
+      "$CT_DIR"
   else
-    command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (apt-get install mmdebstrap)"
+    ensure_mmdebstrap
     local mirror; mirror="$(debian_mirror)"
     check_suite_reachable "$mirror" "$suite"
     log "building $tag with mmdebstrap ($suite + $packages)"
@@ -80,8 +92,8 @@ distroless_image() {
     log "cached: $tag"
   else
     log "building $tag from $src"
-    docker build -t "$tag" -f "$CT_DIR/distroless.Dockerfile" \
-      --build-arg "SRC=$src" "$CT_DIR" >&2
+    quietly docker build --force-rm -t "$tag" -f "$CT_DIR/distroless.Dockerfile" \
+      --build-arg "SRC=$src" "$CT_DIR"
   fi
   prune_older distroless "$tag"
   printf '%s\n' "$tag"

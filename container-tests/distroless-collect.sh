@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs inside distroless.Dockerfile's source stage (a Debian root with
-# iptables and busybox-static): copies into OUT what a distroless-style image
-# needs to run iptables through the wrapper and the test script, and nothing
-# else: no package manager, no alternatives system, no /etc/alternatives.
+# iptables, and busybox-static for the tests): copies into OUT what a
+# distroless-style image needs to run iptables through the wrapper, and
+# nothing else: no package manager, no alternatives system, no
+# /etc/alternatives. Usable in your own multi-stage build, too.
 set -euo pipefail
 OUT="${1:?usage: distroless-collect.sh OUTDIR}"
 mkdir -p "$OUT"
@@ -21,15 +22,19 @@ mapfile -t libs < <(ldd "${files[@]}" \
 # distroless image needs no /lib -> usr/lib links to find them.
 cp --parents -L "${files[@]}" "${libs[@]}" "$OUT"/
 
-# A static busybox for the test script (sh, grep, sed, mktemp, sleep, ...),
-# installed as applet links in /bin. Its own iptables-like applets, if any,
-# are left out so that only the wrapper answers to those names.
-mkdir -p "$OUT/bin"
-cp /bin/busybox "$OUT/bin/busybox"
-for applet in $(/bin/busybox --list); do
-  case "$applet" in busybox|*iptables*) continue ;; esac
-  ln -s busybox "$OUT/bin/$applet"
-done
+# A static busybox, when the source has one (the test image installs
+# busybox-static for its test script; a production image leaves it out):
+# sh, grep, sed, mktemp, sleep, ... as applet links in /bin. Its own
+# iptables-like applets, if any, are left out so that only the wrapper answers
+# to those names.
+if [[ -x /bin/busybox ]]; then
+  mkdir -p "$OUT/bin"
+  cp /bin/busybox "$OUT/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    case "$applet" in busybox|*iptables*) continue ;; esac
+    ln -s busybox "$OUT/bin/$applet"
+  done
+fi
 
 # Directories a process expects: /run for legacy iptables' xtables.lock,
 # /tmp, and an empty /etc with the protocol names iptables may look up.

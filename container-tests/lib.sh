@@ -18,10 +18,12 @@ TEST_REPO="${IPTW_TEST_REPO:-iptables-wrapper-test}"
 ALL_FLAVOURS=(bullseye bookworm trixie distroless)
 DISTROLESS_SUITE=bookworm
 
-# The classic builder resolves `FROM` against the local image store, which is
-# all we have when nothing can be pulled (BuildKit may try a registry lookup,
-# and a docker-container buildx driver cannot see local images at all). The
-# classic builder is also what a Docker 20.10 daemon offers without buildx.
+# Builds use the classic builder unless DOCKER_BUILDKIT says otherwise. It
+# takes `FROM` images from the local image store, which is all there is when
+# nothing can be pulled. Here the client (28) has no buildx: with
+# DOCKER_BUILDKIT=1 it refuses to build, unset it falls back to the classic
+# builder with a deprecation notice. (With buildx, its default "docker"
+# driver also sees local images; a "docker-container" driver does not.)
 export DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -42,6 +44,17 @@ content_key() {
       printf 'text:%s\n' "$arg"
     fi
   done | sha256sum | cut -c1-16
+}
+
+# quietly COMMAND...: run COMMAND with its output kept aside; print that
+# output only if it fails (docker build is chatty).
+quietly() {
+  local out rc=0
+  out="$(mktemp "${TMPDIR:-/tmp}/iptw-out.XXXXXX")"
+  "$@" >"$out" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then cat "$out" >&2; log "failed ($rc): $*"; fi
+  rm -f "$out"
+  return "$rc"
 }
 
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }

@@ -18,6 +18,7 @@
 #   IPTW_PRIVILEGE    docker run options that give a container the rights of
 #                     the host's iptables (default: --privileged when the
 #                     engine grants it, else --cap-add NET_ADMIN --cap-add NET_RAW)
+#   IPTW_STEP_TIMEOUT seconds one step inside a container may take (120)
 #   IPTW_LOG_DIR      keep every cell's log there (default: logs of failed
 #                     cells are printed, then all are removed)
 # Exit status: 0 when every cell passed, 1 otherwise.
@@ -58,7 +59,7 @@ if [[ -z "${IPTW_WRAPPER:-}" ]]; then
   IPTW_WRAPPER="$REPO_DIR/target/x86_64-unknown-linux-gnu/release/iptables-wrapper"
 fi
 [[ -x "$IPTW_WRAPPER" ]] || die "wrapper binary not found: $IPTW_WRAPPER"
-if ldd "$IPTW_WRAPPER" 2>&1 | grep -q '=>'; then
+if [[ "$(ldd "$IPTW_WRAPPER" 2>&1 || true)" == *"=>"* ]]; then
   die "$IPTW_WRAPPER is dynamically linked; the distroless image needs a static binary"
 fi
 
@@ -80,8 +81,13 @@ declare -A TEST_IMAGE
 for flavour in "${FLAVOURS[@]}"; do
   TEST_IMAGE[$flavour]="$TEST_REPO:$flavour"
   log "test image ${TEST_IMAGE[$flavour]} from ${BASE[$flavour]}"
-  docker build -q -t "${TEST_IMAGE[$flavour]}" -f "$REPO_DIR/Dockerfile.test" \
-    --build-arg "BASE=${BASE[$flavour]}" "$CONTEXT" >/dev/null
+  previous="$(docker image inspect -f '{{.Id}}' "${TEST_IMAGE[$flavour]}" 2>/dev/null || true)"
+  quietly docker build --force-rm -t "${TEST_IMAGE[$flavour]}" -f "$REPO_DIR/Dockerfile.test" \
+    --build-arg "BASE=${BASE[$flavour]}" "$CONTEXT"
+  # The image this tag named before (an older wrapper) is of no further use.
+  if [[ -n "$previous" && "$previous" != "$(docker image inspect -f '{{.Id}}' "${TEST_IMAGE[$flavour]}")" ]]; then
+    docker rmi "$previous" >/dev/null 2>&1 || true
+  fi
 done
 IMAGES_DONE=$SECONDS
 

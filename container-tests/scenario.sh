@@ -32,6 +32,7 @@ cleanup() {
   rm -rf "$HOST_DIR"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # start [DOCKER-RUN-OPTION...]: a fresh container for this scenario.
 start() {
@@ -50,10 +51,16 @@ start() {
   echo "container ${CONTAINER:0:12} (${READ_ONLY:-read-write}) $*"
 }
 
-# ctr STEP ARGS...: a wrapper-test step inside the running container.
+# ctr STEP ARGS...: a wrapper-test step inside the running container. A
+# step that hangs (a wrapper waiting forever) fails after STEP_TIMEOUT
+# seconds; the cleanup then removes the container with what still runs in it.
+STEP_TIMEOUT="${IPTW_STEP_TIMEOUT:-120}"
 ctr() {
   echo "- $*"
-  docker exec "$CONTAINER" wrapper-test "$@"
+  local rc=0
+  timeout "$STEP_TIMEOUT" docker exec "$CONTAINER" wrapper-test "$@" || rc=$?
+  [[ $rc -ne 124 ]] || echo "  FAIL: step timed out after ${STEP_TIMEOUT}s"
+  return "$rc"
 }
 
 # host_link legacy|nft|none: what the host's /etc/alternatives/iptables says.
@@ -108,7 +115,7 @@ scenario_4() { # stale legacy rules outnumber nft (Calico report)
   ctr rules nft 3
   host_link nft
   ctr expect nft
-  ctr warns
+  ctr disagrees
   echo "- control: no host link, no hint: the rule counts say legacy"
   host_link none
   ctr expect legacy

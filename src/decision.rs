@@ -8,8 +8,9 @@
 //! everything so it can show where sources disagree.
 
 use crate::command::WrappedCommand;
+use crate::family::Family;
 use crate::host_link::{self, DEFAULT_HOST_ROOT, HOST_ROOT_VAR};
-use crate::kernel::{CountVerdict, HintChain, KernelReader, RuleBounds};
+use crate::kernel::{legacy, CountVerdict, HintChain, KernelReader, RuleBounds};
 use crate::mode::{self, InvalidOverride, Mode, OVERRIDE_VAR};
 use crate::xtables_lock;
 use std::path::PathBuf;
@@ -229,6 +230,9 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
                 Source::HostLink,
                 format!("host link {} -> {}", link.path.display(), link.target.display()),
             );
+            if mode == Mode::Nft && collector.done() {
+                read_legacy_table_list(collector);
+            }
         }
         None if links.is_empty() => collector.add(Evidence {
             source: Source::HostLink,
@@ -241,6 +245,27 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
             points_to: None,
         }),
         None => {}
+    }
+}
+
+/// With the host on nft, legacy tables still present here may hold stale
+/// rules the kernel still applies (the upgrade-without-reboot case). Listing
+/// them is a file read, not a kernel query, so the hot path can afford it;
+/// `detect` counts their rules instead.
+fn read_legacy_table_list(collector: &mut Collector) {
+    for family in Family::BOTH {
+        let Ok(tables) = legacy::listed_tables(family) else {
+            continue;
+        };
+        if !tables.is_empty() {
+            collector.add(Evidence {
+                source: Source::RuleCounts,
+                location: format!("legacy {} tables", family.label()),
+                value: format!("{} exist (stale legacy rules may still apply)", tables.join(", ")),
+                method: "/proc/net/ip*_tables_names".into(),
+                points_to: Some(Mode::Legacy),
+            });
+        }
     }
 }
 

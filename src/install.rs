@@ -39,7 +39,8 @@ impl fmt::Display for InstallError {
 }
 
 /// Links each command name in `dir` to `wrapper`. Symlinks are replaced;
-/// regular files only with `force`; directories never.
+/// regular files only with `force`; directories never. When one name is
+/// refused, none is changed.
 pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, LinkOutcome)>, InstallError> {
     // A wrapper in the same directory is linked by name, so the links keep
     // working when the directory is mounted or copied elsewhere.
@@ -47,7 +48,8 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
         Some(parent) if same_dir(parent, dir) => PathBuf::from(wrapper.file_name().expect("the wrapper has a name")),
         _ => wrapper.to_path_buf(),
     };
-    let mut outcomes = Vec::new();
+    // Check every name before changing any, so a refusal changes nothing.
+    let mut plan = Vec::new();
     for name in COMMAND_NAMES {
         let path = dir.join(name);
         let outcome = match std::fs::symlink_metadata(&path) {
@@ -55,18 +57,22 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
             Err(e) => return Err(InstallError::Io(path, e)),
             Ok(meta) if meta.file_type().is_symlink() => {
                 if std::fs::read_link(&path).ok().as_deref() == Some(target.as_path()) {
-                    outcomes.push((path, LinkOutcome::AlreadyInPlace));
-                    continue;
+                    LinkOutcome::AlreadyInPlace
+                } else {
+                    LinkOutcome::Replaced
                 }
-                LinkOutcome::Replaced
             }
             Ok(meta) if meta.is_file() && force => LinkOutcome::Replaced,
             Ok(_) => return Err(InstallError::NotALink(path)),
         };
-        replace_with_link(&path, &target).map_err(|e| InstallError::Io(path.clone(), e))?;
-        outcomes.push((path, outcome));
+        plan.push((path, outcome));
     }
-    Ok(outcomes)
+    for (path, outcome) in &plan {
+        if *outcome != LinkOutcome::AlreadyInPlace {
+            replace_with_link(path, &target).map_err(|e| InstallError::Io(path.clone(), e))?;
+        }
+    }
+    Ok(plan)
 }
 
 /// Makes `path` a symlink to `target` in one rename.

@@ -7,33 +7,63 @@ use common::Node;
 
 /// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
 fn legacy_rules(node: &Node, n: usize) {
-    node.sh(&format!("for i in $(seq {n}); do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done"));
+    node.sh(&format!(
+        "for i in $(seq {n}); do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done"
+    ));
 }
 
 fn nft_rules(node: &Node, n: usize) {
-    node.sh(&format!("for i in $(seq {n}); do iptables-nft -A INPUT -s 10.0.0.$i -j ACCEPT; done"));
+    node.sh(&format!(
+        "for i in $(seq {n}); do iptables-nft -A INPUT -s 10.0.0.$i -j ACCEPT; done"
+    ));
 }
 
 fn decided_by(node: &Node) -> (String, String) {
     let report = node.detect();
-    (report["mode"].as_str().unwrap().to_string(), report["decided_by"].as_str().unwrap().to_string())
+    (
+        report["mode"].as_str().unwrap().to_string(),
+        report["decided_by"].as_str().unwrap().to_string(),
+    )
 }
 
 #[test]
 fn override_decides_alone() {
     let node = Node::new("override");
-    for (value, mode) in [("legacy", "legacy"), ("NFT", "nft"), ("nf_tables", "nft"), ("Legacy", "legacy")] {
-        let out = node.command("iptables").env("IPTABLES_MODE", value).arg("-V").output().unwrap();
+    for (value, mode) in [
+        ("legacy", "legacy"),
+        ("NFT", "nft"),
+        ("nf_tables", "nft"),
+        ("Legacy", "legacy"),
+    ] {
+        let out = node
+            .command("iptables")
+            .env("IPTABLES_MODE", value)
+            .arg("-V")
+            .output()
+            .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains(if mode == "nft" { "(nf_tables)" } else { "(legacy)" }));
     }
-    let out = node.wrapper().env("IPTABLES_MODE", "legacy").args(["detect", "--json"]).output().unwrap();
+    let out = node
+        .wrapper()
+        .env("IPTABLES_MODE", "legacy")
+        .args(["detect", "--json"])
+        .output()
+        .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["decided_by"], "override");
     assert!(report["reason"].as_str().unwrap().contains("IPTABLES_MODE"));
     // "auto" and empty mean detect: an empty namespace detects nft.
     for value in ["auto", ""] {
-        let out = node.command("iptables").env("IPTABLES_MODE", value).arg("-V").output().unwrap();
-        assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "IPTABLES_MODE={value:?}");
+        let out = node
+            .command("iptables")
+            .env("IPTABLES_MODE", value)
+            .arg("-V")
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"),
+            "IPTABLES_MODE={value:?}"
+        );
     }
 }
 
@@ -42,7 +72,11 @@ fn host_link_decides_alone() {
     let node = Node::new("hostlink");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     assert_eq!(node.version_mode("iptables"), "legacy");
-    assert_eq!(node.version_mode("ip6tables"), "legacy", "ip6tables falls back to the iptables link");
+    assert_eq!(
+        node.version_mode("ip6tables"),
+        "legacy",
+        "ip6tables falls back to the iptables link"
+    );
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     assert_eq!(node.version_mode("ip6tables"), "nft");
     assert_eq!(node.version_mode("iptables"), "legacy");
@@ -67,7 +101,11 @@ fn host_link_flip_is_followed_on_the_next_call() {
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     assert_eq!(node.version_mode("iptables"), "legacy");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
-    assert_eq!(node.version_mode("iptables"), "nft", "no stickiness: the second call follows the link");
+    assert_eq!(
+        node.version_mode("iptables"),
+        "nft",
+        "no stickiness: the second call follows the link"
+    );
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     assert_eq!(node.version_mode("iptables"), "legacy");
 }
@@ -145,7 +183,10 @@ fn lock_file_created_by_legacy_is_a_weak_hint() {
     // Legacy iptables creates it 0600.
     std::fs::remove_file(&node.lockfile).unwrap();
     node.sh("iptables-legacy -w -L INPUT -n >/dev/null && iptables-legacy -F INPUT");
-    assert_eq!(std::fs::metadata(&node.lockfile).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&node.lockfile).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     // The lookup above left an empty legacy filter table: counts tie at 0.
     assert_eq!(node.version_mode("iptables"), "legacy");
     assert_eq!(decided_by(&node), ("legacy".into(), "xtables-lock".into()));
@@ -193,7 +234,12 @@ fn precedence_override_link_hint_counts_lock() {
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     assert_eq!(decided_by(&node), ("legacy".into(), "host-link".into()));
     // ...outranked by the override.
-    let out = node.command("iptables").env("IPTABLES_MODE", "nft").arg("-V").output().unwrap();
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_MODE", "nft")
+        .arg("-V")
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
 }
 
@@ -213,6 +259,15 @@ fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
         warnings.iter().any(|w| w.as_str().unwrap().contains("legacy rules")),
         "the disagreement is reported: {report}"
     );
+    // Every call warns too: legacy tables still exist (listing them is a
+    // file read; the call makes no kernel query when the host link decides).
+    let out = node.command("iptables").arg("-V").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("warn") && stderr.contains("legacy ipv4 tables") && stderr.contains("filter"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -225,9 +280,64 @@ fn disagreement_read_on_the_call_is_warned_on_stderr() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
     assert_eq!(stderr.lines().count(), 1, "one warning line: {stderr}");
-    assert!(stderr.contains("warn") && stderr.contains("etc/alternatives/iptables"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("warn") && stderr.contains("etc/alternatives/iptables"),
+        "stderr: {stderr}"
+    );
     // Agreeing evidence: no warning at all.
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let out = node.command("ip6tables").arg("-V").output().unwrap();
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn refused_kernel_queries_are_reported_not_guessed() {
+    // Without CAP_NET_ADMIN the kernel refuses both the direct queries and
+    // the save tools they fall back to: the evidence is "unknown", and the
+    // decision goes on to the next source instead of failing.
+    let node = Node::new("refused");
+    legacy_rules(&node, 3);
+    std::fs::remove_file(&node.lockfile).unwrap();
+    let out = node
+        .wrapper()
+        .env("IPTABLES_WRAPPER_LOG", "debug")
+        .args(["detect", "--json"])
+        .pre_exec_drop_net_admin()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["mode"], "nft");
+    assert_eq!(report["decided_by"], "default");
+    let unknown = report["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["value"].as_str().unwrap().starts_with("unknown"))
+        .count();
+    assert!(unknown >= 2, "{report}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("falling back to iptables-nft-save"), "{stderr}");
+    assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
+}
+
+/// Runs the command without CAP_NET_ADMIN (dropped from the bounding set).
+trait DropNetAdmin {
+    fn pre_exec_drop_net_admin(&mut self) -> &mut Self;
+}
+
+impl DropNetAdmin for std::process::Command {
+    fn pre_exec_drop_net_admin(&mut self) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        const CAP_NET_ADMIN: libc::c_ulong = 12;
+        // SAFETY: prctl is async-signal-safe and touches only this child.
+        unsafe {
+            self.pre_exec(|| {
+                if libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        }
+    }
 }

@@ -12,12 +12,21 @@ use std::time::Duration;
 fn restore_reads_stdin_on_the_first_call() {
     let node = Node::new("restore");
     for (restore, save, rule) in [
-        ("iptables-restore", "iptables-save", "-A INPUT -s 192.0.2.1/32 -j ACCEPT"),
-        ("ip6tables-restore", "ip6tables-save", "-A INPUT -s 2001:db8::1/128 -j ACCEPT"),
+        (
+            "iptables-restore",
+            "iptables-save",
+            "-A INPUT -s 192.0.2.1/32 -j ACCEPT",
+        ),
+        (
+            "ip6tables-restore",
+            "ip6tables-save",
+            "-A INPUT -s 2001:db8::1/128 -j ACCEPT",
+        ),
     ] {
         let mut child = node.command(restore).stdin(Stdio::piped()).spawn().unwrap();
         use std::io::Write;
-        let rules = format!("*filter\n:INPUT ACCEPT [0:0]\n:KUBE-TEST - [0:0]\n{rule}\n-A KUBE-TEST -j RETURN\nCOMMIT\n");
+        let rules =
+            format!("*filter\n:INPUT ACCEPT [0:0]\n:KUBE-TEST - [0:0]\n{rule}\n-A KUBE-TEST -j RETURN\nCOMMIT\n");
         child.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
         assert!(child.wait().unwrap().success());
         let saved = node.command(save).output().unwrap();
@@ -31,8 +40,15 @@ fn restore_reads_stdin_on_the_first_call() {
 #[test]
 fn exit_status_and_output_pass_through() {
     let node = Node::new("status");
-    let direct = Command::new("iptables-nft").args(["-C", "INPUT", "-j", "ACCEPT"]).output().unwrap();
-    let wrapped = node.command("iptables").args(["-C", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+    let direct = Command::new("iptables-nft")
+        .args(["-C", "INPUT", "-j", "ACCEPT"])
+        .output()
+        .unwrap();
+    let wrapped = node
+        .command("iptables")
+        .args(["-C", "INPUT", "-j", "ACCEPT"])
+        .output()
+        .unwrap();
     assert_eq!(wrapped.status.code(), direct.status.code());
     assert_ne!(wrapped.status.code(), Some(0));
     assert_eq!(wrapped.stderr, direct.stderr);
@@ -47,7 +63,11 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
     let sbin = node.path("sbin");
     std::fs::create_dir_all(&sbin).unwrap();
     let fake = sbin.join("xtables-legacy-multi");
-    std::fs::write(&fake, "#!/bin/sh\necho \"pid=$$ argv0=$(basename $0) args=$* probe=$PROBE\"\nexit 7\n").unwrap();
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"pid=$$ argv0=$(basename $0) args=$* probe=$PROBE\"\nexit 7\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let child = node
         .command("iptables-save")
@@ -63,22 +83,40 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
     assert_eq!(out.status.code(), Some(7));
     // A shell script is run through its interpreter, so $0 is the script
     // path; the multi-call binary itself sees argv[0] (checked by -V tests).
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("pid={pid} argv0=xtables-legacy-multi args=-t nat probe=kept"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("pid={pid} argv0=xtables-legacy-multi args=-t nat probe=kept")
+    );
 }
 
 #[test]
 fn invalid_override_fails_clearly_and_runs_nothing() {
     let node = Node::new("badmode");
-    let out = node.command("iptables").env("IPTABLES_MODE", "bogus").args(["-A", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_MODE", "bogus")
+        .args(["-A", "INPUT", "-j", "ACCEPT"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("IPTABLES_MODE") && stderr.contains("bogus") && stderr.contains("nft") && stderr.contains("legacy"));
+    assert!(
+        stderr.contains("IPTABLES_MODE")
+            && stderr.contains("bogus")
+            && stderr.contains("nft")
+            && stderr.contains("legacy")
+    );
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
     let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
-    let detect = node.wrapper().env("IPTABLES_MODE", "bogus").arg("detect").output().unwrap();
+    let detect = node
+        .wrapper()
+        .env("IPTABLES_MODE", "bogus")
+        .arg("detect")
+        .output()
+        .unwrap();
     assert_eq!(detect.status.code(), Some(2));
 }
 
@@ -88,11 +126,22 @@ fn missing_backend_names_mode_reason_paths_and_package() {
     let empty = node.path("empty-sbin");
     std::fs::create_dir_all(&empty).unwrap();
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
-    let out = node.command("iptables-save").env("IPTABLES_WRAPPER_SBIN", &empty).output().unwrap();
+    let out = node
+        .command("iptables-save")
+        .env("IPTABLES_WRAPPER_SBIN", &empty)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    for expected in ["legacy", "host link", "xtables-legacy-multi", "iptables-save-legacy", "iptables-legacy", "package"] {
+    for expected in [
+        "legacy",
+        "host link",
+        "xtables-legacy-multi",
+        "iptables-save-legacy",
+        "iptables-legacy",
+        "package",
+    ] {
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
     }
     assert!(!stderr.contains("nf_tables"), "no silent fallback to nft");
@@ -123,7 +172,10 @@ fn a_backend_that_is_the_wrapper_is_a_loop_error() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("loop") && stderr.contains("xtables-nft-multi"), "{stderr}");
+    assert!(
+        stderr.contains("loop") && stderr.contains("xtables-nft-multi"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -137,9 +189,15 @@ fn detect_json_parses_and_explains() {
     assert_eq!(report["decided_by"], "host-link");
     assert!(report["reason"].as_str().unwrap().contains("iptables-nft"));
     let evidence = report["evidence"].as_array().unwrap();
-    assert!(evidence.iter().any(|e| e["source"] == "host-link" && e["points_to"] == "nft"));
-    assert!(evidence.iter().any(|e| e["source"] == "rule-counts" && e["points_to"] == "legacy"));
-    assert!(evidence.iter().all(|e| e["method"].is_string() && e["location"].is_string()));
+    assert!(evidence
+        .iter()
+        .any(|e| e["source"] == "host-link" && e["points_to"] == "nft"));
+    assert!(evidence
+        .iter()
+        .any(|e| e["source"] == "rule-counts" && e["points_to"] == "legacy"));
+    assert!(evidence
+        .iter()
+        .all(|e| e["method"].is_string() && e["location"].is_string()));
     assert_eq!(report["rule_counts"]["legacy"]["exact"], 2);
     assert!(report["took_ms"].is_number());
     // The text report says the same, mode first.
@@ -152,15 +210,26 @@ fn detect_json_parses_and_explains() {
 #[test]
 fn detect_changes_no_kernel_state() {
     let node = Node::new("sideeffects");
-    let generation = || iptables_wrapper::kernel::nft::NftSocket::open().unwrap().generation().unwrap();
+    let generation = || {
+        iptables_wrapper::kernel::nft::NftSocket::open()
+            .unwrap()
+            .generation()
+            .unwrap()
+    };
     let before = generation();
     for _ in 0..3 {
         node.detect();
         assert_eq!(node.version_mode("iptables"), "nft");
     }
     assert_eq!(generation(), before, "the nf_tables generation did not move");
-    assert!(legacy_tables("ip_tables_names").is_empty(), "no legacy table was created");
-    assert!(legacy_tables("ip6_tables_names").is_empty(), "no legacy table was created");
+    assert!(
+        legacy_tables("ip_tables_names").is_empty(),
+        "no legacy table was created"
+    );
+    assert!(
+        legacy_tables("ip6_tables_names").is_empty(),
+        "no legacy table was created"
+    );
     // With only legacy mangle present, nothing else is looked up.
     node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
     let before = generation();
@@ -202,28 +271,67 @@ fn install_is_idempotent_and_refuses_regular_files() {
     let node = Node::new("install");
     let dir = node.path("usr-sbin");
     std::fs::create_dir_all(&dir).unwrap();
-    let install = |extra: &[&str]| node.wrapper().arg("install").arg("--dir").arg(&dir).args(extra).output().unwrap();
+    let install = |extra: &[&str]| {
+        node.wrapper()
+            .arg("install")
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
     assert!(install(&[]).status.success());
     let second = install(&[]);
     assert!(second.status.success());
-    assert_eq!(String::from_utf8_lossy(&second.stdout).matches("already in place").count(), 6);
-    for name in ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"] {
-        assert_eq!(std::fs::read_link(dir.join(name)).unwrap(), std::path::Path::new(WRAPPER));
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout)
+            .matches("already in place")
+            .count(),
+        6
+    );
+    for name in [
+        "iptables",
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-restore",
+    ] {
+        assert_eq!(
+            std::fs::read_link(dir.join(name)).unwrap(),
+            std::path::Path::new(WRAPPER)
+        );
     }
     // An existing symlink (Alpine's iptables -> xtables-nft-multi) is replaced.
     std::fs::remove_file(dir.join("iptables")).unwrap();
     std::os::unix::fs::symlink("xtables-nft-multi", dir.join("iptables")).unwrap();
     assert!(install(&[]).status.success());
-    assert_eq!(std::fs::read_link(dir.join("iptables")).unwrap(), std::path::Path::new(WRAPPER));
+    assert_eq!(
+        std::fs::read_link(dir.join("iptables")).unwrap(),
+        std::path::Path::new(WRAPPER)
+    );
     // A regular file is kept unless --force.
     std::fs::remove_file(dir.join("iptables-save")).unwrap();
     std::fs::write(dir.join("iptables-save"), "real binary").unwrap();
+    std::fs::remove_file(dir.join("ip6tables")).unwrap();
+    std::os::unix::fs::symlink("xtables-nft-multi", dir.join("ip6tables")).unwrap();
     let refused = install(&[]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--force"));
-    assert_eq!(std::fs::read_to_string(dir.join("iptables-save")).unwrap(), "real binary");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("iptables-save")).unwrap(),
+        "real binary"
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("ip6tables")).unwrap(),
+        std::path::Path::new("xtables-nft-multi"),
+        "a refusal changes nothing"
+    );
     assert!(install(&["--force"]).status.success());
-    assert!(std::fs::symlink_metadata(dir.join("iptables-save")).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(dir.join("iptables-save"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }
 
 #[test]
@@ -236,7 +344,13 @@ fn install_under_concurrent_callers() {
         std::thread::spawn(move || {
             let mut rounds = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds < 20 {
-                let out = Command::new(WRAPPER).arg("install").arg("--dir").arg(&bin).arg("--force").output().unwrap();
+                let out = Command::new(WRAPPER)
+                    .arg("install")
+                    .arg("--dir")
+                    .arg(&bin)
+                    .arg("--force")
+                    .output()
+                    .unwrap();
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 // Alternate the link text so every round really replaces it.
                 for name in ["iptables", "ip6tables-save"] {
@@ -266,7 +380,13 @@ fn cli_usage_errors_and_version() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("iptables-wrapper "));
     assert!(Command::new(WRAPPER).arg("--help").output().unwrap().status.success());
-    for args in [&["frobnicate"][..], &["--bogus"], &[], &["detect", "--yaml"], &["install", "--dir"]] {
+    for args in [
+        &["frobnicate"][..],
+        &["--bogus"],
+        &[],
+        &["detect", "--yaml"],
+        &["install", "--dir"],
+    ] {
         let out = Command::new(WRAPPER).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty());

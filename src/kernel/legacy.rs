@@ -231,6 +231,17 @@ pub struct LegacyFamily {
     socket: Option<OwnedFd>,
 }
 
+/// The legacy tables that exist in this network namespace, from
+/// `/proc/thread-self/net/ip{,6}_tables_names` (absent: x_tables not loaded,
+/// so none). A file read, no kernel query: it creates nothing.
+pub fn listed_tables(family: Family) -> io::Result<Vec<String>> {
+    match std::fs::read_to_string(Layout::of(family).names_file) {
+        Ok(names) => Ok(names.lines().filter(|n| !n.is_empty()).map(str::to_string).collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
 impl LegacyFamily {
     /// Reads the table list and GET_INFO of each listed table.
     ///
@@ -239,12 +250,7 @@ impl LegacyFamily {
     /// are returned as they are.
     pub fn open(family: Family) -> io::Result<LegacyFamily> {
         let layout = Layout::of(family);
-        let names = match std::fs::read_to_string(layout.names_file) {
-            Ok(names) => names,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(e),
-        };
-        let names: Vec<&str> = names.lines().filter(|n| !n.is_empty()).collect();
+        let names = listed_tables(family)?;
         if names.is_empty() {
             return Ok(LegacyFamily {
                 family,

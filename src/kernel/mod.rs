@@ -16,6 +16,15 @@ use save_tools::SavedRules;
 /// The tables iptables-nft and iptables-legacy use; only these are counted.
 pub const IPTABLES_TABLES: [&str; 5] = ["raw", "mangle", "filter", "security", "nat"];
 
+/// The built-in chains of each iptables table, as iptables-nft creates them.
+pub const BUILTIN_CHAINS: [(&str, &[&str]); 5] = [
+    ("raw", &["PREROUTING", "OUTPUT"]),
+    ("mangle", &["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]),
+    ("filter", &["INPUT", "FORWARD", "OUTPUT"]),
+    ("security", &["INPUT", "FORWARD", "OUTPUT"]),
+    ("nat", &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]),
+];
+
 /// kubelet's hint chains, created in the mangle table with the host's iptables.
 pub const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
 
@@ -239,13 +248,12 @@ impl KernelReader {
                     return self.legacy_hint_chains();
                 }
             };
-            methods.push(self.legacy_method(family, "getsockopt GET_ENTRIES of mangle (only if listed)"));
+            methods.push((family, self.legacy_method(family, "getsockopt GET_ENTRIES of mangle")));
             found.extend(chains.into_iter().map(|chain| HintChain { family, chain }));
         }
-        methods.dedup();
         Ok(Reading {
             value: found,
-            method: methods.join("; "),
+            method: by_family(methods),
         })
     }
 
@@ -254,7 +262,7 @@ impl KernelReader {
     /// verdict needs: cheap bounds first, then the exact legacy count, then
     /// the nft rules until they pass it.
     pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
-        let mut legacy = self.legacy_bounds()?;
+        let mut legacy = self.legacy_bounds("getsockopt GET_INFO entry counts")?;
         let mut nft = self.nft_bounds()?;
         let settled = |legacy: &Reading<RuleBounds>, nft: &Reading<RuleBounds>| {
             if exact {
@@ -281,15 +289,9 @@ impl KernelReader {
         Ok(CountComparison { legacy, nft, verdict })
     }
 
-    /// The nf_tables generation id, when netlink answers (for reports and tests).
-    pub fn nft_generation(&mut self) -> Option<u32> {
-        match self.nft_source() {
-            NftSource::Netlink(socket) => socket.generation().ok(),
-            _ => None,
-        }
-    }
-
-    fn legacy_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
+    /// Legacy counts as far as they are known: exact for walked tables,
+    /// `0..=upper bound` for the others.
+    fn legacy_bounds(&mut self, sockopt_method: &str) -> Result<Reading<RuleBounds>, String> {
         let mut total = RuleBounds::exact(0);
         let mut methods = Vec::new();
         for family in Family::BOTH {
@@ -316,16 +318,15 @@ impl KernelReader {
                 LegacySource::Saved(saved) => RuleBounds::exact(saved.rules),
                 LegacySource::Unreadable(why) => return Err(why.clone()),
             };
-            methods.push(self.legacy_method(family, "getsockopt GET_INFO entry counts"));
+            methods.push((family, self.legacy_method(family, sockopt_method)));
             total = RuleBounds {
                 low: total.low + bounds.low,
                 high: total.high + bounds.high,
             };
         }
-        methods.dedup();
         Ok(Reading {
             value: total,
-            method: methods.join("; "),
+            method: by_family(methods),
         })
     }
 
@@ -347,22 +348,18 @@ impl KernelReader {
                 }
             }
         }
-        let mut reading = self.legacy_bounds()?;
-        reading.method = reading.method.replace("GET_INFO entry counts", "GET_ENTRIES walk");
-        Ok(reading)
+        self.legacy_bounds("getsockopt GET_ENTRIES walk")
     }
 
+    /// The nft rules' lower bound (rules in built-in chains); no upper bound.
     fn nft_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
-            let uses: Result<Vec<_>, _> = Family::BOTH.iter().map(|f| socket.chain_use(*f)).collect();
-            match uses {
-                Ok(uses) => {
-                    let low = uses.iter().map(|u| u.base).sum();
-                    let high = uses.iter().map(|u| u.all).sum();
+            match socket.builtin_chain_rules(&Family::BOTH) {
+                Ok(low) => {
                     return Ok(Reading {
-                        value: RuleBounds { low, high },
-                        method: "netlink GETCHAIN dump (chain use)".into(),
-                    });
+                        value: RuleBounds { low, high: u64::MAX },
+                        method: "netlink GETCHAIN lookups of the built-in chains".into(),
+                    })
                 }
                 Err(e) => self.fall_back_nft(e),
             }
@@ -443,11 +440,23 @@ impl KernelReader {
 
     fn legacy_method(&mut self, family: Family, sockopt_method: &str) -> String {
         match self.legacy_source(family) {
-            LegacySource::Sockopt { tables, .. } if tables.tables.is_empty() => "no legacy table exists".to_string(),
+            LegacySource::Sockopt { tables, .. } if tables.tables.is_empty() => "no legacy table".to_string(),
             LegacySource::Sockopt { .. } => sockopt_method.to_string(),
             _ => format!("{}-legacy-save output", family.program()),
         }
     }
+}
+
+/// One method for both families, or each family's own.
+fn by_family(methods: Vec<(Family, String)>) -> String {
+    if methods.windows(2).all(|pair| pair[0].1 == pair[1].1) {
+        return methods.into_iter().next().map(|(_, method)| method).unwrap_or_default();
+    }
+    let labelled: Vec<String> = methods
+        .iter()
+        .map(|(family, method)| format!("{}: {method}", family.label()))
+        .collect();
+    labelled.join("; ")
 }
 
 fn family_index(family: Family) -> usize {

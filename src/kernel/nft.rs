@@ -9,7 +9,10 @@
 //! What the reads cost:
 //! - [`NftSocket::exists`] and [`NftSocket::generation`]: one round trip,
 //!   independent of the ruleset size (several lookups share one datagram);
-//! - [`NftSocket::chain_use`]: a GETCHAIN dump, one small message per chain;
+//! - [`NftSocket::builtin_chain_rules`]: point lookups of the built-in
+//!   chains, one round trip, independent of the number of user chains (a
+//!   GETCHAIN dump would cost more than linearly in the chains: the kernel
+//!   rescans the chain list for every batch it sends);
 //! - [`NftSocket::count_rules`]: GETRULE dumps, where the kernel serialises
 //!   every rule whole (hundreds of bytes each with xt matches). They are
 //!   streamed through a fixed buffer and abandoned as soon as the count
@@ -27,12 +30,13 @@ use std::path::Path;
 use libc::c_int;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr,
-    SockFlag, SockProtocol, SockType,
+    bind, connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
+    SockProtocol, SockType,
 };
+use nix::sys::time::{TimeVal, TimeValLike};
 
 use crate::family::Family;
-use crate::kernel::IPTABLES_TABLES;
+use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 
 // Attribute numbers from <linux/netfilter/nf_tables.h> (libc lacks them).
 const NFTA_TABLE_NAME: u16 = 1;
@@ -57,6 +61,9 @@ const SOCKET_RECEIVE_BUFFER: usize = 256 * 1024;
 /// Attempts at a dump that the kernel marks as interrupted by a ruleset change.
 const DUMP_TRIES: usize = 5;
 
+/// How long to wait for the kernel's next reply before giving up.
+const RECEIVE_TIMEOUT_SECONDS: i64 = 2;
+
 /// Whether nf_tables can be queried without loading a kernel module: the
 /// kernel cannot load modules at all (no `/proc/modules`), or nf_tables is
 /// already there (`/sys/module/nf_tables`: loaded, or built in). Sends nothing.
@@ -71,15 +78,6 @@ pub struct NftObject {
     pub table: &'static str,
     /// None to look up the table itself.
     pub chain: Option<&'static str>,
-}
-
-/// Sums of `NFTA_CHAIN_USE` over the chains of the iptables tables.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ChainUse {
-    /// Over base chains: a lower bound on the rule count.
-    pub base: u64,
-    /// Over all chains: an upper bound on the rule count.
-    pub all: u64,
 }
 
 /// A rule count that may have stopped early.
@@ -114,6 +112,8 @@ impl NftSocket {
             SockProtocol::NetlinkNetFilter,
         )?;
         setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RECEIVE_BUFFER)?;
+        // A reply that never comes is an error, not a hang.
+        setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::seconds(RECEIVE_TIMEOUT_SECONDS))?;
         bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
         connect(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
         Ok(NftSocket {
@@ -136,34 +136,49 @@ impl NftSocket {
             .collect()
     }
 
-    /// Chain-use sums over the iptables tables of one family (a GETCHAIN dump).
-    pub fn chain_use(&self, family: Family) -> io::Result<ChainUse> {
-        let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
-        retry_interrupted(|| {
-            let socket = NftSocket::open()?;
-            let mut sums = ChainUse::default();
-            let end = socket.dump(&request, |payload| {
-                let mut in_iptables_table = false;
-                let mut is_base_chain = false;
-                let mut chain_use = 0;
-                for (kind, value) in attributes(payload) {
-                    match kind {
-                        NFTA_CHAIN_TABLE => in_iptables_table = is_iptables_table(value),
-                        NFTA_CHAIN_HOOK => is_base_chain = true,
-                        NFTA_CHAIN_USE => chain_use = be_u32(value).unwrap_or(0),
-                        _ => {}
-                    }
+    /// The rules in the built-in chains of the iptables tables of `families`:
+    /// a lower bound on their rule count, whatever the number of user chains.
+    ///
+    /// Point lookups of each built-in chain, all in one round trip. A base
+    /// chain cannot be jumped to, so its `NFTA_CHAIN_USE` is its rule count;
+    /// a same-named chain that is not a base chain (no `NFTA_CHAIN_HOOK`) is
+    /// left out, as its use also counts the jumps into it.
+    pub fn builtin_chain_rules(&self, families: &[Family]) -> io::Result<u64> {
+        let objects: Vec<NftObject> = families
+            .iter()
+            .flat_map(|&family| {
+                BUILTIN_CHAINS.iter().flat_map(move |&(table, chains)| {
+                    chains.iter().map(move |&chain| NftObject {
+                        family,
+                        table,
+                        chain: Some(chain),
+                    })
+                })
+            })
+            .collect();
+        let requests: Vec<Request> = objects.iter().map(Request::lookup).collect();
+        let mut rules = 0;
+        let outcomes = self.round_trip(&requests, |_, payload| {
+            let mut is_base_chain = false;
+            let mut chain_use = 0;
+            for (kind, value) in attributes(payload) {
+                match kind {
+                    NFTA_CHAIN_HOOK => is_base_chain = true,
+                    NFTA_CHAIN_USE => chain_use = be_u32(value).unwrap_or(0),
+                    _ => {}
                 }
-                if in_iptables_table {
-                    sums.all += u64::from(chain_use);
-                    if is_base_chain {
-                        sums.base += u64::from(chain_use);
-                    }
-                }
-                ControlFlow::Continue(())
-            })?;
-            Ok((end, sums))
-        })
+            }
+            if is_base_chain {
+                rules += u64::from(chain_use);
+            }
+        })?;
+        for outcome in outcomes {
+            match outcome {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+        Ok(rules)
     }
 
     /// Counts the rules of the iptables tables of `families` (GETRULE dumps),
@@ -174,19 +189,14 @@ impl NftSocket {
     /// other on one fresh socket per attempt. A dump interrupted by a ruleset
     /// change restarts the count; a change between two tables' dumps is not
     /// detected (each table's count is consistent on its own).
-    pub fn count_rules(
-        &self,
-        families: &[Family],
-        stop_above: Option<u64>,
-    ) -> io::Result<RuleCount> {
+    pub fn count_rules(&self, families: &[Family], stop_above: Option<u64>) -> io::Result<RuleCount> {
         let limit = stop_above.unwrap_or(u64::MAX);
         retry_interrupted(|| {
             let socket = NftSocket::open()?;
             let mut rules = 0;
             for &family in families {
                 for table in IPTABLES_TABLES {
-                    let request =
-                        Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
+                    let request = Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
                     let end = socket.dump(&request, |_| {
                         rules += 1;
                         if rules > limit {
@@ -196,23 +206,11 @@ impl NftSocket {
                         }
                     })?;
                     if !matches!(end, DumpEnd::Done) {
-                        return Ok((
-                            end,
-                            RuleCount {
-                                rules,
-                                complete: false,
-                            },
-                        ));
+                        return Ok((end, RuleCount { rules, complete: false }));
                     }
                 }
             }
-            Ok((
-                DumpEnd::Done,
-                RuleCount {
-                    rules,
-                    complete: true,
-                },
-            ))
+            Ok((DumpEnd::Done, RuleCount { rules, complete: true }))
         })
     }
 
@@ -258,7 +256,13 @@ impl NftSocket {
                     continue; // left over from an abandoned request
                 }
                 match message.kind {
-                    NLMSG_ERROR => outcomes[index] = Some(message.error_code()?),
+                    // Without CAP_NET_ADMIN the kernel answers the first
+                    // request with EPERM and drops the rest of the datagram:
+                    // any error but "no such object" ends the round trip.
+                    NLMSG_ERROR => match message.error_code()? {
+                        Err(errno) if errno != Errno::ENOENT => return Err(errno.into()),
+                        outcome => outcomes[index] = Some(outcome),
+                    },
                     NLMSG_NOOP | NLMSG_DONE => {}
                     _ => on_reply(index, message.payload),
                 }
@@ -269,11 +273,7 @@ impl NftSocket {
 
     /// Runs one dump, passing the payload of each object message to
     /// `on_object`, which may break to abandon the rest of the dump.
-    fn dump(
-        &self,
-        request: &Request,
-        mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>,
-    ) -> io::Result<DumpEnd> {
+    fn dump(&self, request: &Request, mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>) -> io::Result<DumpEnd> {
         let seq = self.take_seqs(1);
         let mut datagram = Vec::new();
         request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_DUMP, seq);
@@ -332,9 +332,7 @@ impl NftSocket {
                 Err(Errno::EINTR) => continue,
                 Err(errno) => return Err(errno.into()),
                 Ok(len) if len > buffer.len() => {
-                    return Err(invalid_data(
-                        "netlink datagram larger than the receive buffer",
-                    ))
+                    return Err(invalid_data("netlink datagram larger than the receive buffer"))
                 }
                 Ok(len) => return Ok(&buffer[..len]),
             }
@@ -395,8 +393,7 @@ impl Request {
     /// GETTABLE for a table, GETCHAIN for a chain.
     fn lookup(object: &NftObject) -> Request {
         match object.chain {
-            None => Request::new(libc::NFT_MSG_GETTABLE, object.family)
-                .attr(NFTA_TABLE_NAME, object.table),
+            None => Request::new(libc::NFT_MSG_GETTABLE, object.family).attr(NFTA_TABLE_NAME, object.table),
             Some(chain) => Request::new(libc::NFT_MSG_GETCHAIN, object.family)
                 .attr(NFTA_CHAIN_TABLE, object.table)
                 .attr(NFTA_CHAIN_NAME, chain),
@@ -491,12 +488,6 @@ fn attributes(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         rest = &rest[align4(len).min(rest.len())..];
         Some((kind, value))
     })
-}
-
-/// A NUL-terminated string attribute names one of the iptables tables.
-fn is_iptables_table(value: &[u8]) -> bool {
-    let name = value.strip_suffix(&[0]).unwrap_or(value);
-    IPTABLES_TABLES.iter().any(|table| table.as_bytes() == name)
 }
 
 /// A u32 attribute in network byte order.

@@ -60,8 +60,16 @@ impl Node {
         };
         std::fs::create_dir_all(node.host_root.join("etc/alternatives")).unwrap();
         std::fs::create_dir_all(&node.bin).unwrap();
-        let out = Command::new(WRAPPER).args(["install", "--dir"]).arg(&node.bin).output().unwrap();
-        assert!(out.status.success(), "install failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(WRAPPER)
+            .args(["install", "--dir"])
+            .arg(&node.bin)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "install failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         node
     }
 
@@ -100,13 +108,20 @@ impl Node {
 
     /// Runs a setup script in the node's namespace, with the node's lock file.
     pub fn sh(&self, script: &str) -> String {
-        sh(&format!("export XTABLES_LOCKFILE={}\n{script}", self.lockfile.display()))
+        sh(&format!(
+            "export XTABLES_LOCKFILE={}\n{script}",
+            self.lockfile.display()
+        ))
     }
 
     /// What `iptables -V` through the wrapper reports: "nft" or "legacy".
     pub fn version_mode(&self, name: &str) -> String {
         let out = self.command(name).arg("-V").output().unwrap();
-        assert!(out.status.success(), "{name} -V failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name} -V failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         if stdout.contains("(nf_tables)") {
             "nft".into()
@@ -120,7 +135,11 @@ impl Node {
     /// `detect --json`, parsed.
     pub fn detect(&self) -> serde_json::Value {
         let out = self.wrapper().args(["detect", "--json"]).output().unwrap();
-        assert!(out.status.success(), "detect failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "detect failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("detect --json prints one JSON object")
     }
 
