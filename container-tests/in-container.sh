@@ -96,17 +96,19 @@ cmd_rules() {
 }
 
 # disagrees: with the host link saying nft while legacy holds more rules,
-# the decision's report names the disagreeing evidence. (A dispatched call
-# reads only what it needs to decide, so it may have nothing to warn about;
-# what it printed is shown for the record.)
+# the decision's report names the disagreeing evidence, and a dispatched call
+# warns on stderr that legacy tables remain (it lists them without a kernel
+# query) while its stdout stays the backend's alone.
 cmd_disagrees() {
   iptables-wrapper detect --json >"$WORK/json" || fail "detect --json exited $?"
   grep -o '"warnings":\[[^]]*\]' "$WORK/json" >"$WORK/warnings" || true
   grep -q legacy "$WORK/warnings" \
     || fail "detect --json has no warning about the legacy evidence: $(cat "$WORK/json")"
   ok "detect --json warns: $(grep -o '"warnings":\["[^"]*' "$WORK/json" | cut -c14-)"
-  iptables -V >/dev/null 2>"$WORK/err" || fail "iptables -V exited $?"
-  echo "  note: stderr of a dispatched 'iptables -V': $(cat "$WORK/err")"
+  iptables -V >"$WORK/out" 2>"$WORK/err" || fail "iptables -V exited $?"
+  grep -q 'warn.*legacy' "$WORK/err" || fail "a dispatched call did not warn: '$(cat "$WORK/err")'"
+  grep -q '(nf_tables)' "$WORK/out" || fail "stdout is not the backend's: '$(cat "$WORK/out")'"
+  ok "dispatched call warns: $(cat "$WORK/err")"
 }
 
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.

@@ -13,4 +13,4 @@ if ((${#missing[@]})); then
     apt-get update -qq
     apt-get install -y -qq iptables nftables util-linux >/dev/null
 fi
-command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
