@@ -57,15 +57,9 @@ build_wrapper() {
         log "using prebuilt wrapper $WRAPPER_BIN"
         return
     fi
-    command -v cargo >/dev/null || die "cargo not found (install Rust from rustup.rs)"
-    log "cargo build --release"
-    (cd "$REPO" && cargo build --release --quiet)
-    local dir
-    for dir in target/x86_64-unknown-linux-gnu/release target/release; do
-        WRAPPER_BIN=$REPO/$dir/iptables-wrapper
-        [[ -x $WRAPPER_BIN ]] && return
-    done
-    die "built wrapper not found under $REPO/target"
+    command -v cargo >/dev/null || die "cargo not found"
+    log "building the static release binary (scripts/build-static.sh)"
+    WRAPPER_BIN=$(bash "$REPO/scripts/build-static.sh")
 }
 
 cleanup() {

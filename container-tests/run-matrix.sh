@@ -9,7 +9,7 @@
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary to test (default: build it with
-#                     `cargo build --release` and use target/x86_64-unknown-linux-gnu/release/iptables-wrapper)
+#                     scripts/build-static.sh)
 #   IPTW_BASE_SOURCE  local (default: mmdebstrap from this machine's apt
 #                     sources, no registry) or pull (FROM debian:SUITE)
 #   IPTW_DEBIAN_IMAGE with pull: the image repository (default: debian)
@@ -54,9 +54,8 @@ START=$SECONDS
 
 # The wrapper under test.
 if [[ -z "${IPTW_WRAPPER:-}" ]]; then
-  log "cargo build --release"
-  (cd "$REPO_DIR" && cargo build --release --quiet)
-  IPTW_WRAPPER="$REPO_DIR/target/x86_64-unknown-linux-gnu/release/iptables-wrapper"
+  log "building the static release binary (scripts/build-static.sh)"
+  IPTW_WRAPPER=$(bash "$REPO_DIR/scripts/build-static.sh")
 fi
 [[ -x "$IPTW_WRAPPER" ]] || die "wrapper binary not found: $IPTW_WRAPPER"
 if [[ "$(ldd "$IPTW_WRAPPER" 2>&1 || true)" == *"=>"* ]]; then
@@ -74,8 +73,8 @@ done < <("$CT_DIR/build-base.sh" "${FLAVOURS[@]}")
 BASES_DONE=$SECONDS
 
 CONTEXT="$WORK/context"
-mkdir -p "$CONTEXT/target/x86_64-unknown-linux-gnu/release" "$CONTEXT/container-tests"
-cp "$IPTW_WRAPPER" "$CONTEXT/target/x86_64-unknown-linux-gnu/release/iptables-wrapper"
+mkdir -p "$CONTEXT/container-tests"
+cp "$IPTW_WRAPPER" "$CONTEXT/iptables-wrapper"
 cp "$CT_DIR/in-container.sh" "$CONTEXT/container-tests/in-container.sh"
 declare -A TEST_IMAGE
 for flavour in "${FLAVOURS[@]}"; do

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cargo build --release --quiet
-exec target/x86_64-unknown-linux-gnu/release/iptables-wrapper detect "$@"
+wrapper=$(bash scripts/build-static.sh)
+exec "$wrapper" detect "$@"

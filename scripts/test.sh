@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cargo test --release
+cargo test --release --target "$(bash scripts/static-target.sh)"
 if docker info >/dev/null 2>&1; then
     bash container-tests/run-matrix.sh
 else
