@@ -289,14 +289,7 @@ fn install_is_idempotent_and_refuses_regular_files() {
             .count(),
         6
     );
-    for name in [
-        "iptables",
-        "iptables-save",
-        "iptables-restore",
-        "ip6tables",
-        "ip6tables-save",
-        "ip6tables-restore",
-    ] {
+    for name in iptables_wrapper::command::COMMAND_NAMES {
         assert_eq!(
             std::fs::read_link(dir.join(name)).unwrap(),
             std::path::Path::new(WRAPPER)

@@ -191,16 +191,6 @@ fn exact_count_matches_save(family: Family) {
     assert_eq!(listed_tables(family), tables);
 }
 
-#[test]
-fn exact_count_matches_save_ipv4() {
-    exact_count_matches_save(Family::Ipv4);
-}
-
-#[test]
-fn exact_count_matches_save_ipv6() {
-    exact_count_matches_save(Family::Ipv6);
-}
-
 fn bound_is_exact_without_user_chains(family: Family) {
     enter_new_netns();
     restore(family, NO_USER_CHAINS);
@@ -212,16 +202,6 @@ fn bound_is_exact_without_user_chains(family: Family) {
         assert_eq!(info.rule_upper_bound(), found.rules, "{table}");
     }
     assert_eq!(check_against_save(family), 4);
-}
-
-#[test]
-fn bound_is_exact_without_user_chains_ipv4() {
-    bound_is_exact_without_user_chains(Family::Ipv4);
-}
-
-#[test]
-fn bound_is_exact_without_user_chains_ipv6() {
-    bound_is_exact_without_user_chains(Family::Ipv6);
 }
 
 fn finds_hint_chain(family: Family) {
@@ -239,16 +219,6 @@ fn finds_hint_chain(family: Family) {
     assert_eq!(legacy.table("mangle").unwrap().rule_upper_bound(), 2);
 }
 
-#[test]
-fn finds_hint_chain_ipv4() {
-    finds_hint_chain(Family::Ipv4);
-}
-
-#[test]
-fn finds_hint_chain_ipv6() {
-    finds_hint_chain(Family::Ipv6);
-}
-
 fn empty_namespace_stays_empty(family: Family) {
     enter_new_netns();
     let legacy = LegacyFamily::open(family).unwrap();
@@ -257,16 +227,6 @@ fn empty_namespace_stays_empty(family: Family) {
     assert!(listed_tables(family).is_empty());
     // Other families were not touched either.
     assert!(listed_tables(Family::Ipv4).is_empty() && listed_tables(Family::Ipv6).is_empty());
-}
-
-#[test]
-fn empty_namespace_stays_empty_ipv4() {
-    empty_namespace_stays_empty(Family::Ipv4);
-}
-
-#[test]
-fn empty_namespace_stays_empty_ipv6() {
-    empty_namespace_stays_empty(Family::Ipv6);
 }
 
 fn reading_mangle_creates_nothing_else(family: Family) {
@@ -285,16 +245,6 @@ fn reading_mangle_creates_nothing_else(family: Family) {
     assert_eq!(listed_tables(family), only_mangle);
 }
 
-#[test]
-fn reading_mangle_creates_nothing_else_ipv4() {
-    reading_mangle_creates_nothing_else(Family::Ipv4);
-}
-
-#[test]
-fn reading_mangle_creates_nothing_else_ipv6() {
-    reading_mangle_creates_nothing_else(Family::Ipv6);
-}
-
 fn empty_table_counts_zero(family: Family) {
     enter_new_netns();
     sh(&format!("{} -t nat -L -n", tool(family, "")));
@@ -303,16 +253,6 @@ fn empty_table_counts_zero(family: Family) {
     assert_eq!(nat.rule_upper_bound(), 0);
     assert_eq!(legacy.entries(nat).unwrap(), TableEntries::default());
     assert_eq!(check_against_save(family), 0);
-}
-
-#[test]
-fn empty_table_counts_zero_ipv4() {
-    empty_table_counts_zero(Family::Ipv4);
-}
-
-#[test]
-fn empty_table_counts_zero_ipv6() {
-    empty_table_counts_zero(Family::Ipv6);
 }
 
 /// A shell loop (in this thread's namespace) that keeps changing the filter
@@ -382,12 +322,24 @@ fn consistent_while_changing(family: Family) {
     assert_eq!(entries(&legacy, "filter"), base);
 }
 
-#[test]
-fn consistent_while_changing_ipv4() {
-    consistent_while_changing(Family::Ipv4);
+/// Each check above runs as two tests, one per family.
+macro_rules! tests_for_both_families {
+    ($($check:ident),* $(,)?) => {
+        mod ipv4 {
+            $(#[test] fn $check() { super::$check(super::Family::Ipv4) })*
+        }
+        mod ipv6 {
+            $(#[test] fn $check() { super::$check(super::Family::Ipv6) })*
+        }
+    };
 }
 
-#[test]
-fn consistent_while_changing_ipv6() {
-    consistent_while_changing(Family::Ipv6);
-}
+tests_for_both_families!(
+    exact_count_matches_save,
+    bound_is_exact_without_user_chains,
+    finds_hint_chain,
+    empty_namespace_stays_empty,
+    reading_mangle_creates_nothing_else,
+    empty_table_counts_zero,
+    consistent_while_changing,
+);
