@@ -197,28 +197,24 @@ measure() {  # case ns state setup expected target
     local decided
     decided=$(grep -o 'decided in [0-9.]* ms' <<<"$debug" | grep -o '[0-9.]\+' || echo "?")
 
-    # Third and fourth command: save-and-count for E; otherwise the stand-in
-    # and the empty glibc program, whose difference is glibc's start-up now.
+    # Case E also times the save-and-count way on the same state.
     local backend=$SBIN/iptables-${got/\?/nft}
     local cmds=("$WRAPPED" -V ::: "$backend" -V) runs=$RUNS warmup=$WARMUP
     if [[ $case == E* ]]; then
         local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
         cmds+=(::: /bin/bash -c "$save_count")
         runs=$SLOW_RUNS warmup=1
-    else
-        cmds+=(::: "$WORK/stub/xtables-nft-multi" ::: "$WORK/empty-glibc")
     fi
     local out t
     out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
     mapfile -t t < <(cut -f1 <<<"$out")
 
-    local wrapper_us=${t[0]} backend_us=${t[1]} save_us= r net=–
+    local wrapper_us=${t[0]} backend_us=${t[1]} save_us= r
     if [[ $case == E* ]]; then
         save_us=${t[2]}
         r=$(ratio "$wrapper_us" "$save_us")
     else
         r=$(ratio "$wrapper_us" "$backend_us")
-        net=$(ratio "$(awk -v w="$wrapper_us" -v s="${t[2]}" -v g="${t[3]}" 'BEGIN { print w - (g - s) }')" "$backend_us")
     fi
     after=$(legacy_tables "$ns")
 
@@ -235,7 +231,7 @@ measure() {  # case ns state setup expected target
     fi
     local save_col=–
     [[ -n $save_us ]] && save_col=$(ms "$save_us")
-    line="| $case | $state | $setup | $got | $(ms "$wrapper_us") | $(ms "$backend_us") | $save_col | $decided | $r | ≤ $target | $net | $execs | $result |"
+    line="| $case | $state | $setup | $got | $(ms "$wrapper_us") | $(ms "$backend_us") | $save_col | $decided | $r | ≤ $target | $execs | $result |"
     ROWS+=("$case"$'\t'"$line")
     log "  -> $line"
 }
@@ -251,7 +247,7 @@ measure_memory() {  # ns state setup
 }
 
 # What starting a process costs here, whatever it then does: the stand-in (no
-# libc), an empty static glibc program (the wrapper is one), the backend's -V.
+# libc), an empty static glibc program, the backend's -V.
 measure_floor() {
     local ns=$1 t
     log "process start-up floor"
@@ -361,13 +357,10 @@ write_report() {
         echo "piped to \`grep -c '^-A'\` (what earlier wrappers do before running the backend)."
         echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E."
         echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
-        echo "*ratio less glibc start-up*: for information only, (wrapper - glibc start-up) /"
-        echo "backend, glibc's start-up measured in the same rounds as the difference between"
-        echo "an empty static glibc program and the no-libc stand-in (see the section below)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
         echo
-        echo "| case | state (legacy + nft rules) | setup | picked | wrapper ms | backend ms | save-and-count ms | decided in (log) ms | ratio | target | ratio less glibc start-up (info) | execs | result |"
-        echo "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|"
+        echo "| case | state (legacy + nft rules) | setup | picked | wrapper ms | backend ms | save-and-count ms | decided in (log) ms | ratio | target | execs | result |"
+        echo "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"
         printf '%s\n' "${ROWS[@]}" | sort -s -t$'\t' -k1,1 | cut -f2-
         echo
         echo "Setups: *override-M* sets \`IPTABLES_MODE=M\`; *link-M* points the fake host"
@@ -382,8 +375,9 @@ write_report() {
         echo
         echo "Before \`main\`, every glibc program (static or dynamic) runs glibc's CPU"
         echo "feature and cache detection, dozens of CPUID instructions. Where the hypervisor"
-        echo "traps CPUID this is the glibc start-up above; the backends pay it once, a call"
-        echo "through the wrapper (a static glibc binary) pays it twice."
+        echo "traps CPUID this is the glibc start-up above: the backends pay it once, and a"
+        echo "wrapper built on static glibc would pay it a second time on every call. That is"
+        echo "why \`scripts/build-static.sh\` builds for musl when the target is installed."
         echo
         echo "## Peak memory (max RSS, KiB)"
         echo

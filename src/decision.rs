@@ -101,6 +101,11 @@ impl Decision {
         self.evidence.iter().filter(|e| e.points_to == Some(self.mode.other()))
     }
 
+    /// Both backends hold many rules, as far as they were counted.
+    pub fn is_mixed(&self) -> bool {
+        self.rule_counts.as_ref().is_some_and(RuleCounts::is_mixed)
+    }
+
     /// The warning lines to print for disagreements and a mixed state.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self
@@ -117,7 +122,13 @@ impl Decision {
                 )
             })
             .collect();
-        if self.rule_counts.as_ref().is_some_and(RuleCounts::is_mixed) {
+        // Both backends busy is only a risk when nothing stronger than the
+        // counts decided.
+        let rests_on_counts = matches!(
+            self.decided_by,
+            Source::RuleCounts | Source::XtablesLock | Source::Default
+        );
+        if rests_on_counts && self.is_mixed() {
             warnings.push(format!(
                 "both backends hold many rules (mixed state); mount the host's /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives or set {OVERRIDE_VAR} so the choice does not rest on counts"
             ));

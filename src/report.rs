@@ -24,6 +24,13 @@ pub fn text(decision: &Decision) -> String {
             pointer(evidence, decision.mode)
         );
     }
+    if let Some(counts) = decision.rule_counts.as_ref().filter(|c| c.is_mixed()) {
+        let _ = writeln!(
+            out,
+            "mixed state: both backends hold many rules (legacy {}, nft {})",
+            counts.legacy.low, counts.nft.low
+        );
+    }
     let warnings = decision.warnings();
     if !warnings.is_empty() {
         let _ = writeln!(out, "disagreements and warnings:");

@@ -341,3 +341,32 @@ impl DropNetAdmin for std::process::Command {
         }
     }
 }
+
+#[test]
+fn mixed_state_is_flagged_with_advice_when_counts_decide() {
+    let node = Node::new("mixed");
+    legacy_rules(&node, 12);
+    nft_rules(&node, 15);
+    let report = node.detect();
+    assert_eq!(
+        (report["mode"].as_str(), report["decided_by"].as_str()),
+        (Some("nft"), Some("rule-counts"))
+    );
+    assert_eq!(report["rule_counts"]["mixed"], true);
+    let advice = |report: &serde_json::Value| {
+        report["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("mixed state"))
+    };
+    assert!(advice(&report), "{report}");
+    // A hot-path call that decides by counts says so too.
+    let out = node.command("iptables").arg("-V").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mixed state"));
+    // Once the host link decides, the counts no longer matter: no advice.
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    let report = node.detect();
+    assert_eq!(report["rule_counts"]["mixed"], true);
+    assert!(!advice(&report), "{report}");
+}
