@@ -112,12 +112,12 @@ impl Decision {
             .disagreements()
             .map(|e| {
                 format!(
-                    "{} chose {} ({}), but {} says {}: {}",
+                    "{} uses {} ({}); disagreeing evidence for {}: {}: {}",
                     self.command,
                     self.mode,
                     self.reason,
+                    self.mode.other(),
                     e.location,
-                    e.points_to.expect("a disagreement points somewhere"),
                     e.value
                 )
             })
