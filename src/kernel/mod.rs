@@ -173,22 +173,21 @@ impl KernelReader {
         if let NftSource::Netlink(socket) = self.nft_source() {
             match socket.exists(&objects) {
                 Ok(found) => {
-                    let mut lookups = NftLookups {
-                        kube_proxy_tables: Some(Vec::new()),
-                        ..Default::default()
-                    };
+                    let mut hint_chains = Vec::new();
+                    let mut kube_proxy_tables = Vec::new();
                     for (object, _) in objects.iter().zip(found).filter(|(_, found)| *found) {
                         match object.chain {
-                            Some(chain) => lookups.hint_chains.push(HintChain {
+                            Some(chain) => hint_chains.push(HintChain {
                                 family: object.family,
                                 chain,
                             }),
-                            None => lookups
-                                .kube_proxy_tables
-                                .get_or_insert_with(Vec::new)
-                                .push(object.family),
+                            None => kube_proxy_tables.push(object.family),
                         }
                     }
+                    let lookups = NftLookups {
+                        hint_chains,
+                        kube_proxy_tables: Some(kube_proxy_tables),
+                    };
                     return Ok(Reading {
                         value: lookups,
                         method: "netlink GETCHAIN/GETTABLE point lookups".into(),
