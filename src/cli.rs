@@ -28,7 +28,8 @@ Environment:
   IPTABLES_MODE               nft, legacy or auto (default): overrides detection
   IPTABLES_WRAPPER_HOST_ROOT  where the host's filesystem is mounted (/host)
   IPTABLES_WRAPPER_SBIN       directories to find the backends in
-  IPTABLES_WRAPPER_LOG        log level on stderr (warn; debug shows each decision)
+  IPTABLES_WRAPPER_LOG        log level on stderr: off, error, warn (default), info,
+                              debug (shows each decision) or trace
   XTABLES_LOCKFILE            the xtables lock file (/run/xtables.lock)";
 
 /// Runs the command line; returns the exit status.

@@ -5,6 +5,7 @@ use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
 use iptables_wrapper::decision::{self, Depth};
+use log::LevelFilter;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::Path;
@@ -13,7 +14,10 @@ use std::path::Path;
 const LOG_VAR: &str = "IPTABLES_WRAPPER_LOG";
 
 fn main() {
-    init_logging();
+    if let Err(problem) = init_logging() {
+        eprintln!("iptables-wrapper: {problem}; nothing was run");
+        std::process::exit(2);
+    }
     let mut args = std::env::args_os();
     let argv0 = args.next().unwrap_or_default();
     let invoked = Path::new(&argv0)
@@ -28,8 +32,17 @@ fn main() {
     std::process::exit(status);
 }
 
-fn init_logging() {
-    env_logger::Builder::from_env(env_logger::Env::new().filter_or(LOG_VAR, "warn"))
+/// Logs to stderr at the level `IPTABLES_WRAPPER_LOG` names (default warn).
+fn init_logging() -> Result<(), String> {
+    let requested = std::env::var(LOG_VAR).unwrap_or_default();
+    let level = match requested.as_str() {
+        "" => LevelFilter::Warn,
+        name => name
+            .parse()
+            .map_err(|_| format!("invalid {LOG_VAR}={requested:?}: expected off, error, warn, info, debug or trace"))?,
+    };
+    env_logger::Builder::new()
+        .filter_level(level)
         .format(|out, record| {
             writeln!(
                 out,
@@ -40,6 +53,7 @@ fn init_logging() {
         })
         .target(env_logger::Target::Stderr)
         .init();
+    Ok(())
 }
 
 /// Decides, then replaces this process with the backend. Returns only on failure.

@@ -118,6 +118,18 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
         .output()
         .unwrap();
     assert_eq!(detect.status.code(), Some(2));
+    // A log level that is no level is bad input too.
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "verbose")
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("IPTABLES_WRAPPER_LOG") && stderr.contains("verbose") && stderr.contains("debug"));
 }
 
 #[test]
