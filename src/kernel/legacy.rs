@@ -304,14 +304,15 @@ impl LegacyFamily {
             if info.is_empty() {
                 return Ok(TableEntries::default());
             }
-            let blob = match get_entries(socket, &layout, &info) {
-                Ok(blob) => blob,
+            let reply = match get_entries(socket, &layout, &info) {
+                Ok(reply) => reply,
                 // The table's size changed since GET_INFO.
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
                 Err(e) => return Err(e),
             };
             // A same-sized replacement in between shows up as a mismatch.
-            if let Some(entries) = walk(&layout, &blob, &info, &hook_entries)? {
+            let blob = &reply[layout.get_entries_header..];
+            if let Some(entries) = walk(&layout, blob, &info, &hook_entries)? {
                 return Ok(entries);
             }
         }
@@ -343,8 +344,8 @@ fn get_info(socket: &OwnedFd, layout: &Layout, name: &str) -> io::Result<(TableI
     Ok((info, hooks))
 }
 
-/// `*_SO_GET_ENTRIES` for a blob of `info.size` bytes; the blob is returned
-/// without the header. EAGAIN means the table's size is no longer `info.size`.
+/// `*_SO_GET_ENTRIES` for a blob of `info.size` bytes; the reply holds the
+/// header, then the blob. EAGAIN means the table's size is no longer `info.size`.
 fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Result<Vec<u8>> {
     let header = layout.get_entries_header;
     let mut buf = vec![0u8; header + info.size as usize];
@@ -353,7 +354,6 @@ fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Resul
     let size_at = offset_of!(GetEntries<IptEntry>, size);
     buf[size_at..size_at + size_of::<u32>()].copy_from_slice(&info.size.to_ne_bytes());
     getsockopt_exact(socket, layout.sockopt_level, SO_GET_ENTRIES, &mut buf)?;
-    buf.drain(..header);
     Ok(buf)
 }
 
