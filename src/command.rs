@@ -32,7 +32,7 @@ impl WrappedCommand {
         Some(WrappedCommand { name, family })
     }
 
-    /// The same command in another family's save variant (`ip6tables-save`...).
+    /// The save command of a family: `iptables-save` or `ip6tables-save`.
     pub fn save_tool(family: Family) -> WrappedCommand {
         let name = match family {
             Family::Ipv4 => "iptables-save",

@@ -89,6 +89,17 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
     );
 }
 
+/// Bad input: exit 2, nothing on stdout, one line on stderr naming `words`.
+fn assert_bad_input(out: &std::process::Output, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "{word:?} missing from: {stderr}");
+    }
+}
+
 #[test]
 fn invalid_override_fails_clearly_and_runs_nothing() {
     let node = Node::new("badmode");
@@ -98,16 +109,7 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
         .args(["-A", "INPUT", "-j", "ACCEPT"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("IPTABLES_MODE")
-            && stderr.contains("bogus")
-            && stderr.contains("nft")
-            && stderr.contains("legacy")
-    );
+    assert_bad_input(&out, &["IPTABLES_MODE", "bogus", "nft", "legacy"]);
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
     let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
@@ -125,11 +127,7 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
         .arg("-V")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("IPTABLES_WRAPPER_LOG") && stderr.contains("verbose") && stderr.contains("debug"));
+    assert_bad_input(&out, &["IPTABLES_WRAPPER_LOG", "verbose", "debug"]);
 }
 
 #[test]
