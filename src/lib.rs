@@ -5,7 +5,8 @@
 //! the override and mode names (`mode`), the host's link (`host_link`), the
 //! kernel's state (`kernel`), the lock file (`xtables_lock`), the ordered
 //! decision (`decision`), finding and running the backend (`backend`), the
-//! `detect` report (`report`), link installation (`install`) and the
+//! `detect` report (`report`), link installation (`install`), the wrapper's
+//! runtime directory for state kept between calls (`run_dir`) and the
 //! command line (`cli`).
 
 pub mod backend;
@@ -18,4 +19,5 @@ pub mod install;
 pub mod kernel;
 pub mod mode;
 pub mod report;
+pub mod run_dir;
 pub mod xtables_lock;

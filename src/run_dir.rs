@@ -1,0 +1,188 @@
+//! The wrapper's own runtime directory: where it may keep small state
+//! between calls (a count cache, a record of its warnings).
+//!
+//! `IPTABLES_WRAPPER_RUN_DIR`, or `/run/iptables-wrapper` by default. The
+//! directory is used only when it is exactly what the wrapper would have made
+//! itself: a real directory (not a symlink), owned by the effective user, with
+//! no access for group or others. Files in it are likewise used only when they
+//! are regular files of the effective user with no group or other access, are
+//! opened without following symlinks, and are replaced whole by a rename.
+//! Anything else (a read-only `/run`, a relative path, another owner, a link)
+//! means the directory is not used, which costs speed or the record, never
+//! correctness: every caller must work without it.
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::{fstat, mkdirat, FileStat, Mode, SFlag};
+use nix::unistd::{geteuid, unlinkat, UnlinkatFlags};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+pub const RUN_DIR_VAR: &str = "IPTABLES_WRAPPER_RUN_DIR";
+pub const DEFAULT_RUN_DIR: &str = "/run/iptables-wrapper";
+
+/// The runtime directory, open and checked.
+pub struct RunDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// Opens the directory if it exists and is safe to use; never creates it.
+    pub fn open() -> Option<RunDir> {
+        RunDir::open_at(configured_path()?, false)
+    }
+
+    /// Opens the directory, creating it (mode 0700) if it is missing.
+    pub fn open_or_create() -> Option<RunDir> {
+        RunDir::open_at(configured_path()?, true)
+    }
+
+    fn open_at(path: PathBuf, create: bool) -> Option<RunDir> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let opened = match openat(None, &path, flags, Mode::empty()) {
+            Err(Errno::ENOENT) if create => match mkdirat(None, &path, Mode::S_IRWXU) {
+                Ok(()) | Err(Errno::EEXIST) => openat(None, &path, flags, Mode::empty()),
+                Err(errno) => Err(errno),
+            },
+            other => other,
+        };
+        let fd = match opened {
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Ok(raw) => unsafe { OwnedFd::from_raw_fd(raw) },
+            Err(errno) => {
+                log::debug!("runtime directory {} not used: {errno}", path.display());
+                return None;
+            }
+        };
+        match fstat(fd.as_raw_fd()) {
+            Ok(stat) if is_private(&stat, SFlag::S_IFDIR) => Some(RunDir { fd, path }),
+            Ok(_) => {
+                log::debug!(
+                    "runtime directory {} not used: not a directory of this user with mode 0700",
+                    path.display()
+                );
+                None
+            }
+            Err(errno) => {
+                log::debug!("runtime directory {} not used: {errno}", path.display());
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The contents of file `name`, if it is a private regular file of this
+    /// user of at most `max_len` bytes; None otherwise (absent, too large,
+    /// someone else's, a link, unreadable).
+    pub fn read(&self, name: &str, max_len: usize) -> Option<Vec<u8>> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let raw = openat(Some(self.fd.as_raw_fd()), name, flags, Mode::empty()).ok()?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        let mut file = unsafe { File::from_raw_fd(raw) };
+        let stat = fstat(file.as_raw_fd()).ok()?;
+        if !is_private(&stat, SFlag::S_IFREG) || stat.st_size as u64 > max_len as u64 {
+            return None;
+        }
+        let mut contents = Vec::with_capacity(stat.st_size as usize);
+        // One byte more than allowed shows a file that grew since fstat.
+        (&mut file).take(max_len as u64 + 1).read_to_end(&mut contents).ok()?;
+        (contents.len() <= max_len).then_some(contents)
+    }
+
+    /// Replaces file `name` with `contents` in one rename (mode 0600), so a
+    /// reader sees the old file or the new one, never a part.
+    pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<()> {
+        let dir = self.fd.as_raw_fd();
+        let temporary = format!(".{name}.{}.tmp", std::process::id());
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let written = (|| {
+            // A temporary file left by an earlier process with this pid.
+            let _ = unlinkat(Some(dir), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
+            let raw = openat(Some(dir), temporary.as_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR)?;
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            let mut file = unsafe { File::from_raw_fd(raw) };
+            file.write_all(contents)?;
+            renameat(Some(dir), temporary.as_str(), Some(dir), name)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = unlinkat(Some(dir), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        written
+    }
+}
+
+/// The configured directory: absolute paths only (a relative one would
+/// depend on the caller's working directory).
+fn configured_path() -> Option<PathBuf> {
+    let path = match std::env::var_os(RUN_DIR_VAR) {
+        Some(value) if !value.is_empty() => PathBuf::from(value),
+        _ => PathBuf::from(DEFAULT_RUN_DIR),
+    };
+    if path.is_absolute() {
+        Some(path)
+    } else {
+        log::debug!("{RUN_DIR_VAR}={} is not an absolute path: not used", path.display());
+        None
+    }
+}
+
+/// Of the given file type, owned by the effective user, no group or other access.
+fn is_private(stat: &FileStat, kind: SFlag) -> bool {
+    let mode = stat.st_mode as libc::mode_t;
+    (mode & SFlag::S_IFMT.bits()) == kind.bits() && stat.st_uid == geteuid().as_raw() && mode & 0o077 == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("iptw-run-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn creates_private_and_round_trips() {
+        let path = scratch("create");
+        let dir = RunDir::open_at(path.clone(), true).expect("created");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(dir.read("state", 64), None);
+        dir.replace("state", b"one").unwrap();
+        dir.replace("state", b"two").unwrap();
+        assert_eq!(dir.read("state", 64).as_deref(), Some(&b"two"[..]));
+        assert_eq!(dir.read("state", 2), None, "larger than allowed");
+        let mode = std::fs::metadata(path.join("state")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn refuses_what_it_would_not_have_made() {
+        let path = scratch("refuse");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(RunDir::open_at(path.clone(), false).is_none(), "group/other access");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = path.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        symlink(&path, &link).unwrap();
+        assert!(RunDir::open_at(link.clone(), true).is_none(), "a symlink");
+        let dir = RunDir::open_at(path.clone(), false).expect("private directory");
+        std::fs::write(path.join("open"), b"x").unwrap();
+        std::fs::set_permissions(path.join("open"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(dir.read("open", 64), None, "a file others can read");
+        symlink(path.join("open"), path.join("linked")).unwrap();
+        assert_eq!(dir.read("linked", 64), None, "a symlinked file");
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+}
