@@ -2,22 +2,35 @@
 //! which source decided, and every piece of evidence read on the way.
 //!
 //! First match wins: the `IPTABLES_MODE` override; the host's alternatives
-//! link; the kernel's state (kubelet's hint chains, nft kube-proxy tables,
-//! rule counts); the weak `/run/xtables.lock` hint; otherwise nft. On the
-//! hot path reading stops at the first source that decides; `detect` reads
+//! link; the kernel's state (the hint chains, nft kube-proxy tables, rule
+//! counts); the `/run/xtables.lock` tie-breaker; otherwise nft. On the hot
+//! path reading stops at the first source that decides; `detect` reads
 //! everything so it can show where sources disagree.
+//!
+//! Evidence that cannot be read is unknown, and an unknown side never loses
+//! a comparison: rule counts decide only when both are known. The lock file
+//! decides only when the kernel shows legacy traces (go-iptables makes and
+//! locks it on nft hosts too). A backend the running kernel lacks (a kernel
+//! built without legacy x_tables, or without nf_tables) is never picked by
+//! counts, the lock or the default; the override and the host link are
+//! obeyed anyway, with a warning.
 
 use crate::command::WrappedCommand;
 use crate::family::Family;
-use crate::host_link::{self, DEFAULT_HOST_ROOT, HOST_ROOT_VAR};
-use crate::kernel::{legacy, CountVerdict, HintChain, KernelReader, RuleBounds};
+use crate::host_link::{self, DEFAULT_HOST_ROOT};
+use crate::kernel::legacy::{self, LegacyFamily};
+use crate::kernel::modules::{self, Presence};
+use crate::kernel::{CountVerdict, HintChain, KernelReader, RuleBounds, HINT_CHAINS};
 use crate::mode::{self, InvalidOverride, Mode, OVERRIDE_VAR};
 use crate::xtables_lock;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Both backends holding at least this many rules is a mixed state.
 pub const MIXED_STATE_RULES: u64 = 10;
+
+/// Stale legacy tables up to this size are walked for their exact rule
+/// count on every call; larger ones only get GET_INFO's upper bound there.
+const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 64 * 1024;
 
 /// How much to read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +51,8 @@ pub enum Source {
     RuleCounts,
     XtablesLock,
     Default,
+    /// Whether the running kernel has each backend: never decides alone.
+    BackendPresence,
 }
 
 impl Source {
@@ -51,6 +66,7 @@ impl Source {
             Source::RuleCounts => "rule-counts",
             Source::XtablesLock => "xtables-lock",
             Source::Default => "default",
+            Source::BackendPresence => "backend-presence",
         }
     }
 }
@@ -92,6 +108,8 @@ pub struct Decision {
     pub reason: String,
     pub evidence: Vec<Evidence>,
     pub rule_counts: Option<RuleCounts>,
+    /// Backends the running kernel lacks, and how that is known.
+    pub lacking: Vec<(Mode, String)>,
     pub took: Duration,
 }
 
@@ -133,6 +151,28 @@ impl Decision {
                 "both backends hold many rules (mixed state); mount the host's /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives or set {OVERRIDE_VAR} so the choice does not rest on counts"
             ));
         }
+        if self.decided_by == Source::Default {
+            let unknown: Vec<&str> = self
+                .evidence
+                .iter()
+                .filter(|e| e.value.starts_with("unknown"))
+                .map(|e| e.location.as_str())
+                .collect();
+            if !unknown.is_empty() {
+                warnings.push(format!(
+                    "{} uses {} only by default, and part of the kernel's state is unknown ({}); see iptables-wrapper detect",
+                    self.command,
+                    self.mode,
+                    unknown.join("; ")
+                ));
+            }
+        }
+        for (_, how) in self.lacking.iter().filter(|(mode, _)| *mode == self.mode) {
+            warnings.push(format!(
+                "{} uses {} ({}), but the running kernel lacks it ({how}): the backend's calls will likely fail",
+                self.command, self.mode, self.reason
+            ));
+        }
         warnings
     }
 }
@@ -170,22 +210,20 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         decided: None,
     };
     let mut rule_counts = None;
+    let mut kernel = KernelReader::new();
 
     read_override(&mut collector)?;
     if !collector.done() {
         read_host_link(&mut collector, command);
     }
     if !collector.done() {
-        rule_counts = read_kernel(&mut collector);
+        rule_counts = read_kernel(&mut collector, &mut kernel);
     }
     if !collector.done() {
         read_xtables_lock(&mut collector);
     }
-    let (mode, decided_by, reason) = collector.decided.take().unwrap_or((
-        Mode::Nft,
-        Source::Default,
-        "no evidence for either backend: nft is the default".to_string(),
-    ));
+    let lacking = read_backend_presence(&mut collector, &mut kernel, command.family);
+    let (mode, decided_by, reason) = collector.decided.take().unwrap_or_else(|| default_mode(&lacking));
     Ok(Decision {
         command: command.name,
         mode,
@@ -193,8 +231,73 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         reason,
         evidence: collector.evidence,
         rule_counts,
+        lacking,
         took: started.elapsed(),
     })
+}
+
+/// nft, unless the kernel lacks nf_tables and has legacy.
+fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
+    let lacks = |mode| lacking.iter().find(|(m, _)| *m == mode).map(|(_, how)| how);
+    match (lacks(Mode::Nft), lacks(Mode::Legacy)) {
+        (Some(how), None) => (
+            Mode::Legacy,
+            Source::Default,
+            format!("no evidence for either backend, and the running kernel lacks nf_tables ({how}): legacy, its only backend"),
+        ),
+        _ => (
+            Mode::Nft,
+            Source::Default,
+            "no evidence for either backend: nft is the default".to_string(),
+        ),
+    }
+}
+
+/// Which backends the running kernel has: all of them for `detect`; on a
+/// call only what can change the outcome, namely the backend the override or
+/// the host link picked (to warn if the kernel lacks it) or, with nothing
+/// decided yet, nf_tables (the default must not be a backend the kernel
+/// lacks). Hint chains, counts and the lock need state in the backend they
+/// pick, so they cannot pick a missing one. Returns the backends it lacks.
+fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, family: Family) -> Vec<(Mode, String)> {
+    let wanted: Vec<Mode> = match (collector.depth, &collector.decided) {
+        (Depth::Everything, _) => vec![Mode::Nft, Mode::Legacy],
+        (Depth::Decide, None) => vec![Mode::Nft],
+        (Depth::Decide, Some((mode, Source::Override | Source::HostLink, _))) => vec![*mode],
+        (Depth::Decide, Some(_)) => Vec::new(),
+    };
+    let mut lacking = Vec::new();
+    for mode in wanted {
+        let families: &[Family] = match (mode, collector.depth) {
+            (Mode::Nft, _) => &[family],
+            (Mode::Legacy, Depth::Everything) => &Family::BOTH,
+            (Mode::Legacy, Depth::Decide) => &[family],
+        };
+        for &each in families {
+            let (module, presence) = match mode {
+                Mode::Nft => (modules::NF_TABLES, kernel.nf_tables_presence().clone()),
+                Mode::Legacy => (modules::x_tables_module(each), modules::x_tables(each)),
+            };
+            let presence = presence.or_missing(module);
+            let backend = match mode {
+                Mode::Nft => "nft".to_string(),
+                Mode::Legacy => format!("legacy {}", each.label()),
+            };
+            if let Presence::Missing(how) = &presence {
+                if each == family {
+                    lacking.push((mode, format!("{module}: {how}")));
+                }
+            }
+            collector.add(Evidence {
+                source: Source::BackendPresence,
+                location: format!("{module} ({backend}) in the running kernel"),
+                value: presence.describe(),
+                method: "sysfs, /proc and module lists; nothing asked".into(),
+                points_to: None,
+            });
+        }
+    }
+    lacking
 }
 
 fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
@@ -220,15 +323,17 @@ fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
 }
 
 fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
-    let root = std::env::var_os(HOST_ROOT_VAR)
-        .filter(|v| !v.is_empty())
-        .map_or(PathBuf::from(DEFAULT_HOST_ROOT), PathBuf::from);
+    let root = host_link::host_root();
     let links = host_link::read(&root, command.family);
     for link in &links {
+        let value = match link.mode {
+            Some(_) => format!("-> {}", link.target.display()),
+            None => format!("-> {} (not a backend's file name: no hint)", link.target.display()),
+        };
         collector.add(Evidence {
             source: Source::HostLink,
             location: link.path.display().to_string(),
-            value: format!("-> {}", link.target.display()),
+            value,
             method: "readlink (not followed)".into(),
             points_to: link.mode,
         });
@@ -241,8 +346,8 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
                 Source::HostLink,
                 format!("host link {} -> {}", link.path.display(), link.target.display()),
             );
-            if mode == Mode::Nft && collector.done() {
-                read_legacy_table_list(collector);
+            if mode == Mode::Nft {
+                read_stale_legacy_tables(collector);
             }
         }
         None if links.is_empty() => collector.add(Evidence {
@@ -259,24 +364,85 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
     }
 }
 
-/// With the host on nft, legacy tables still present here may hold stale
-/// rules the kernel still applies (the upgrade-without-reboot case). Listing
-/// them is a file read, not a kernel query, so the hot path can afford it;
-/// `detect` counts their rules instead.
-fn read_legacy_table_list(collector: &mut Collector) {
+/// With the host on nft, legacy rules left here still apply (the kernel
+/// evaluates both backends): the upgrade-without-reboot case. Only tables
+/// already listed are read, by GET_INFO (one small copy each): a table that
+/// holds only its built-in chains' policies is no stale rule (a read-only
+/// `iptables-legacy -L` leaves such tables). Small tables, and every table
+/// for `detect`, are walked for the exact count; a large one on a call gets
+/// GET_INFO's upper bound.
+fn read_stale_legacy_tables(collector: &mut Collector) {
     for family in Family::BOTH {
-        let Ok(tables) = legacy::listed_tables(family) else {
-            continue;
+        let location = format!("legacy {} tables", family.label());
+        let method = "/proc/net/ip*_tables_names, getsockopt GET_INFO".to_string();
+        let names = match legacy::listed_tables(family) {
+            Ok(Some(names)) if !names.is_empty() => names,
+            Ok(_) => continue,
+            Err(why) => {
+                collector.add(Evidence {
+                    source: Source::RuleCounts,
+                    location,
+                    value: format!("unknown: {why}"),
+                    method: "none".into(),
+                    points_to: None,
+                });
+                continue;
+            }
         };
-        if !tables.is_empty() {
-            collector.add(Evidence {
-                source: Source::RuleCounts,
-                location: format!("legacy {} tables", family.label()),
-                value: format!("{} exist (stale legacy rules may still apply)", tables.join(", ")),
-                method: "/proc/net/ip*_tables_names".into(),
-                points_to: Some(Mode::Legacy),
-            });
-        }
+        let listed = names.join(", ");
+        let tables = match LegacyFamily::open_listed(family, names) {
+            Ok(tables) => tables,
+            Err(e) => {
+                collector.add(Evidence {
+                    source: Source::RuleCounts,
+                    location,
+                    value: format!("{listed} exist; whether they hold rules is unknown: {e}"),
+                    method,
+                    points_to: None,
+                });
+                continue;
+            }
+        };
+        let walk_all = collector.depth == Depth::Everything;
+        let holding: Vec<String> = tables
+            .tables
+            .iter()
+            .filter(|table| !table.is_empty())
+            .filter_map(|table| {
+                let exact = (walk_all || table.size <= WALK_STALE_TABLES_UP_TO_BYTES)
+                    .then(|| tables.entries(table).ok())
+                    .flatten();
+                match exact {
+                    Some(entries) if entries.rules == 0 => None,
+                    Some(entries) => Some(format!("{} holds {}", table.name, rules(entries.rules))),
+                    None => Some(format!("{} holds up to {}", table.name, rules(table.rule_upper_bound()))),
+                }
+            })
+            .collect();
+        let (value, points_to) = if holding.is_empty() {
+            (format!("{listed} exist, without rules: nothing stale"), None)
+        } else {
+            (
+                format!("{} (stale legacy rules may still apply)", holding.join(", ")),
+                Some(Mode::Legacy),
+            )
+        };
+        collector.add(Evidence {
+            source: Source::RuleCounts,
+            location,
+            value,
+            method,
+            points_to,
+        });
+    }
+}
+
+/// "1 rule", "3 rules".
+fn rules(count: u64) -> String {
+    if count == 1 {
+        "1 rule".to_string()
+    } else {
+        format!("{count} rules")
     }
 }
 
@@ -285,9 +451,7 @@ fn hint_location(mode: Mode, hint: &HintChain) -> String {
 }
 
 /// Reads the kernel's state; returns the rule counts when they were read.
-fn read_kernel(collector: &mut Collector) -> Option<RuleCounts> {
-    let mut kernel = KernelReader::new();
-
+fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) -> Option<RuleCounts> {
     let nft_lookups = kernel.nft_lookups();
     let nft_hints = match &nft_lookups {
         Ok(reading) => reading.value.hint_chains.clone(),
@@ -303,7 +467,7 @@ fn read_kernel(collector: &mut Collector) -> Option<RuleCounts> {
             Mode::Nft,
             Source::HintChain,
             format!(
-                "kubelet's hint chain {} found in nft ({})",
+                "hint chain {} found in nft ({})",
                 hint.chain,
                 hint.family.label()
             ),
@@ -320,11 +484,16 @@ fn read_kernel(collector: &mut Collector) -> Option<RuleCounts> {
         legacy_hints.as_ref().map(|r| (&r.value, &r.method)),
     );
     if let Some(hint) = legacy_hints.as_ref().ok().and_then(|r| r.value.first()) {
+        let in_nft = if nft_lookups.is_ok() {
+            "not in nft"
+        } else {
+            "nft's could not be read"
+        };
         collector.decide(
             Mode::Legacy,
             Source::HintChain,
             format!(
-                "kubelet's hint chain {} found in legacy ({}), not in nft",
+                "hint chain {} found in legacy ({}), {in_nft}",
                 hint.chain,
                 hint.family.label()
             ),
@@ -426,7 +595,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
             if hints.is_empty() {
                 collector.add(Evidence {
                     source: Source::HintChain,
-                    location: format!("{mode} mangle chains {}", crate::kernel::HINT_CHAINS.join(", ")),
+                    location: format!("{mode} mangle chains {}", HINT_CHAINS.join(", ")),
                     value: "absent (ipv4, ipv6)".into(),
                     method: method.clone(),
                     points_to: None,
@@ -462,21 +631,53 @@ fn describe_bounds(bounds: RuleBounds) -> String {
     }
 }
 
+/// The lock file as a tie-breaker: evidence only as a regular file that is
+/// 0600 or held, and deciding only when legacy tables are listed here too
+/// (go-iptables makes and locks it on nft hosts as well).
 fn read_xtables_lock(collector: &mut Collector) {
     let lock = xtables_lock::inspect();
-    let hints_legacy = lock.hints_legacy();
+    let mut value = lock.describe();
+    let mut traces = None;
+    if lock.hints_legacy() {
+        match legacy_traces() {
+            Ok(tables) if tables.is_empty() => {
+                value.push_str("; no legacy table is listed, so it decides nothing")
+            }
+            Ok(tables) => {
+                value.push_str(&format!("; legacy tables listed: {}", tables.join(", ")));
+                traces = Some(tables);
+            }
+            Err(why) => value.push_str(&format!("; it decides nothing, as legacy tables cannot be listed ({why})")),
+        }
+    }
     collector.add(Evidence {
         source: Source::XtablesLock,
         location: lock.path.display().to_string(),
-        value: lock.describe(),
-        method: "stat and /proc/locks".into(),
-        points_to: hints_legacy.then_some(Mode::Legacy),
+        value,
+        method: "stat, /proc/locks, /proc/net/ip*_tables_names".into(),
+        points_to: traces.is_some().then_some(Mode::Legacy),
     });
-    if hints_legacy {
+    if let Some(tables) = traces {
         collector.decide(
             Mode::Legacy,
             Source::XtablesLock,
-            format!("{} is {} (a weak hint)", lock.path.display(), lock.describe()),
+            format!(
+                "{} is {}, and legacy tables exist ({}): a tie-breaker",
+                lock.path.display(),
+                lock.describe(),
+                tables.join(", ")
+            ),
         );
     }
+}
+
+/// The legacy tables listed in this network namespace, both families
+/// (`ipv4 filter`, ...). A file read: it creates nothing.
+fn legacy_traces() -> Result<Vec<String>, String> {
+    let mut traces = Vec::new();
+    for family in Family::BOTH {
+        let tables = legacy::listed_tables(family)?.unwrap_or_default();
+        traces.extend(tables.into_iter().map(|table| format!("{} {table}", family.label())));
+    }
+    Ok(traces)
 }

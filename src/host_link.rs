@@ -4,8 +4,10 @@
 //! (default `/host`). Debian-style hosts record their choice in
 //! `/etc/alternatives/iptables`; hosts without alternatives link
 //! `/usr/sbin/iptables` straight to `xtables-nft-multi` or
-//! `xtables-legacy-multi`. Link targets are only strings to classify: nothing
-//! on the host is executed, and the final link is never followed.
+//! `xtables-legacy-multi`. Link targets are only strings to classify, by the
+//! exact file name of a backend (`iptables-nft`, `xtables-legacy-multi`,
+//! ...; anything else is no hint): nothing on the host is executed, and the
+//! final link is never followed.
 
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
@@ -14,6 +16,14 @@ use std::path::{Component, Path, PathBuf};
 pub const HOST_ROOT_VAR: &str = "IPTABLES_WRAPPER_HOST_ROOT";
 pub const DEFAULT_HOST_ROOT: &str = "/host";
 
+/// Where the host's filesystem is mounted: `IPTABLES_WRAPPER_HOST_ROOT`, or
+/// `/host` when that is unset or empty.
+pub fn host_root() -> PathBuf {
+    std::env::var_os(HOST_ROOT_VAR)
+        .filter(|v| !v.is_empty())
+        .map_or(PathBuf::from(DEFAULT_HOST_ROOT), PathBuf::from)
+}
+
 /// A link found on the host, and what its target says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostLink {
@@ -21,7 +31,7 @@ pub struct HostLink {
     pub path: PathBuf,
     /// Its target, exactly as stored.
     pub target: PathBuf,
-    /// The mode the target's file name names, if any.
+    /// The mode the target's file name names exactly, if any.
     pub mode: Option<Mode>,
 }
 

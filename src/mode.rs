@@ -59,16 +59,29 @@ pub fn parse_override(value: Option<&str>) -> Result<Option<Mode>, InvalidOverri
     }
 }
 
-/// What a program or link name says about its backend: `iptables-nft`,
-/// `xtables-nft-multi` say nft; `iptables-legacy`, `xtables-legacy-multi`
-/// say legacy; anything else (a wrapper, a plain `iptables`) says nothing.
+/// What a program or link name says about its backend, by exact name:
+/// `iptables-nft`, `ip6tables-nft`, `xtables-nft-multi` and their `-save` /
+/// `-restore` forms say nft; the same with `legacy` say legacy. Anything
+/// else says nothing: a wrapper, a plain `iptables`, and names that merely
+/// contain a mode (`xtables-legacy-multi.dpkg-old`, `iptables-nft-but-weird`),
+/// which no packaged backend has.
 pub fn mode_named_by(file_name: &str) -> Option<Mode> {
-    let says = |word: &str| file_name.split(['-', '.', '_']).any(|part| part == word);
-    match (says("nft"), says("legacy")) {
-        (true, false) => Some(Mode::Nft),
-        (false, true) => Some(Mode::Legacy),
-        _ => None,
-    }
+    [Mode::Nft, Mode::Legacy]
+        .into_iter()
+        .find(|mode| backend_names(*mode).any(|name| name == file_name))
+}
+
+/// The file names the backends are installed under.
+fn backend_names(mode: Mode) -> impl Iterator<Item = String> {
+    let multi = format!("xtables-{mode}-multi");
+    ["iptables", "ip6tables"]
+        .into_iter()
+        .flat_map(move |program| {
+            ["", "-save", "-restore"]
+                .into_iter()
+                .map(move |form| format!("{program}-{mode}{form}"))
+        })
+        .chain(std::iter::once(multi))
 }
 
 #[cfg(test)]
@@ -97,5 +110,12 @@ mod tests {
         assert_eq!(mode_named_by("iptables-wrapper"), None);
         assert_eq!(mode_named_by("iptables"), None);
         assert_eq!(mode_named_by("iptables-nft-legacy"), None);
+        assert_eq!(mode_named_by("ip6tables-legacy-restore"), Some(Mode::Legacy));
+        assert_eq!(mode_named_by("iptables-nft-restore"), Some(Mode::Nft));
+        assert_eq!(mode_named_by("xtables-legacy-multi.dpkg-old"), None);
+        assert_eq!(mode_named_by("iptables-nft-but-weird"), None);
+        assert_eq!(mode_named_by("iptables-legacy-foo"), None);
+        assert_eq!(mode_named_by("xtables-nft-multi.new"), None);
+        assert_eq!(mode_named_by("Iptables-nft"), None);
     }
 }

@@ -1,10 +1,16 @@
-//! What `/run/xtables.lock` says: a weak hint that legacy iptables runs here.
+//! What `/run/xtables.lock` (or `XTABLES_LOCKFILE`) says: at most a tie-breaker.
 //!
-//! Only legacy iptables creates this file (mode 0600) or locks it. kubelet's
-//! hostPath `FileOrCreate` makes it 0644, so its existence alone proves
-//! nothing; and a container that itself ran legacy leaves the same traces.
+//! Legacy iptables creates this file with mode 0600 and flocks it around its
+//! calls; iptables-nft never creates it. But go-iptables (Docker's
+//! libnetwork, flannel, CNI plugins, Antrea) creates it the same way and
+//! flocks it whatever the backend, so on an nft host running Docker it is
+//! 0600 from boot and often held. kubelet's hostPath `FileOrCreate` makes it
+//! 0644. So the file alone proves nothing: it is evidence for legacy only
+//! when it is a regular file that is 0600 or held right now, and the
+//! decision lets it decide only when the kernel also shows legacy traces (a
+//! listed legacy table) and nothing stronger decided.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
 pub const LOCKFILE_VAR: &str = "XTABLES_LOCKFILE";
@@ -20,31 +26,36 @@ pub struct LockFileState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LockObservation {
     Absent,
-    /// Held right now (listed in /proc/locks): a legacy command is running.
-    Locked,
-    /// A 0600 regular file: legacy iptables created it since boot.
-    CreatedByLegacy,
-    /// Present, but not as legacy iptables leaves it (e.g. 0644 from kubelet).
-    Inconclusive {
-        mode: u32,
-    },
+    /// Something other than a regular file (a directory a hostPath mount
+    /// made, `/dev/null`, ...): no lock file, no evidence.
+    NotAFile { kind: &'static str },
+    /// A regular file that `/proc/locks` lists a lock on (by its own device
+    /// and inode): some iptables user holds it right now.
+    Held { mode: u32 },
+    /// A regular file with mode 0600, as legacy iptables and go-iptables
+    /// create it.
+    Mode0600,
+    /// A regular file as neither leaves it (e.g. 0644 from kubelet).
+    Other { mode: u32 },
 }
 
 impl LockFileState {
     /// Whether the file is a (weak) hint for legacy.
     pub fn hints_legacy(&self) -> bool {
-        matches!(
-            self.observed,
-            LockObservation::Locked | LockObservation::CreatedByLegacy
-        )
+        matches!(self.observed, LockObservation::Held { .. } | LockObservation::Mode0600)
     }
 
     pub fn describe(&self) -> String {
         match self.observed {
             LockObservation::Absent => "absent".to_string(),
-            LockObservation::Locked => "locked right now (a legacy iptables command is running)".to_string(),
-            LockObservation::CreatedByLegacy => "mode 0600: created by legacy iptables".to_string(),
-            LockObservation::Inconclusive { mode } => format!("mode {mode:04o}: not created by iptables"),
+            LockObservation::NotAFile { kind } => format!("{kind}, not a lock file: no evidence"),
+            LockObservation::Held { mode } => {
+                format!("mode {mode:04o}, locked right now (by legacy iptables, or go-iptables with either backend)")
+            }
+            LockObservation::Mode0600 => {
+                "mode 0600: created by legacy iptables, or by go-iptables with either backend".to_string()
+            }
+            LockObservation::Other { mode } => format!("mode {mode:04o}: not created by iptables"),
         }
     }
 }
@@ -57,23 +68,43 @@ pub fn lockfile_path() -> PathBuf {
     }
 }
 
-/// Reads the lock file's metadata and whether /proc/locks lists it.
+/// Reads the lock file's metadata and, for a regular file, whether
+/// `/proc/locks` lists a lock on it.
 pub fn inspect() -> LockFileState {
     let path = lockfile_path();
     let observed = match std::fs::metadata(&path) {
         Err(_) => LockObservation::Absent,
+        Ok(meta) if !meta.is_file() => LockObservation::NotAFile {
+            kind: file_kind(&meta.file_type()),
+        },
         Ok(meta) => {
             let mode = meta.permissions().mode() & 0o7777;
             if is_locked(meta.dev(), meta.ino()) {
-                LockObservation::Locked
-            } else if meta.is_file() && mode == 0o600 {
-                LockObservation::CreatedByLegacy
+                LockObservation::Held { mode }
+            } else if mode == 0o600 {
+                LockObservation::Mode0600
             } else {
-                LockObservation::Inconclusive { mode }
+                LockObservation::Other { mode }
             }
         }
     };
     LockFileState { path, observed }
+}
+
+fn file_kind(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Whether /proc/locks lists a lock on the file with this device and inode.

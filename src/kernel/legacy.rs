@@ -1,7 +1,8 @@
 //! Legacy x_tables state, read through getsockopt on a raw socket.
 //!
 //! Only tables that `/proc/thread-self/net/ip{,6}_tables_names` already lists
-//! are ever looked up: looking up any other table creates it.
+//! are ever looked up: looking up any other table creates it. When that list
+//! cannot be read (no `/proc`), the legacy state is unknown, never "none".
 //!
 //! Two reads exist. `*_SO_GET_INFO` is one small copy per table and gives the
 //! entry count, from which [`TableInfo::rule_upper_bound`] follows.
@@ -21,6 +22,7 @@ use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 
 /// `IPT_SO_GET_INFO` and `IP6T_SO_GET_INFO` (`IPT_BASE_CTL`).
 const SO_GET_INFO: libc::c_int = 64;
@@ -208,7 +210,7 @@ impl TableInfo {
 
     /// True when the table holds only its policies and end: no rules, no user
     /// chains.
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.num_entries == self.builtin_chains() + 1
     }
 }
@@ -231,26 +233,52 @@ pub struct LegacyFamily {
     socket: Option<OwnedFd>,
 }
 
+/// The file listing a family's legacy tables in this thread's network namespace.
+pub fn names_file(family: Family) -> &'static str {
+    Layout::of(family).names_file
+}
+
 /// The legacy tables that exist in this network namespace, from
-/// `/proc/thread-self/net/ip{,6}_tables_names` (absent: x_tables not loaded,
-/// so none). A file read, no kernel query: it creates nothing.
-pub fn listed_tables(family: Family) -> io::Result<Vec<String>> {
-    match std::fs::read_to_string(Layout::of(family).names_file) {
-        Ok(names) => Ok(names.lines().filter(|n| !n.is_empty()).map(str::to_string).collect()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
+/// `/proc/thread-self/net/ip{,6}_tables_names`. A file read, no kernel query:
+/// it creates nothing.
+///
+/// `Ok(None)`: the file is absent from a readable `/proc/thread-self/net`,
+/// so the family's x_tables is not in the kernel and no table exists. An
+/// error means the tables cannot be known (no `/proc`, or the file cannot be
+/// read): no table may then be looked up, and "none" would be a guess.
+pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
+    let file = Layout::of(family).names_file;
+    match std::fs::read_to_string(file) {
+        Ok(names) => Ok(Some(
+            names.lines().filter(|n| !n.is_empty()).map(str::to_string).collect(),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let net = Path::new(file).parent().expect("an absolute path");
+            if net.is_dir() {
+                Ok(None)
+            } else {
+                Err(format!("{} is absent (/proc not mounted?): the legacy tables cannot be listed", net.display()))
+            }
+        }
+        Err(e) => Err(format!("{file}: {e}: the legacy tables cannot be listed")),
     }
 }
 
 impl LegacyFamily {
-    /// Reads the table list and GET_INFO of each listed table.
-    ///
-    /// No table file (x_tables absent) or an empty list means no tables, and
-    /// no socket is opened. Kernel errors (EPERM without CAP_NET_ADMIN, ...)
-    /// are returned as they are.
+    /// Reads the table list and GET_INFO of each listed table; see
+    /// [`LegacyFamily::open_listed`].
     pub fn open(family: Family) -> io::Result<LegacyFamily> {
+        let names = listed_tables(family).map_err(io::Error::other)?;
+        LegacyFamily::open_listed(family, names.unwrap_or_default())
+    }
+
+    /// GET_INFO of each table in `names`, which must come from
+    /// [`listed_tables`]: looking up any other table would create it.
+    ///
+    /// No names means no tables, and no socket is opened. Kernel errors
+    /// (EPERM without CAP_NET_ADMIN, ...) are returned as they are.
+    pub fn open_listed(family: Family, names: Vec<String>) -> io::Result<LegacyFamily> {
         let layout = Layout::of(family);
-        let names = listed_tables(family)?;
         if names.is_empty() {
             return Ok(LegacyFamily {
                 family,

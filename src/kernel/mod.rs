@@ -1,15 +1,19 @@
 //! Reads the kernel's firewall state without side effects, and only as much
 //! of it as a question needs: legacy x_tables through getsockopt, nf_tables
 //! through netlink, each falling back to its save tool when the kernel
-//! refuses the direct query.
+//! refuses the direct query. A backend is only asked once [`modules`] shows
+//! it is in the kernel (asking could load it); a backend whose state cannot
+//! be read is unknown, never empty.
 
 pub mod legacy;
+pub mod modules;
 pub mod nft;
 pub mod save_tools;
 
 use crate::family::Family;
 use crate::mode::Mode;
 use legacy::LegacyFamily;
+use modules::Presence;
 use nft::{NftObject, NftSocket};
 use save_tools::SavedRules;
 
@@ -25,8 +29,9 @@ pub const BUILTIN_CHAINS: [(&str, &[&str]); 5] = [
     ("nat", &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"]),
 ];
 
-/// kubelet's hint chains, created in the mangle table with the host's iptables.
-pub const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
+/// Hint chains, created in the mangle table (IPv4 and IPv6) with the host's
+/// iptables: kubelet's two and kube-proxy's canary. All rank alike.
+pub const HINT_CHAINS: [&str; 3] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY"];
 
 /// The nftables table kube-proxy keeps its rules in when in nftables mode.
 pub const KUBE_PROXY_TABLE: &str = "kube-proxy";
@@ -116,7 +121,8 @@ pub fn verdict_from_bounds(legacy: RuleBounds, nft: RuleBounds) -> Option<CountV
 }
 
 enum NftSource {
-    /// nf_tables is not loaded, so it holds nothing (and asking could load it).
+    /// nf_tables is not in the kernel, so it holds nothing (and asking could
+    /// load it).
     NotLoaded,
     Netlink(NftSocket),
     Saved(Vec<(Family, SavedRules)>),
@@ -134,6 +140,7 @@ enum LegacySource {
 
 /// Lazily opened readers of both backends' state in this network namespace.
 pub struct KernelReader {
+    nf_tables: Option<Presence>,
     nft: Option<NftSource>,
     legacy: [Option<LegacySource>; 2],
 }
@@ -147,9 +154,15 @@ impl Default for KernelReader {
 impl KernelReader {
     pub fn new() -> KernelReader {
         KernelReader {
+            nf_tables: None,
             nft: None,
             legacy: [None, None],
         }
+    }
+
+    /// Whether nf_tables is in the kernel, as far as files tell (read once).
+    pub fn nf_tables_presence(&mut self) -> &Presence {
+        self.nf_tables.get_or_insert_with(modules::nf_tables)
     }
 
     /// kubelet's hint chains and kube-proxy's tables in nf_tables, all in one
@@ -407,16 +420,23 @@ impl KernelReader {
     }
 
     fn nft_source(&mut self) -> &mut NftSource {
-        self.nft.get_or_insert_with(|| {
-            if !nft::nf_tables_present() {
-                log::debug!("nf_tables is not loaded: it holds nothing, and is not asked");
-                return NftSource::NotLoaded;
-            }
-            match NftSocket::open() {
-                Ok(socket) => NftSource::Netlink(socket),
-                Err(e) => saved_nft(e),
-            }
-        })
+        if self.nft.is_none() {
+            let source = match self.nf_tables_presence() {
+                Presence::Present(_) | Presence::Askable(_) => match NftSocket::open() {
+                    Ok(socket) => NftSource::Netlink(socket),
+                    Err(e) => saved_nft(e),
+                },
+                Presence::NotLoaded(how) | Presence::Missing(how) => {
+                    log::debug!("nf_tables is not in the kernel ({how}): it holds nothing, and is not asked");
+                    NftSource::NotLoaded
+                }
+                Presence::Unknown(why) => NftSource::Unreadable(format!(
+                    "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
+                )),
+            };
+            self.nft = Some(source);
+        }
+        self.nft.as_mut().expect("set above")
     }
 
     fn fall_back_nft(&mut self, error: std::io::Error) {
@@ -424,12 +444,16 @@ impl KernelReader {
     }
 
     fn legacy_source(&mut self, family: Family) -> &mut LegacySource {
-        self.legacy[family_index(family)].get_or_insert_with(|| match LegacyFamily::open(family) {
-            Ok(tables) => {
-                let exact = vec![None; tables.tables.len()];
-                LegacySource::Sockopt { tables, exact }
-            }
-            Err(e) => saved_legacy(family, e),
+        self.legacy[family_index(family)].get_or_insert_with(|| match legacy::listed_tables(family) {
+            // The save tool reads the same list, and would print nothing.
+            Err(why) => LegacySource::Unreadable(format!("legacy {}: {why}", family.label())),
+            Ok(names) => match LegacyFamily::open_listed(family, names.unwrap_or_default()) {
+                Ok(tables) => {
+                    let exact = vec![None; tables.tables.len()];
+                    LegacySource::Sockopt { tables, exact }
+                }
+                Err(e) => saved_legacy(family, e),
+            },
         })
     }
 

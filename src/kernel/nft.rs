@@ -4,7 +4,7 @@
 //! Only read requests are ever sent (GETTABLE, GETCHAIN, GETRULE, GETGEN),
 //! so nothing here changes the ruleset or its generation id. The first
 //! nf_tables message can autoload the `nf_tables` module: callers check
-//! [`nf_tables_present`] before opening an [`NftSocket`].
+//! [`crate::kernel::modules::nf_tables`] before opening an [`NftSocket`].
 //!
 //! What the reads cost:
 //! - [`NftSocket::exists`] and [`NftSocket::generation`]: one round trip,
@@ -25,7 +25,6 @@ use std::cell::Cell;
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
 
 use libc::c_int;
 use nix::errno::Errno;
@@ -63,13 +62,6 @@ const DUMP_TRIES: usize = 5;
 
 /// How long to wait for the kernel's next reply before giving up.
 const RECEIVE_TIMEOUT_SECONDS: i64 = 2;
-
-/// Whether nf_tables can be queried without loading a kernel module: the
-/// kernel cannot load modules at all (no `/proc/modules`), or nf_tables is
-/// already there (`/sys/module/nf_tables`: loaded, or built in). Sends nothing.
-pub fn nf_tables_present() -> bool {
-    !Path::new("/proc/modules").exists() || Path::new("/sys/module/nf_tables").exists()
-}
 
 /// A table, or a chain in a table, to look up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

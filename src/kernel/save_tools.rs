@@ -41,19 +41,27 @@ pub fn read(mode: Mode, family: Family) -> Result<SavedRules, String> {
     }
 }
 
-/// Counts `-A` lines and spots hint chains in `*mangle`, streaming.
-fn summarise(output: impl BufRead) -> std::io::Result<SavedRules> {
+/// Counts `-A` lines and spots hint chains in `*mangle`, streaming. Lines
+/// are bytes, not text: a rule comment in any encoding (say Latin-1 `0xE9`)
+/// is just counted.
+fn summarise(mut output: impl BufRead) -> std::io::Result<SavedRules> {
     let mut summary = SavedRules::default();
     let mut in_mangle = false;
-    for line in output.lines() {
-        let line = line?;
-        if let Some(table) = line.strip_prefix('*') {
-            in_mangle = table == "mangle";
-        } else if line.starts_with("-A ") {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if output.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let line = line.strip_suffix(b"\n").unwrap_or(&line);
+        if let Some(table) = line.strip_prefix(b"*") {
+            in_mangle = table == b"mangle";
+        } else if line.starts_with(b"-A ") {
             summary.rules += 1;
-        } else if let Some(chain) = line.strip_prefix(':').and_then(|l| l.split_whitespace().next()) {
+        } else if let Some(declaration) = line.strip_prefix(b":") {
+            let chain = declaration.split(u8::is_ascii_whitespace).next().unwrap_or_default();
             if in_mangle {
-                if let Some(hint) = HINT_CHAINS.iter().find(|h| **h == chain) {
+                if let Some(hint) = HINT_CHAINS.iter().find(|h| h.as_bytes() == chain) {
                     summary.hint_chains.push(hint);
                 }
             }
@@ -77,5 +85,13 @@ mod tests {
                 rules: 2
             }
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_counted() {
+        let save = b"*mangle\n:KUBE-PROXY-CANARY - [0:0]\n-A INPUT -m comment --comment caf\xe9 -j ACCEPT\nCOMMIT\n";
+        let summary = summarise(&save[..]).unwrap();
+        assert_eq!(summary.rules, 1);
+        assert_eq!(summary.hint_chains, vec!["KUBE-PROXY-CANARY"]);
     }
 }

@@ -1,0 +1,487 @@
+//! What the wrapper can and cannot see of the kernel, each test in a network
+//! namespace of its own: unreadable `/proc`, built-in modules without sysfs
+//! entries, kernels lacking one backend (simulated with a mount namespace per
+//! run: a tmpfs over `/proc` or `/sys`, a fake `/proc/modules`, module lists
+//! under the host root), the save-tool fallback's bytes, the lock file, stale
+//! legacy tables, host link names and the hint chains.
+
+mod common;
+use common::{Node, WRAPPER};
+use serde_json::Value;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output};
+
+/// How a run sees the kernel through its own mount namespace.
+enum View<'a> {
+    /// A tmpfs over `/proc`: no `/proc` at all.
+    NoProc,
+    /// A modular kernel: a fake `/proc` with this `/proc/modules`, the real
+    /// `/proc/<pid>` as `/proc/self`, a tmpfs over `/sys` (no module entries);
+    /// `/proc/thread-self/net` is the namespace's real one, or an empty
+    /// directory when `x_tables` is false (no legacy x_tables loaded).
+    Modular { proc_modules: &'a str, x_tables: bool },
+}
+
+/// The wrapper (or a wrapped command of the node) run with `args` in a
+/// mount namespace of its own, seeing the kernel through `view`.
+fn run_in_view(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let setup = match view {
+        View::NoProc => "mount -t tmpfs noproc /proc".to_string(),
+        View::Modular { proc_modules, x_tables } => format!(
+            r#"stage="$STAGE"; mkdir -p "$stage/pid"
+mount --bind /proc/$$ "$stage/pid"
+mount -t tmpfs fakeproc /proc
+mkdir -p /proc/self /proc/thread-self/net
+mount --bind "$stage/pid" /proc/self
+{}
+printf '%s' '{proc_modules}' > /proc/modules
+mount -t tmpfs nosys /sys"#,
+            if x_tables {
+                r#"mount --bind "$stage/pid/net" /proc/thread-self/net"#
+            } else {
+                ""
+            }
+        ),
+    };
+    let mut command = Command::new("unshare");
+    command
+        .args(["-m", "sh", "-ec"])
+        .arg(format!("{setup}\nexec \"$@\""))
+        .arg("sh")
+        .arg(program)
+        .args(args)
+        .env("STAGE", node.path("stage"))
+        .env("IPTABLES_WRAPPER_HOST_ROOT", &node.host_root)
+        .env("XTABLES_LOCKFILE", &node.lockfile)
+        .env_remove("IPTABLES_MODE")
+        .env_remove("IPTABLES_WRAPPER_SBIN")
+        .env_remove("IPTABLES_WRAPPER_LOG");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("run unshare")
+}
+
+/// `detect --json` in a view, parsed.
+fn detect_in_view(node: &Node, view: View, env: &[(&str, &str)]) -> Value {
+    let out = run_in_view(node, view, WRAPPER, &["detect", "--json"], env);
+    parse_detect(&out)
+}
+
+fn parse_detect(out: &Output) -> Value {
+    assert!(out.status.success(), "detect failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn evidence(report: &Value) -> &Vec<Value> {
+    report["evidence"].as_array().unwrap()
+}
+
+/// Evidence values of a source whose location contains `location`.
+fn values<'a>(report: &'a Value, source: &str, location: &str) -> Vec<&'a str> {
+    evidence(report)
+        .iter()
+        .filter(|e| e["source"] == source && e["location"].as_str().unwrap().contains(location))
+        .map(|e| e["value"].as_str().unwrap())
+        .collect()
+}
+
+fn warnings(report: &Value) -> Vec<&str> {
+    report["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect()
+}
+
+fn kernel_release() -> String {
+    common::sh("uname -r").trim().to_string()
+}
+
+/// Writes a module list (`modules.builtin`, `modules.dep`) of the running
+/// kernel's release under the node's host root.
+fn host_module_list(node: &Node, list: &str, lines: &[&str]) {
+    let dir = node.host_root.join("lib/modules").join(kernel_release());
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut text = lines.join("\n");
+    text.push('\n');
+    std::fs::write(dir.join(list), text).unwrap();
+}
+
+fn remove_host_module_lists(node: &Node) {
+    let _ = std::fs::remove_dir_all(node.host_root.join("lib/modules"));
+}
+
+fn mode_and_source(report: &Value) -> (&str, &str) {
+    (report["mode"].as_str().unwrap(), report["decided_by"].as_str().unwrap())
+}
+
+// Item 4: unknown is unknown, never zero.
+
+#[test]
+fn without_proc_legacy_is_unknown_not_empty() {
+    let node = Node::new("noproc");
+    node.sh(
+        "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+         for i in 1 2 3; do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done
+         iptables-nft -A INPUT -j ACCEPT",
+    );
+    let report = detect_in_view(&node, View::NoProc, &[]);
+    for e in evidence(&report) {
+        let value = e["value"].as_str().unwrap();
+        let method = e["method"].as_str().unwrap();
+        let location = e["location"].as_str().unwrap();
+        assert!(
+            !method.contains("no legacy table") && !value.contains("no legacy table"),
+            "legacy is unknown, not absent: {e}"
+        );
+        if location.starts_with("legacy") {
+            assert!(value.starts_with("unknown"), "legacy evidence is unknown: {e}");
+        }
+    }
+    assert!(
+        values(&report, "rule-counts", "rule counts")
+            .iter()
+            .any(|v| v.starts_with("unknown")),
+        "{report}"
+    );
+    // One nft rule against an unknown legacy count decides nothing.
+    assert_eq!(report["rule_counts"], Value::Null, "{report}");
+    assert_eq!(mode_and_source(&report), ("nft", "default"));
+    assert!(
+        warnings(&report).iter().any(|w| w.contains("unknown")),
+        "the default is flagged as resting on unknown evidence: {report}"
+    );
+}
+
+#[test]
+fn built_in_nf_tables_without_sysfs_entry_is_found() {
+    // A modular kernel with nf_tables built in: no /sys/module/nf_tables,
+    // not in /proc/modules; only modules.builtin says it is there.
+    let node = Node::new("builtin");
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT; iptables-legacy -A INPUT -j ACCEPT");
+    std::fs::remove_file(&node.lockfile).unwrap();
+    let modular = || View::Modular {
+        proc_modules: "x_tables 61440 1 ip_tables, Live 0x0000000000000000\n",
+        x_tables: true,
+    };
+    host_module_list(&node, "modules.builtin", &["kernel/net/netfilter/nfnetlink.ko", "kernel/net/netfilter/nf_tables.ko"]);
+    let report = detect_in_view(&node, modular(), &[]);
+    assert_eq!(mode_and_source(&report), ("nft", "hint-chain"), "{report}");
+    let presence = values(&report, "backend-presence", "nf_tables");
+    assert!(presence[0].starts_with("present") && presence[0].contains("modules.builtin"), "{report}");
+
+    // Without any module list nf_tables is unknown, and the one legacy rule
+    // does not win against it.
+    remove_host_module_lists(&node);
+    let report = detect_in_view(&node, modular(), &[]);
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    let presence = values(&report, "backend-presence", "nf_tables");
+    assert!(
+        presence[0].starts_with("unknown") && presence[0].contains("modules.builtin"),
+        "detect says why: {report}"
+    );
+    assert!(
+        values(&report, "hint-chain", "nft").iter().all(|v| v.starts_with("unknown")),
+        "{report}"
+    );
+
+    // Loaded as a module: /proc/modules says so.
+    let report = detect_in_view(
+        &node,
+        View::Modular {
+            proc_modules: "nf_tables 364544 0 - Live 0x0000000000000000\n",
+            x_tables: true,
+        },
+        &[],
+    );
+    assert_eq!(mode_and_source(&report), ("nft", "hint-chain"), "{report}");
+}
+
+/// Runs `command` with a seccomp filter that refuses the wrapper's own raw
+/// IP sockets (`SOCK_RAW | SOCK_CLOEXEC`, `IPPROTO_RAW`) but not libiptc's
+/// (plain `SOCK_RAW`, close-on-exec set later): the wrapper's getsockopt
+/// reads fail and it falls back to `iptables-legacy-save`, which works.
+fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
+    const SECCOMP_DATA_NR: u32 = 0;
+    const SECCOMP_DATA_ARCH: u32 = 4;
+    const SECCOMP_DATA_ARG1: u32 = 16 + 8;
+    const SECCOMP_DATA_ARG2: u32 = 16 + 16;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let load = |offset| libc::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k: offset,
+    };
+    // Jump to `ret allow` (the last instruction) unless equal.
+    let equal_or_allow = |value, from: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 8 - from,
+        k: value,
+    };
+    let ret = |value| libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: value,
+    };
+    let filter = [
+        load(SECCOMP_DATA_ARCH),
+        equal_or_allow(AUDIT_ARCH_X86_64, 1),
+        load(SECCOMP_DATA_NR),
+        equal_or_allow(libc::SYS_socket as u32, 3),
+        load(SECCOMP_DATA_ARG1),
+        equal_or_allow((libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32, 5),
+        load(SECCOMP_DATA_ARG2),
+        equal_or_allow(libc::IPPROTO_RAW as u32, 7),
+        ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ret(libc::SECCOMP_RET_ALLOW),
+    ];
+    // SAFETY: prctl only affects the child between fork and exec; the
+    // filter array outlives the call (moved into the closure).
+    unsafe {
+        command.pre_exec(move || {
+            let program = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn save_tool_fallback_reads_bytes_not_text() {
+    let node = Node::new("bytes");
+    // A rule comment in Latin-1 (0xE9), a hint chain, and more nft rules.
+    node.sh(
+        r#"iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+           iptables-legacy -A INPUT -m comment --comment "$(printf 'caf\351')" -j ACCEPT
+           for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done"#,
+    );
+    let mut command = node.wrapper();
+    command.args(["detect", "--json"]);
+    let report = parse_detect(&refuse_wrapper_raw_sockets(&mut command).output().unwrap());
+    assert!(
+        values(&report, "hint-chain", "legacy ipv4 mangle chain KUBE-IPTABLES-HINT") == ["present"],
+        "{report}"
+    );
+    let legacy_method = evidence(&report)
+        .iter()
+        .find(|e| e["location"] == "legacy rules (ipv4 + ipv6)")
+        .map(|e| e["method"].as_str().unwrap().to_string())
+        .unwrap_or_default();
+    assert!(legacy_method.contains("iptables-legacy-save output"), "{report}");
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], 1, "{report}");
+    assert_eq!(mode_and_source(&report), ("legacy", "hint-chain"), "{report}");
+}
+
+// Item 6: the lock file only tips a balance.
+
+#[test]
+fn lock_file_decides_only_beside_legacy_tables() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new("locktraces");
+    // go-iptables' lock on an nft host: 0600, held, and no legacy table.
+    std::fs::write(&node.lockfile, "").unwrap();
+    std::fs::set_permissions(&node.lockfile, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let held = nix::fcntl::Flock::lock(
+        std::fs::File::open(&node.lockfile).unwrap(),
+        nix::fcntl::FlockArg::LockExclusive,
+    )
+    .unwrap();
+    let report = node.detect();
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    let lock = values(&report, "xtables-lock", &node.lockfile.display().to_string());
+    assert!(lock[0].contains("locked right now") && lock[0].contains("decides nothing"), "shown: {report}");
+    assert!(warnings(&report).is_empty(), "no disagreement from the lock alone: {report}");
+    assert_eq!(node.version_mode("iptables"), "nft");
+
+    // A legacy table listed here (made with another lock file, this one
+    // being held): now the lock breaks the 0-0 tie.
+    common::sh(&format!(
+        "XTABLES_LOCKFILE={} iptables-legacy -t raw -L -n >/dev/null",
+        node.path("other.lock").display()
+    ));
+    let report = node.detect();
+    assert_eq!(mode_and_source(&report), ("legacy", "xtables-lock"), "{report}");
+    drop(held);
+
+    // Only a regular file is evidence: /dev/null with a lock on it is not.
+    let dev_null = nix::fcntl::Flock::lock(
+        std::fs::File::open("/dev/null").unwrap(),
+        nix::fcntl::FlockArg::LockShared,
+    )
+    .unwrap();
+    let out = node
+        .wrapper()
+        .env("XTABLES_LOCKFILE", "/dev/null")
+        .args(["detect", "--json"])
+        .output()
+        .unwrap();
+    let report = parse_detect(&out);
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    assert!(values(&report, "xtables-lock", "/dev/null")[0].contains("not a lock file"), "{report}");
+    drop(dev_null);
+}
+
+// Item 7: stale legacy rules, not stale legacy tables.
+
+fn stale_warnings(node: &Node) -> (Vec<String>, String) {
+    let report = node.detect();
+    assert_eq!(mode_and_source(&report), ("nft", "host-link"), "{report}");
+    let from_detect = warnings(&report)
+        .iter()
+        .filter(|w| w.contains("stale legacy rules"))
+        .map(|w| w.to_string())
+        .collect();
+    // A call asked for its warnings (IPTABLES_WRAPPER_LOG set).
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
+    (from_detect, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn empty_legacy_tables_are_not_stale_rules() {
+    let node = Node::new("emptylegacy");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // Read-only legacy listings create empty tables; an empty user chain
+    // holds no rule either.
+    node.sh("iptables-legacy -L -n >/dev/null; ip6tables-legacy -t mangle -L -n >/dev/null; iptables-legacy -t nat -N EMPTY");
+    let (from_detect, stderr) = stale_warnings(&node);
+    assert!(from_detect.is_empty(), "{from_detect:?}");
+    assert!(!stderr.contains("stale legacy rules"), "{stderr}");
+    let report = node.detect();
+    assert!(
+        values(&report, "rule-counts", "legacy ipv4 tables")[0].contains("without rules"),
+        "detect still shows the tables: {report}"
+    );
+
+    node.sh("iptables-legacy -t nat -A EMPTY -j RETURN");
+    let (from_detect, stderr) = stale_warnings(&node);
+    assert!(from_detect.iter().any(|w| w.contains("nat holds 1 rule")), "{from_detect:?}");
+    assert!(stderr.contains("stale") && stderr.contains("nat holds 1 rule"), "{stderr}");
+}
+
+// Item 8: exact names for the host link.
+
+#[test]
+fn host_link_targets_are_classified_by_exact_name() {
+    let node = Node::new("exactnames");
+    for target in [
+        "/usr/sbin/xtables-legacy-multi.dpkg-old",
+        "/opt/iptables-legacy-foo",
+        "/usr/sbin/iptables-nft-but-weird",
+        "/usr/sbin/legacy",
+    ] {
+        node.set_host_link("iptables", target);
+        let report = node.detect();
+        assert_eq!(mode_and_source(&report), ("nft", "default"), "{target}: {report}");
+        let link = values(&report, "host-link", "etc/alternatives/iptables");
+        assert!(link[0].contains(target) && link[0].contains("no hint"), "{report}");
+        assert_eq!(node.version_mode("iptables"), "nft", "{target}");
+    }
+    for (target, mode) in [
+        ("/usr/sbin/xtables-legacy-multi", "legacy"),
+        ("/usr/sbin/iptables-legacy-restore", "legacy"),
+        ("/usr/sbin/xtables-nft-multi", "nft"),
+    ] {
+        node.set_host_link("iptables", target);
+        assert_eq!(mode_and_source(&node.detect()), (mode, "host-link"), "{target}");
+    }
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-legacy");
+    assert_eq!(node.version_mode("ip6tables"), "legacy");
+}
+
+// Item 9: kube-proxy's canary; kernels with one backend.
+
+#[test]
+fn kube_proxy_canary_is_a_hint_chain_in_both_backends() {
+    let node = Node::new("canary");
+    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY; for i in 1 2 3; do iptables-legacy -A INPUT -j ACCEPT; done");
+    std::fs::remove_file(&node.lockfile).unwrap();
+    let report = node.detect();
+    assert_eq!(mode_and_source(&report), ("nft", "hint-chain"), "{report}");
+    assert!(report["reason"].as_str().unwrap().contains("KUBE-PROXY-CANARY"));
+    assert_eq!(node.version_mode("iptables"), "nft");
+
+    let node = Node::new("canary6");
+    node.sh("ip6tables-legacy -t mangle -N KUBE-PROXY-CANARY; for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done");
+    assert_eq!(mode_and_source(&node.detect()), ("legacy", "hint-chain"));
+    assert_eq!(node.version_mode("ip6tables"), "legacy");
+}
+
+#[test]
+fn kernel_without_nf_tables_is_never_picked_by_default() {
+    // An old COS-like kernel: nf_tables neither loaded, built in nor
+    // installed as a module.
+    let node = Node::new("nonft");
+    let view = || View::Modular {
+        proc_modules: "ip_tables 32768 0 - Live 0x0000000000000000\n",
+        x_tables: true,
+    };
+    host_module_list(&node, "modules.builtin", &["kernel/net/netfilter/x_tables.ko"]);
+    host_module_list(
+        &node,
+        "modules.dep",
+        &["kernel/net/ipv4/netfilter/ip_tables.ko.zst: kernel/net/netfilter/x_tables.ko.zst"],
+    );
+    let report = detect_in_view(&node, view(), &[]);
+    assert_eq!(mode_and_source(&report), ("legacy", "default"), "{report}");
+    let presence = values(&report, "backend-presence", "nf_tables");
+    assert!(presence[0].starts_with("not in this kernel"), "{report}");
+    assert!(warnings(&report).is_empty(), "{report}");
+
+    // The override is obeyed, with a warning.
+    let report = detect_in_view(&node, view(), &[("IPTABLES_MODE", "nft")]);
+    assert_eq!(mode_and_source(&report), ("nft", "override"), "{report}");
+    assert!(warnings(&report).iter().any(|w| w.contains("lacks")), "{report}");
+    let out = run_in_view(
+        &node,
+        view(),
+        node.bin.join("iptables").to_str().unwrap(),
+        &["-V"],
+        &[("IPTABLES_MODE", "nft"), ("IPTABLES_WRAPPER_LOG", "warn")],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lacks"), "{out:?}");
+
+    // A module to load is not a lacking backend: the default stays nft.
+    host_module_list(&node, "modules.dep", &["kernel/net/netfilter/nf_tables.ko.zst:"]);
+    let report = detect_in_view(&node, view(), &[]);
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    assert!(values(&report, "backend-presence", "nf_tables")[0].starts_with("not loaded"));
+}
+
+#[test]
+fn kernel_without_legacy_x_tables_is_reported_and_obeyed_with_a_warning() {
+    // A 6.17+ kernel built without legacy x_tables: no table list, no module.
+    let node = Node::new("nolegacy");
+    let view = || View::Modular {
+        proc_modules: "nf_tables 364544 0 - Live 0x0000000000000000\n",
+        x_tables: false,
+    };
+    host_module_list(&node, "modules.dep", &["kernel/net/netfilter/nf_tables.ko.zst:"]);
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let report = detect_in_view(&node, view(), &[]);
+    assert_eq!(mode_and_source(&report), ("legacy", "host-link"), "{report}");
+    for module in ["ip_tables", "ip6_tables"] {
+        let presence = values(&report, "backend-presence", module);
+        assert!(presence[0].starts_with("not in this kernel"), "{report}");
+    }
+    assert!(warnings(&report).iter().any(|w| w.contains("lacks")), "{report}");
+
+    // Without the link: nothing in legacy, nft by default, no warning.
+    std::fs::remove_file(node.host_root.join("etc/alternatives/iptables")).unwrap();
+    let report = detect_in_view(&node, view(), &[]);
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    assert!(warnings(&report).is_empty(), "{report}");
+}
