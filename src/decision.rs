@@ -415,7 +415,11 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                 match exact {
                     Some(entries) if entries.rules == 0 => None,
                     Some(entries) => Some(format!("{} holds {}", table.name, rules(entries.rules))),
-                    None => Some(format!("{} holds up to {}", table.name, rules(table.rule_upper_bound()))),
+                    None => Some(format!(
+                        "{} holds up to {}",
+                        table.name,
+                        rules(table.rule_upper_bound())
+                    )),
                 }
             })
             .collect();
@@ -466,11 +470,7 @@ fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) -> Option<R
         collector.decide(
             Mode::Nft,
             Source::HintChain,
-            format!(
-                "hint chain {} found in nft ({})",
-                hint.chain,
-                hint.family.label()
-            ),
+            format!("hint chain {} found in nft ({})", hint.chain, hint.family.label()),
         );
         if collector.done() {
             return None;
@@ -640,14 +640,14 @@ fn read_xtables_lock(collector: &mut Collector) {
     let mut traces = None;
     if lock.hints_legacy() {
         match legacy_traces() {
-            Ok(tables) if tables.is_empty() => {
-                value.push_str("; no legacy table is listed, so it decides nothing")
-            }
+            Ok(tables) if tables.is_empty() => value.push_str("; no legacy table is listed, so it decides nothing"),
             Ok(tables) => {
                 value.push_str(&format!("; legacy tables listed: {}", tables.join(", ")));
                 traces = Some(tables);
             }
-            Err(why) => value.push_str(&format!("; it decides nothing, as legacy tables cannot be listed ({why})")),
+            Err(why) => value.push_str(&format!(
+                "; it decides nothing, as legacy tables cannot be listed ({why})"
+            )),
         }
     }
     collector.add(Evidence {

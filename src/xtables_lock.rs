@@ -28,15 +28,21 @@ pub enum LockObservation {
     Absent,
     /// Something other than a regular file (a directory a hostPath mount
     /// made, `/dev/null`, ...): no lock file, no evidence.
-    NotAFile { kind: &'static str },
+    NotAFile {
+        kind: &'static str,
+    },
     /// A regular file that `/proc/locks` lists a lock on (by its own device
     /// and inode): some iptables user holds it right now.
-    Held { mode: u32 },
+    Held {
+        mode: u32,
+    },
     /// A regular file with mode 0600, as legacy iptables and go-iptables
     /// create it.
     Mode0600,
     /// A regular file as neither leaves it (e.g. 0644 from kubelet).
-    Other { mode: u32 },
+    Other {
+        mode: u32,
+    },
 }
 
 impl LockFileState {

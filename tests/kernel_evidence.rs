@@ -69,7 +69,11 @@ fn detect_in_view(node: &Node, view: View, env: &[(&str, &str)]) -> Value {
 }
 
 fn parse_detect(out: &Output) -> Value {
-    assert!(out.status.success(), "detect failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "detect failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
@@ -87,7 +91,12 @@ fn values<'a>(report: &'a Value, source: &str, location: &str) -> Vec<&'a str> {
 }
 
 fn warnings(report: &Value) -> Vec<&str> {
-    report["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect()
+    report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect()
 }
 
 fn kernel_release() -> String {
@@ -117,11 +126,9 @@ fn mode_and_source(report: &Value) -> (&str, &str) {
 #[test]
 fn without_proc_legacy_is_unknown_not_empty() {
     let node = Node::new("noproc");
-    node.sh(
-        "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+    node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
          for i in 1 2 3; do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done
-         iptables-nft -A INPUT -j ACCEPT",
-    );
+         iptables-nft -A INPUT -j ACCEPT");
     let report = detect_in_view(&node, View::NoProc, &[]);
     for e in evidence(&report) {
         let value = e["value"].as_str().unwrap();
@@ -161,11 +168,18 @@ fn built_in_nf_tables_without_sysfs_entry_is_found() {
         proc_modules: "x_tables 61440 1 ip_tables, Live 0x0000000000000000\n",
         x_tables: true,
     };
-    host_module_list(&node, "modules.builtin", &["kernel/net/netfilter/nfnetlink.ko", "kernel/net/netfilter/nf_tables.ko"]);
+    host_module_list(
+        &node,
+        "modules.builtin",
+        &["kernel/net/netfilter/nfnetlink.ko", "kernel/net/netfilter/nf_tables.ko"],
+    );
     let report = detect_in_view(&node, modular(), &[]);
     assert_eq!(mode_and_source(&report), ("nft", "hint-chain"), "{report}");
     let presence = values(&report, "backend-presence", "nf_tables");
-    assert!(presence[0].starts_with("present") && presence[0].contains("modules.builtin"), "{report}");
+    assert!(
+        presence[0].starts_with("present") && presence[0].contains("modules.builtin"),
+        "{report}"
+    );
 
     // Without any module list nf_tables is unknown, and the one legacy rule
     // does not win against it.
@@ -178,7 +192,9 @@ fn built_in_nf_tables_without_sysfs_entry_is_found() {
         "detect says why: {report}"
     );
     assert!(
-        values(&report, "hint-chain", "nft").iter().all(|v| v.starts_with("unknown")),
+        values(&report, "hint-chain", "nft")
+            .iter()
+            .all(|v| v.starts_with("unknown")),
         "{report}"
     );
 
@@ -257,11 +273,9 @@ fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
 fn save_tool_fallback_reads_bytes_not_text() {
     let node = Node::new("bytes");
     // A rule comment in Latin-1 (0xE9), a hint chain, and more nft rules.
-    node.sh(
-        r#"iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+    node.sh(r#"iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
            iptables-legacy -A INPUT -m comment --comment "$(printf 'caf\351')" -j ACCEPT
-           for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done"#,
-    );
+           for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done"#);
     let mut command = node.wrapper();
     command.args(["detect", "--json"]);
     let report = parse_detect(&refuse_wrapper_raw_sockets(&mut command).output().unwrap());
@@ -296,8 +310,14 @@ fn lock_file_decides_only_beside_legacy_tables() {
     let report = node.detect();
     assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
     let lock = values(&report, "xtables-lock", &node.lockfile.display().to_string());
-    assert!(lock[0].contains("locked right now") && lock[0].contains("decides nothing"), "shown: {report}");
-    assert!(warnings(&report).is_empty(), "no disagreement from the lock alone: {report}");
+    assert!(
+        lock[0].contains("locked right now") && lock[0].contains("decides nothing"),
+        "shown: {report}"
+    );
+    assert!(
+        warnings(&report).is_empty(),
+        "no disagreement from the lock alone: {report}"
+    );
     assert_eq!(node.version_mode("iptables"), "nft");
 
     // A legacy table listed here (made with another lock file, this one
@@ -324,7 +344,10 @@ fn lock_file_decides_only_beside_legacy_tables() {
         .unwrap();
     let report = parse_detect(&out);
     assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
-    assert!(values(&report, "xtables-lock", "/dev/null")[0].contains("not a lock file"), "{report}");
+    assert!(
+        values(&report, "xtables-lock", "/dev/null")[0].contains("not a lock file"),
+        "{report}"
+    );
     drop(dev_null);
 }
 
@@ -367,8 +390,14 @@ fn empty_legacy_tables_are_not_stale_rules() {
 
     node.sh("iptables-legacy -t nat -A EMPTY -j RETURN");
     let (from_detect, stderr) = stale_warnings(&node);
-    assert!(from_detect.iter().any(|w| w.contains("nat holds 1 rule")), "{from_detect:?}");
-    assert!(stderr.contains("stale") && stderr.contains("nat holds 1 rule"), "{stderr}");
+    assert!(
+        from_detect.iter().any(|w| w.contains("nat holds 1 rule")),
+        "{from_detect:?}"
+    );
+    assert!(
+        stderr.contains("stale") && stderr.contains("nat holds 1 rule"),
+        "{stderr}"
+    );
 }
 
 // Item 8: exact names for the host link.
@@ -414,7 +443,9 @@ fn kube_proxy_canary_is_a_hint_chain_in_both_backends() {
     assert_eq!(node.version_mode("iptables"), "nft");
 
     let node = Node::new("canary6");
-    node.sh("ip6tables-legacy -t mangle -N KUBE-PROXY-CANARY; for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done");
+    node.sh(
+        "ip6tables-legacy -t mangle -N KUBE-PROXY-CANARY; for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done",
+    );
     assert_eq!(mode_and_source(&node.detect()), ("legacy", "hint-chain"));
     assert_eq!(node.version_mode("ip6tables"), "legacy");
 }

@@ -257,7 +257,10 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
             if net.is_dir() {
                 Ok(None)
             } else {
-                Err(format!("{} is absent (/proc not mounted?): the legacy tables cannot be listed", net.display()))
+                Err(format!(
+                    "{} is absent (/proc not mounted?): the legacy tables cannot be listed",
+                    net.display()
+                ))
             }
         }
         Err(e) => Err(format!("{file}: {e}: the legacy tables cannot be listed")),

@@ -104,11 +104,7 @@ pub fn nf_tables() -> Presence {
                 return Presence::Present(format!("listed in {PROC_MODULES}"))
             }
             Ok(_) => {}
-            Err(e) => {
-                return Presence::Unknown(format!(
-                    "neither /sys/module nor {PROC_MODULES} can be read ({e})"
-                ))
-            }
+            Err(e) => return Presence::Unknown(format!("neither /sys/module nor {PROC_MODULES} can be read ({e})")),
         }
     }
     // Not a loaded module: either built in (without a sysfs entry) or absent.
@@ -248,7 +244,10 @@ mod tests {
     fn module_file_names() {
         assert!(module_name_is(b"kernel/net/netfilter/nf_tables.ko", "nf_tables"));
         assert!(module_name_is(b"kernel/net/netfilter/nf_tables.ko.zst", "nf_tables"));
-        assert!(module_name_is(b"kernel/net/ipv4/netfilter/ip_tables.ko.xz", "ip_tables"));
+        assert!(module_name_is(
+            b"kernel/net/ipv4/netfilter/ip_tables.ko.xz",
+            "ip_tables"
+        ));
         assert!(module_name_is(b"updates/ip-tables.ko", "ip_tables"));
         assert!(!module_name_is(b"kernel/net/ipv6/netfilter/ip6_tables.ko", "ip_tables"));
         assert!(!module_name_is(b"kernel/net/netfilter/nf_tables_set.ko", "nf_tables"));
