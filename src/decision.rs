@@ -257,17 +257,21 @@ fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
 /// call only what can change the outcome, namely the backend the override or
 /// the host link picked (to warn if the kernel lacks it) or, with nothing
 /// decided yet, nf_tables (the default must not be a backend the kernel
-/// lacks). Hint chains, counts and the lock need state in the backend they
-/// pick, so they cannot pick a missing one. Returns the backends it lacks.
+/// lacks), and legacy only if nf_tables is lacking. Hint chains, counts and
+/// the lock need state in the backend they pick, so they cannot pick a
+/// missing one. Returns the backends the kernel lacks.
 fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, family: Family) -> Vec<(Mode, String)> {
     let wanted: Vec<Mode> = match (collector.depth, &collector.decided) {
-        (Depth::Everything, _) => vec![Mode::Nft, Mode::Legacy],
-        (Depth::Decide, None) => vec![Mode::Nft],
+        (Depth::Everything, _) | (Depth::Decide, None) => vec![Mode::Nft, Mode::Legacy],
         (Depth::Decide, Some((mode, Source::Override | Source::HostLink, _))) => vec![*mode],
         (Depth::Decide, Some(_)) => Vec::new(),
     };
     let mut lacking = Vec::new();
     for mode in wanted {
+        let default_needs_it = mode == Mode::Nft || !lacking.is_empty();
+        if collector.depth == Depth::Decide && collector.decided.is_none() && !default_needs_it {
+            continue;
+        }
         let families: &[Family] = match (mode, collector.depth) {
             (Mode::Nft, _) => &[family],
             (Mode::Legacy, Depth::Everything) => &Family::BOTH,

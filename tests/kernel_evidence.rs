@@ -471,6 +471,12 @@ fn kernel_without_nf_tables_is_never_picked_by_default() {
     assert!(presence[0].starts_with("not in this kernel"), "{report}");
     assert!(warnings(&report).is_empty(), "{report}");
 
+    let out = run_in_view(&node, view(), node.bin.join("iptables").to_str().unwrap(), &["-V"], &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(legacy)"),
+        "a call too: {out:?}"
+    );
+
     // The override is obeyed, with a warning.
     let report = detect_in_view(&node, view(), &[("IPTABLES_MODE", "nft")]);
     assert_eq!(mode_and_source(&report), ("nft", "override"), "{report}");
