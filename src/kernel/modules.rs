@@ -125,6 +125,9 @@ pub fn nf_tables() -> Presence {
 /// `modules.dep` (see [`Presence::or_missing`]).
 pub fn x_tables(family: Family) -> Presence {
     let file = legacy::names_file(family);
+    if Path::new(file).exists() {
+        return Presence::Present(format!("{file} exists"));
+    }
     match legacy::listed_tables(family) {
         Ok(Some(_)) => Presence::Present(format!("{file} exists")),
         Ok(None) => Presence::NotLoaded(format!("no {file}")),
