@@ -30,7 +30,7 @@ pub const MIXED_STATE_RULES: u64 = 10;
 
 /// Stale legacy tables up to this size are walked for their exact rule
 /// count on every call; larger ones only get GET_INFO's upper bound there.
-const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 64 * 1024;
+const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 16 * 1024;
 
 /// How much to read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
