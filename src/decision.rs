@@ -220,7 +220,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         rule_counts = read_kernel(&mut collector, &mut kernel);
     }
     if !collector.done() {
-        read_xtables_lock(&mut collector);
+        read_xtables_lock(&mut collector, rule_counts.is_some());
     }
     let lacking = read_backend_presence(&mut collector, &mut kernel, command.family);
     let (mode, decided_by, reason) = collector.decided.take().unwrap_or_else(|| default_mode(&lacking));
@@ -637,12 +637,15 @@ fn describe_bounds(bounds: RuleBounds) -> String {
 
 /// The lock file as a tie-breaker: evidence only as a regular file that is
 /// 0600 or held, and deciding only when legacy tables are listed here too
-/// (go-iptables makes and locks it on nft hosts as well).
-fn read_xtables_lock(collector: &mut Collector) {
+/// (go-iptables makes and locks it on nft hosts as well) and the rule counts
+/// were known on both sides (a count left unknown is no tie to break).
+fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
     let lock = xtables_lock::inspect();
     let mut value = lock.describe();
     let mut traces = None;
-    if lock.hints_legacy() {
+    if lock.hints_legacy() && !counts_known {
+        value.push_str("; the rule counts are unknown, so there is no tie for it to break");
+    } else if lock.hints_legacy() {
         match legacy_traces() {
             Ok(tables) if tables.is_empty() => value.push_str("; no legacy table is listed, so it decides nothing"),
             Ok(tables) => {
