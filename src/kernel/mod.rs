@@ -165,7 +165,7 @@ impl KernelReader {
         self.nf_tables.get_or_insert_with(modules::nf_tables)
     }
 
-    /// kubelet's hint chains and kube-proxy's tables in nf_tables, all in one
+    /// The hint chains and kube-proxy's tables in nf_tables, all in one
     /// round trip.
     pub fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String> {
         let mut objects = Vec::new();
@@ -229,7 +229,7 @@ impl KernelReader {
         }
     }
 
-    /// kubelet's hint chains in legacy mangle tables that already exist.
+    /// The hint chains in legacy mangle tables that already exist.
     pub fn legacy_hint_chains(&mut self) -> Result<Reading<Vec<HintChain>>, String> {
         let mut found = Vec::new();
         let mut methods = Vec::new();
