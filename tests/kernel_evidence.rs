@@ -16,7 +16,8 @@ enum View<'a> {
     /// A tmpfs over `/proc`: no `/proc` at all.
     NoProc,
     /// A modular kernel: a fake `/proc` with this `/proc/modules`, the real
-    /// `/proc/<pid>` as `/proc/self`, a tmpfs over `/sys` (no module entries);
+    /// `/proc/<pid>` as `/proc/self`, a tmpfs over `/sys` (no module entries)
+    /// and over this machine's own `/lib/modules` (only the host root's count);
     /// `/proc/thread-self/net` is the namespace's real one, or an empty
     /// directory when `x_tables` is false (no legacy x_tables loaded).
     Modular { proc_modules: &'a str, x_tables: bool },
@@ -35,7 +36,8 @@ mkdir -p /proc/self /proc/thread-self/net
 mount --bind "$stage/pid" /proc/self
 {}
 printf '%s' '{proc_modules}' > /proc/modules
-mount -t tmpfs nosys /sys"#,
+mount -t tmpfs nosys /sys
+for d in /lib/modules /usr/lib/modules; do if [ -d $d ]; then mount -t tmpfs nomodules $d; fi; done"#,
             if x_tables {
                 r#"mount --bind "$stage/pid/net" /proc/thread-self/net"#
             } else {
