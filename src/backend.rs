@@ -245,6 +245,11 @@ pub fn run(command: &WrappedCommand, mode: Mode, args: &[&CStr], before_exec: &d
 /// any execute bit; others: the bit of the owner, group or others class).
 fn may_execute(meta: &std::fs::Metadata) -> bool {
     let mode = meta.mode();
+    match mode & 0o111 {
+        0 => return false,
+        0o111 => return true,
+        _ => {}
+    }
     // SAFETY: these calls only read the process's credentials.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if euid == 0 {

@@ -17,22 +17,28 @@ static STDERR_OPEN: AtomicBool = AtomicBool::new(true);
 /// Holds every closed standard descriptor with a close-on-exec placeholder.
 /// Call first thing in `main`, before anything opens a file.
 pub fn hold_closed() {
-    for fd in 0..=2 {
-        // SAFETY: F_GETFD only queries the descriptor.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
-            continue;
-        }
-        if fd == 2 {
+    let mut standard = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: polls three descriptors of a live array without waiting; a
+    // closed one comes back as POLLNVAL.
+    if unsafe { libc::poll(standard.as_mut_ptr(), 3, 0) } <= 0 {
+        return;
+    }
+    for closed in standard.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+        if closed.fd == 2 {
             STDERR_OPEN.store(false, Ordering::Relaxed);
         }
         // The lowest free number is this one: lower ones are open by now.
         // SAFETY: plain open of a constant path; the result is checked.
         let placeholder = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-        if placeholder != fd && placeholder >= 0 {
+        if placeholder != closed.fd && placeholder >= 0 {
             // SAFETY: both are descriptors this process owns; dup3 sets
             // close-on-exec on the copy.
             unsafe {
-                libc::dup3(placeholder, fd, libc::O_CLOEXEC);
+                libc::dup3(placeholder, closed.fd, libc::O_CLOEXEC);
                 libc::close(placeholder);
             }
         }
