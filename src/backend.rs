@@ -134,11 +134,14 @@ fn own_dir() -> Option<PathBuf> {
     (!SYSTEM_DIRS.iter().any(|system| dir == Path::new(system))).then_some(dir)
 }
 
-/// What a search saw besides the candidates it offered.
+/// What a search looks for, and what it saw besides the candidates it offered.
 struct Search<'a> {
     own_file: OwnFile,
     command: &'a WrappedCommand,
-    mode: Mode,
+    /// `xtables-<mode>-multi`
+    multi: String,
+    /// `<command>-<mode>`
+    single: String,
     tried: Vec<PathBuf>,
     skipped: Vec<(PathBuf, &'static str)>,
     wrapper_copies: Vec<PathBuf>,
@@ -147,9 +150,7 @@ struct Search<'a> {
 impl Search<'_> {
     /// Offers each runnable candidate in `dir` to `take`; true once taken.
     fn dir(&mut self, dir: &Path, take: &mut dyn FnMut(Backend) -> bool) -> bool {
-        let multi = format!("xtables-{}-multi", self.mode);
-        let single = format!("{}-{}", self.command.name, self.mode);
-        for (file, argv0) in [(multi.as_str(), self.command.name), (single.as_str(), single.as_str())] {
+        for (file, argv0) in [(&self.multi, self.command.name), (&self.single, self.single.as_str())] {
             let path = dir.join(file);
             let Ok(meta) = std::fs::metadata(&path) else {
                 self.tried.push(path);
@@ -182,7 +183,8 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
     let mut search = Search {
         own_file: OwnFile::identify(),
         command,
-        mode,
+        multi: format!("xtables-{mode}-multi"),
+        single: format!("{}-{mode}", command.name),
         tried: Vec::new(),
         skipped: Vec::new(),
         wrapper_copies: Vec::new(),
@@ -258,7 +260,9 @@ fn may_execute(meta: &std::fs::Metadata) -> bool {
     if meta.uid() == euid {
         return mode & 0o100 != 0;
     }
-    if meta.gid() == egid || nix::unistd::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == meta.gid())) {
+    if meta.gid() == egid
+        || nix::unistd::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == meta.gid()))
+    {
         return mode & 0o010 != 0;
     }
     mode & 0o001 != 0

@@ -62,7 +62,9 @@ fn run(args: &[&CStr]) -> i32 {
     if let Logging::Requested(level) = logging {
         init_logger(level);
     }
-    let (argv0, rest) = args.split_first().map_or((&[][..], &[][..]), |(first, rest)| (first.to_bytes(), rest));
+    let (argv0, rest) = args
+        .split_first()
+        .map_or((&[][..], &[][..]), |(first, rest)| (first.to_bytes(), rest));
     let invoked = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
     match std::str::from_utf8(invoked).ok().and_then(WrappedCommand::from_name) {
         Some(command) => run_backend(&command, rest, &logging),

@@ -57,7 +57,7 @@ impl OwnFile {
         let by_proc = || std::fs::metadata(PROC_SELF_EXE).ok().map(|meta| file_id(&meta));
         match self.exec_path_id {
             // A match is confirmed through /proc when it can be read.
-            Some(id) if id == candidate => by_proc().is_none_or(|running| running == candidate),
+            Some(id) if id == candidate => by_proc().map_or(true, |running| running == candidate),
             Some(_) => false,
             None => by_proc() == Some(candidate),
         }

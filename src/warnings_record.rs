@@ -52,7 +52,9 @@ pub fn record(warnings: &[String]) {
     let previous = dir.read(FILE_NAME, MAX_FILE_BYTES).unwrap_or_default();
     let previous = String::from_utf8_lossy(&previous);
     let current: Vec<String> = warnings.iter().map(|w| one_line(w)).collect();
-    let Some(contents) = updated(&previous, &current, now) else { return };
+    let Some(contents) = updated(&previous, &current, now) else {
+        return;
+    };
     if let Err(e) = dir.replace(FILE_NAME, contents.as_bytes()) {
         log::debug!("warnings record in {} not written: {e}", dir.path().display());
     }
@@ -69,7 +71,11 @@ fn updated(previous: &str, current: &[String], now: u64) -> Option<String> {
     let entries: Vec<(&str, &str)> = lines.filter_map(|line| line.split_once(' ')).collect();
     let all_recorded = current.iter().all(|w| entries.iter().any(|(_, known)| known == w));
     if let Some(written_at) = written_at.filter(|&at| at <= now) {
-        let wait = if all_recorded { REFRESH_SECONDS } else { MIN_REWRITE_SECONDS };
+        let wait = if all_recorded {
+            REFRESH_SECONDS
+        } else {
+            MIN_REWRITE_SECONDS
+        };
         if now - written_at < wait {
             return None;
         }
@@ -119,7 +125,11 @@ fn utc_time(unix: u64) -> String {
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let month_index = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
@@ -137,7 +147,8 @@ mod tests {
     fn utc_times() {
         assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_time(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(utc_time(1_798_590_001), "2026-12-30T01:40:01Z");
+        assert_eq!(utc_time(1_795_992_001), "2026-11-29T22:40:01Z");
+        assert_eq!(utc_time(1_798_590_001), "2026-12-30T00:20:01Z");
     }
 
     #[test]
@@ -146,13 +157,19 @@ mod tests {
         let first = updated("", &a, 1000).expect("a new record is written");
         assert!(first.ends_with(" a warning\n"), "{first}");
         assert_eq!(updated(&first, &a, 1030), None, "same warnings, fresh record");
-        assert!(updated(&first, &a, 1000 + REFRESH_SECONDS).is_some(), "refreshed after a minute");
+        assert!(
+            updated(&first, &a, 1000 + REFRESH_SECONDS).is_some(),
+            "refreshed after a minute"
+        );
         let b = vec!["another".to_string()];
         assert_eq!(updated(&first, &b, 1000), None, "at most one write a second");
         let both = updated(&first, &b, 1001).expect("a new warning is added");
         let lines: Vec<&str> = both.lines().skip(1).collect();
         assert_eq!(lines.len(), 2);
-        assert!(lines[0].ends_with(" another") && lines[1].ends_with(" a warning"), "{both}");
+        assert!(
+            lines[0].ends_with(" another") && lines[1].ends_with(" a warning"),
+            "{both}"
+        );
         // A clock that went back does not freeze the record.
         assert!(updated(&both, &a, 10).is_some());
     }
@@ -165,7 +182,11 @@ mod tests {
             record = updated(&record, &warning, 1000 + 2 * round).unwrap();
         }
         assert_eq!(record.lines().count(), MAX_WARNINGS + 1);
-        assert!(record.lines().nth(1).unwrap().ends_with(&format!("warning {}", MAX_WARNINGS + 4)));
+        assert!(record
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with(&format!("warning {}", MAX_WARNINGS + 4)));
         let long = one_line(&"é".repeat(MAX_WARNING_BYTES));
         assert!(long.len() <= MAX_WARNING_BYTES + 6 && long.ends_with("[cut]"));
         assert_eq!(one_line("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");

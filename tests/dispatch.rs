@@ -402,7 +402,12 @@ fn non_utf8_override_and_log_level_are_bad_input() {
     let node = Node::new("nonutf8");
     let bad = std::ffi::OsStr::from_bytes(b"legacy\xff");
     for var in ["IPTABLES_MODE", "IPTABLES_WRAPPER_LOG"] {
-        let out = node.command("iptables").env(var, bad).args(["-A", "INPUT", "-j", "ACCEPT"]).output().unwrap();
+        let out = node
+            .command("iptables")
+            .env(var, bad)
+            .args(["-A", "INPUT", "-j", "ACCEPT"])
+            .output()
+            .unwrap();
         assert_bad_input(&out, &[var, "legacy"]);
     }
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
@@ -473,7 +478,10 @@ fn install_dir_must_not_be_empty() {
         .output()
         .unwrap();
     assert_bad_input(&out, &["--dir", "empty", "see iptables-wrapper --help"]);
-    assert!(snapshot(&cwd).is_empty(), "nothing installed into the working directory");
+    assert!(
+        snapshot(&cwd).is_empty(),
+        "nothing installed into the working directory"
+    );
 }
 
 #[test]
@@ -483,7 +491,13 @@ fn install_does_not_advise_force_where_it_cannot_help() {
     std::fs::create_dir_all(dir.join("ip6tables")).unwrap();
     let before = snapshot(&dir);
     for extra in [&["--force"][..], &[]] {
-        let out = node.wrapper().args(["install", "--dir"]).arg(&dir).args(extra).output().unwrap();
+        let out = node
+            .wrapper()
+            .args(["install", "--dir"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -506,7 +520,13 @@ fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
     std::fs::write(node.path("mounted"), "mounted over").unwrap();
     let before = snapshot(&dir);
     let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", "mount --bind \"$1\" \"$2/ip6tables\" && exec \"$3\" install --force --dir \"$2\"", "sh"])
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$2/ip6tables\" && exec \"$3\" install --force --dir \"$2\"",
+            "sh",
+        ])
         .arg(node.path("mounted"))
         .arg(&dir)
         .arg(WRAPPER)
@@ -515,8 +535,15 @@ fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("ip6tables") && stderr.contains("nothing is changed"), "{stderr}");
-    assert_eq!(snapshot(&dir), before, "every name is as it was, no temporary file is left");
+    assert!(
+        stderr.contains("ip6tables") && stderr.contains("nothing is changed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        snapshot(&dir),
+        before,
+        "every name is as it was, no temporary file is left"
+    );
 }
 
 #[test]
@@ -527,16 +554,27 @@ fn control_characters_in_evidence_are_escaped() {
     node.set_host_link("iptables", target);
     node.sh("iptables-legacy -A INPUT -j ACCEPT");
     let clean = |text: &str| !text.chars().any(|c| c.is_control() && c != '\n');
-    let out = node.command("iptables").env("IPTABLES_WRAPPER_LOG", "warn").arg("-V").output().unwrap();
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.is_empty() && clean(&stderr), "{stderr:?}");
-    assert!(stderr.lines().all(|l| l.starts_with("iptables-wrapper: warn: ")), "{stderr:?}");
+    assert!(
+        stderr.lines().all(|l| l.starts_with("iptables-wrapper: warn: ")),
+        "{stderr:?}"
+    );
     assert!(stderr.contains("\\n\\u{1b}[2K"), "{stderr:?}");
     let record = std::fs::read_to_string(node.path("run/warnings")).unwrap();
     assert!(clean(&record) && record.lines().count() == 2, "{record:?}");
     let report = node.wrapper().arg("detect").output().unwrap();
     let report = String::from_utf8_lossy(&report.stdout);
     assert!(clean(&report), "{report:?}");
-    assert!(report.lines().all(|l| !l.starts_with("iptables-wrapper: info")), "{report}");
+    assert!(
+        report.lines().all(|l| !l.starts_with("iptables-wrapper: info")),
+        "{report}"
+    );
 }

@@ -137,7 +137,11 @@ const SIGPIPE_BIT: u64 = 1 << (libc::SIGPIPE - 1);
 fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
     let shim = Shim::new("inherit");
     let plain = shim.same_both_ways(&[], &|_| {});
-    assert_eq!(status_bits(&plain, "SigIgn") & SIGPIPE_BIT, 0, "SIGPIPE is not ignored: {plain}");
+    assert_eq!(
+        status_bits(&plain, "SigIgn") & SIGPIPE_BIT,
+        0,
+        "SIGPIPE is not ignored: {plain}"
+    );
     assert!(plain.contains("env \"PROBE\"=\"a b\\tc\""), "{plain}");
 
     // nohup: SIGHUP ignored, and still ignored in the backend.
@@ -188,7 +192,10 @@ fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
         ignored_here | (1 << (libc::SIGINT - 1)) | SIGPIPE_BIT,
         "{custom}"
     );
-    assert!(custom.contains("Umask:\t0027") && custom.contains("fd 7 -> /dev/null"), "{custom}");
+    assert!(
+        custom.contains("Umask:\t0027") && custom.contains("fd 7 -> /dev/null"),
+        "{custom}"
+    );
     assert!(custom.contains(&format!("cwd Some({cwd:?})")), "{custom}");
 }
 
@@ -200,7 +207,12 @@ fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
     for program in [shim.wrapped(), shim.direct.clone()] {
         let out = shim
             .command(
-                &["bash", "-c", "\"$@\" | head -1 >/dev/null; echo ${PIPESTATUS[0]}", "bash"],
+                &[
+                    "bash",
+                    "-c",
+                    "\"$@\" | head -1 >/dev/null; echo ${PIPESTATUS[0]}",
+                    "bash",
+                ],
                 &program,
                 &["flood"],
             )
@@ -237,12 +249,18 @@ fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
     // stderr lands in a file.
     let missing = run(
         &shim.wrapped(),
-        &[("IPTABLES_MODE", ""), ("IPTABLES_WRAPPER_SBIN", empty.to_str().unwrap())],
+        &[
+            ("IPTABLES_MODE", ""),
+            ("IPTABLES_WRAPPER_SBIN", empty.to_str().unwrap()),
+        ],
     );
     assert_eq!(missing.code(), Some(1), "{missing:?}");
     assert_eq!(missing.signal(), None);
     let record = std::fs::read_to_string(shim.node.path("run/warnings")).unwrap();
-    assert!(record.lines().skip(1).all(|l| l.contains("stale legacy rules")), "{record}");
+    assert!(
+        record.lines().skip(1).all(|l| l.contains("stale legacy rules")),
+        "{record}"
+    );
     assert!(!record.contains("iptables-wrapper:"), "{record}");
 }
 
@@ -253,14 +271,22 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP");
     let record = node.path("run/warnings");
-    let out = node.command("iptables").args(["-t", "nat", "-N", "DOCKER"]).output().unwrap();
+    let out = node
+        .command("iptables")
+        .args(["-t", "nat", "-N", "DOCKER"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
     assert!(node.sh("iptables-nft -t nat -S").contains("-N DOCKER"));
     let recorded = std::fs::read_to_string(&record).unwrap();
     assert!(recorded.starts_with("# iptables-wrapper warnings"), "{recorded}");
     assert!(
-        recorded.lines().nth(1).unwrap().contains("stale legacy rules may still apply"),
+        recorded
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("stale legacy rules may still apply"),
         "{recorded}"
     );
     assert_eq!(
@@ -274,10 +300,23 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
     assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode, "not rewritten");
 
     // Asked for: the warning on stderr, at the level asked.
-    let loud = node.command("iptables").env("IPTABLES_WRAPPER_LOG", "warn").arg("-V").output().unwrap();
+    let loud = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&loud.stderr);
-    assert!(stderr.starts_with("iptables-wrapper: warn: ") && stderr.contains("stale legacy"), "{stderr}");
-    let off = node.command("iptables").env("IPTABLES_WRAPPER_LOG", "off").arg("-V").output().unwrap();
+    assert!(
+        stderr.starts_with("iptables-wrapper: warn: ") && stderr.contains("stale legacy"),
+        "{stderr}"
+    );
+    let off = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "off")
+        .arg("-V")
+        .output()
+        .unwrap();
     assert!(off.stderr.is_empty());
     // A person at a terminal sees warnings without asking.
     let on_terminal = Command::new("script")
@@ -293,15 +332,26 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
         .output()
         .unwrap();
     let shown = String::from_utf8_lossy(&on_terminal.stdout);
-    assert!(shown.contains("iptables-wrapper: warn: ") && shown.contains("(nf_tables)"), "{shown}");
+    assert!(
+        shown.contains("iptables-wrapper: warn: ") && shown.contains("(nf_tables)"),
+        "{shown}"
+    );
 
     // An unusable runtime directory: no record, the call still silent and fine.
     let open_dir = node.path("open-run");
     std::fs::create_dir_all(&open_dir).unwrap();
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = node.command("iptables").env("IPTABLES_WRAPPER_RUN_DIR", &open_dir).arg("-V").output().unwrap();
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_RUN_DIR", &open_dir)
+        .arg("-V")
+        .output()
+        .unwrap();
     assert!(out.status.success() && out.stderr.is_empty());
-    assert!(std::fs::read_dir(&open_dir).unwrap().next().is_none(), "nothing written");
+    assert!(
+        std::fs::read_dir(&open_dir).unwrap().next().is_none(),
+        "nothing written"
+    );
 }
 
 #[test]
@@ -356,14 +406,25 @@ fn candidates_that_cannot_run_are_skipped() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not executable") && stderr.contains("not a regular file"), "{stderr}");
+    assert!(
+        stderr.contains("not executable") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
 }
 
 /// Runs `program args` in a mount namespace of its own with a tmpfs over /proc.
 fn without_proc(command: &Command) -> Output {
     let mut hidden = Command::new("timeout");
     hidden
-        .args(["20", "unshare", "-m", "sh", "-c", "mount -t tmpfs none /proc && exec \"$@\"", "sh"])
+        .args([
+            "20",
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /proc && exec \"$@\"",
+            "sh",
+        ])
         .arg(command.get_program())
         .args(command.get_args())
         .env_clear();
