@@ -17,9 +17,7 @@ use std::sync::OnceLock;
 fn stub() -> &'static Path {
     static STUB: OnceLock<PathBuf> = OnceLock::new();
     STUB.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("iptw-stub-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stub = dir.join("stub");
+        let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-stub-backend");
         let out = Command::new(std::env::var_os("RUSTC").unwrap_or("rustc".into()))
             .args(["--edition", "2021", "-O", "-o"])
             .arg(&stub)
