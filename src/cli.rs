@@ -25,12 +25,14 @@ iptables-nft or iptables-legacy and execs that backend.
              decided and every piece of evidence read; --json for one JSON
              object; --for one of the six command names (default iptables)
   install    link the six command names to this wrapper in DIR (default: the
-             wrapper's directory); --force replaces regular files
+             wrapper's directory); --force replaces regular files, never
+             the wrapper's own file; a failure midway puts every name back
 
 Environment:
   IPTABLES_MODE               nft, legacy or auto (default): overrides detection
   IPTABLES_WRAPPER_HOST_ROOT  where the host's filesystem is mounted (/host)
-  IPTABLES_WRAPPER_SBIN       directories to find the backends in
+  IPTABLES_WRAPPER_SBIN       directories to find the backends in (absolute
+                              paths; others are ignored)
   IPTABLES_WRAPPER_LOG        log to stderr at this level: off, error, warn, info,
                               debug (shows each decision) or trace; unset, a
                               wrapped call prints nothing of its own except
