@@ -1,18 +1,26 @@
 //! Finds the chosen backend's program and execs it in place of the wrapper.
+//!
+//! Only absolute directories are searched: an empty or relative entry in
+//! `IPTABLES_WRAPPER_SBIN` would mean the caller's working directory, so it
+//! is ignored. A candidate runs only if it is a regular file someone may
+//! execute and is not the wrapper itself (compared by device and inode,
+//! without `/proc`: see `own_file`); if the kernel still refuses to run it
+//! (a `noexec` mount), the search goes on. The exec passes the caller's
+//! environment, descriptors, signal state, working directory and limits
+//! untouched: the wrapper changes none of them.
 
 use crate::command::WrappedCommand;
 use crate::mode::Mode;
-use std::ffi::{CString, OsStr, OsString};
+use crate::own_file::{self, OwnFile};
+use std::ffi::{CStr, CString, OsStr};
 use std::fmt;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Overrides the directories backends are looked up in.
 pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
-
-/// Where the wrapper itself lives, for the loop check and the search path.
-pub const SELF_EXE: &str = "/proc/self/exe";
 
 const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
 
@@ -23,7 +31,7 @@ pub struct Backend {
     pub argv0: String,
 }
 
-/// Why no backend could be run.
+/// Why no backend ran.
 #[derive(Debug)]
 pub enum BackendError {
     /// No candidate exists.
@@ -31,29 +39,58 @@ pub enum BackendError {
         mode: Mode,
         command: &'static str,
         tried: Vec<PathBuf>,
+        skipped: Vec<(PathBuf, &'static str)>,
     },
-    /// Every candidate that exists is the wrapper itself.
+    /// Every runnable candidate is the wrapper itself.
     Loop {
         mode: Mode,
         command: &'static str,
         wrapper_copies: Vec<PathBuf>,
     },
+    /// The kernel refused to run the last candidate.
+    Exec { path: PathBuf, error: io::Error },
+}
+
+impl BackendError {
+    /// The wrapper's exit status: 1 when nothing could be found, 126 (as a
+    /// shell) when the found program could not be run.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            BackendError::Missing { .. } | BackendError::Loop { .. } => 1,
+            BackendError::Exec { .. } => 126,
+        }
+    }
 }
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BackendError::Missing { mode, command, tried } => write!(
-                f,
-                "no {mode} backend for {command}: tried {}; install the iptables package that provides it ({})",
-                join_paths(tried),
-                providing_package(*mode)
-            ),
-            BackendError::Loop { mode, command, wrapper_copies } => write!(
+            BackendError::Missing {
+                mode,
+                command,
+                tried,
+                skipped,
+            } => {
+                write!(f, "no {mode} backend for {command}: tried {}", join_paths(tried))?;
+                for (path, why) in skipped {
+                    write!(f, "; skipped {} ({why})", path.display())?;
+                }
+                write!(
+                    f,
+                    "; install the iptables package that provides it ({})",
+                    providing_package(*mode)
+                )
+            }
+            BackendError::Loop {
+                mode,
+                command,
+                wrapper_copies,
+            } => write!(
                 f,
                 "no {mode} backend for {command}: {} would run the wrapper itself (a loop); point them at the real xtables-{mode}-multi or set {SBIN_VAR}",
                 join_paths(wrapper_copies)
             ),
+            BackendError::Exec { path, error } => write!(f, "cannot exec {}: {error}", path.display()),
         }
     }
 }
@@ -73,78 +110,179 @@ fn providing_package(mode: Mode) -> &'static str {
     }
 }
 
-/// The directories searched for backends: `IPTABLES_WRAPPER_SBIN` alone when
-/// set, otherwise the wrapper's own directory, then the usual system ones.
-pub fn search_dirs() -> Vec<PathBuf> {
-    if let Some(dirs) = std::env::var_os(SBIN_VAR).filter(|v| !v.is_empty()) {
-        return std::env::split_paths(&dirs).collect();
-    }
-    let own_dir = std::fs::read_link(SELF_EXE)
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf));
-    let mut dirs: Vec<PathBuf> = own_dir.into_iter().collect();
-    for dir in SYSTEM_DIRS {
-        if !dirs.iter().any(|d| d == Path::new(dir)) {
-            dirs.push(PathBuf::from(dir));
-        }
-    }
-    dirs
+/// The directories searched for backends: the absolute entries of
+/// `IPTABLES_WRAPPER_SBIN` when it is set and not empty, otherwise the usual
+/// system ones, then the wrapper's own directory (the resolved one, looked up
+/// only when the system directories hold no backend).
+fn configured_dirs() -> Option<Vec<PathBuf>> {
+    let value = std::env::var_os(SBIN_VAR).filter(|v| !v.is_empty())?;
+    let dirs = std::env::split_paths(&value)
+        .filter(|dir| {
+            let usable = dir.is_absolute();
+            if !usable {
+                log::debug!("{SBIN_VAR} entry {:?} ignored: not an absolute path", dir.as_os_str());
+            }
+            usable
+        })
+        .collect();
+    Some(dirs)
 }
 
-/// Finds the program that runs `command` in `mode`: `xtables-<mode>-multi`
-/// (given the command's own name as argv[0]), else `<command>-<mode>`.
-/// Never the wrapper itself.
-pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendError> {
-    let wrapper = std::fs::metadata(SELF_EXE).ok().map(|m| (m.dev(), m.ino()));
-    let multi = format!("xtables-{mode}-multi");
-    let single = format!("{}-{mode}", command.name);
-    let mut tried = Vec::new();
-    let mut wrapper_copies = Vec::new();
-    for dir in search_dirs() {
-        for (file, argv0) in [(&multi, command.name), (&single, single.as_str())] {
+/// The wrapper's own directory, if it is not one of the system ones.
+fn own_dir() -> Option<PathBuf> {
+    let dir = own_file::resolved_path()?.parent()?.to_path_buf();
+    (!SYSTEM_DIRS.iter().any(|system| dir == Path::new(system))).then_some(dir)
+}
+
+/// What a search looks for, and what it saw besides the candidates it offered.
+struct Search<'a> {
+    own_file: OwnFile,
+    command: &'a WrappedCommand,
+    /// `xtables-<mode>-multi`
+    multi: String,
+    /// `<command>-<mode>`
+    single: String,
+    tried: Vec<PathBuf>,
+    skipped: Vec<(PathBuf, &'static str)>,
+    wrapper_copies: Vec<PathBuf>,
+}
+
+impl Search<'_> {
+    /// Offers each runnable candidate in `dir` to `take`; true once taken.
+    fn dir(&mut self, dir: &Path, take: &mut dyn FnMut(Backend) -> bool) -> bool {
+        for (file, argv0) in [(&self.multi, self.command.name), (&self.single, self.single.as_str())] {
             let path = dir.join(file);
-            tried.push(path.clone());
-            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            let Ok(meta) = std::fs::metadata(&path) else {
+                self.tried.push(path);
+                continue;
+            };
             if !meta.is_file() {
-                continue;
-            }
-            if Some((meta.dev(), meta.ino())) == wrapper {
-                wrapper_copies.push(path);
-                continue;
-            }
-            return Ok(Backend {
+                log::debug!("{} skipped: not a regular file", path.display());
+                self.skipped.push((path, "not a regular file"));
+            } else if !may_execute(&meta) {
+                log::debug!("{} skipped: not executable", path.display());
+                self.skipped.push((path, "not executable"));
+            } else if self.own_file.is(own_file::file_id(&meta)) {
+                self.wrapper_copies.push(path);
+            } else if take(Backend {
                 path,
                 argv0: argv0.to_string(),
-            });
+            }) {
+                return true;
+            }
         }
+        false
     }
+}
+
+/// Offers every runnable candidate for `command` in `mode` to `take`, in
+/// order (`xtables-<mode>-multi` given the command's name as argv[0], else
+/// `<command>-<mode>`, in each directory in turn; never the wrapper itself),
+/// until `take` returns true. Err when none was taken: why.
+fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) -> bool) -> Result<(), BackendError> {
+    let mut search = Search {
+        own_file: OwnFile::identify(),
+        command,
+        multi: format!("xtables-{mode}-multi"),
+        single: format!("{}-{mode}", command.name),
+        tried: Vec::new(),
+        skipped: Vec::new(),
+        wrapper_copies: Vec::new(),
+    };
+    let taken = match configured_dirs() {
+        Some(dirs) => dirs.iter().any(|dir| search.dir(dir, take)),
+        None => {
+            SYSTEM_DIRS.iter().any(|dir| search.dir(Path::new(dir), take))
+                || own_dir().is_some_and(|dir| search.dir(&dir, take))
+        }
+    };
     let command = command.name;
-    if wrapper_copies.is_empty() {
-        Err(BackendError::Missing { mode, command, tried })
+    if taken {
+        Ok(())
+    } else if search.wrapper_copies.is_empty() {
+        Err(BackendError::Missing {
+            mode,
+            command,
+            tried: search.tried,
+            skipped: search.skipped,
+        })
     } else {
         Err(BackendError::Loop {
             mode,
             command,
-            wrapper_copies,
+            wrapper_copies: search.wrapper_copies,
         })
     }
 }
 
+/// The first runnable program for `command` in `mode` (see `search`).
+pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendError> {
+    let mut found = None;
+    search(command, mode, &mut |backend| {
+        found = Some(backend);
+        true
+    })?;
+    Ok(found.expect("search took a backend"))
+}
+
+/// Execs the first program for `command` in `mode` that the kernel runs,
+/// with `args` (argv after argv[0]); `before_exec` sees each one about to be
+/// run. Returns only when nothing ran.
+pub fn run(command: &WrappedCommand, mode: Mode, args: &[&CStr], before_exec: &dyn Fn(&Backend)) -> BackendError {
+    let mut exec_error = None;
+    let searched = search(command, mode, &mut |backend| {
+        before_exec(&backend);
+        let error = exec(&backend, args);
+        log::debug!("{} not run: {error}", backend.path.display());
+        exec_error = Some(BackendError::Exec {
+            path: backend.path,
+            error,
+        });
+        false
+    });
+    exec_error.unwrap_or_else(|| searched.expect_err("a backend is only taken by running it"))
+}
+
+/// Whether the effective user may execute a file with this metadata (root:
+/// any execute bit; others: the bit of the owner, group or others class).
+fn may_execute(meta: &std::fs::Metadata) -> bool {
+    let mode = meta.mode();
+    match mode & 0o111 {
+        0 => return false,
+        0o111 => return true,
+        _ => {}
+    }
+    // SAFETY: these calls only read the process's credentials.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if euid == 0 {
+        return true;
+    }
+    if meta.uid() == euid {
+        return mode & 0o100 != 0;
+    }
+    if meta.gid() == egid
+        || nix::unistd::getgroups().is_ok_and(|groups| groups.iter().any(|g| g.as_raw() == meta.gid()))
+    {
+        return mode & 0o010 != 0;
+    }
+    mode & 0o001 != 0
+}
+
 /// Replaces this process with the backend: same PID, arguments (after
 /// argv[0]), environment and file descriptors. Returns only on failure.
-pub fn exec(backend: &Backend, args: &[OsString]) -> std::io::Error {
-    let to_c =
-        |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput));
-    let argv: Result<Vec<CString>, _> = std::iter::once(OsStr::new(&backend.argv0))
-        .chain(args.iter().map(OsString::as_os_str))
-        .map(to_c)
-        .collect();
-    let (path, argv) = match (to_c(backend.path.as_os_str()), argv) {
-        (Ok(path), Ok(argv)) => (path, argv),
+fn exec(backend: &Backend, args: &[&CStr]) -> io::Error {
+    let to_c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (path, argv0) = match (to_c(backend.path.as_os_str()), to_c(OsStr::new(&backend.argv0))) {
+        (Ok(path), Ok(argv0)) => (path, argv0),
         (Err(e), _) | (_, Err(e)) => return e,
     };
-    match nix::unistd::execv(&path, &argv) {
-        Err(errno) => std::io::Error::from(errno),
-        Ok(never) => match never {},
-    }
+    let argv: Vec<*const libc::c_char> = std::iter::once(argv0.as_ptr())
+        .chain(args.iter().map(|arg| arg.as_ptr()))
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: path and every argv entry are NUL-terminated strings that live
+    // until the call returns, and argv ends with a null pointer. execv passes
+    // the process's environment as it is.
+    unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
+    io::Error::last_os_error()
 }

@@ -1,12 +1,15 @@
 //! The wrapper's own command line, used when it is invoked under a name that
 //! is not one of the six iptables commands (normally `iptables-wrapper`).
+//! A usage error is one line naming what was wrong, then "see --help".
 
-use crate::backend::SELF_EXE;
 use crate::command::WrappedCommand;
 use crate::decision::{self, Depth};
 use crate::install::{self, LinkOutcome};
-use crate::report;
-use std::ffi::OsString;
+use crate::own_file;
+use crate::report::{self, printable};
+use crate::standard_fds::say;
+use std::ffi::CStr;
+use std::io::Write;
 use std::path::PathBuf;
 
 const USAGE: &str = "\
@@ -22,21 +25,27 @@ iptables-nft or iptables-legacy and execs that backend.
              decided and every piece of evidence read; --json for one JSON
              object; --for one of the six command names (default iptables)
   install    link the six command names to this wrapper in DIR (default: the
-             wrapper's directory); --force replaces regular files
+             wrapper's directory); --force replaces regular files, never
+             the wrapper's own file; a failure midway puts every name back
 
 Environment:
   IPTABLES_MODE               nft, legacy or auto (default): overrides detection
   IPTABLES_WRAPPER_HOST_ROOT  where the host's filesystem is mounted (/host)
-  IPTABLES_WRAPPER_SBIN       directories to find the backends in
-  IPTABLES_WRAPPER_LOG        log level on stderr: off, error, warn (default), info,
-                              debug (shows each decision) or trace
+  IPTABLES_WRAPPER_SBIN       directories to find the backends in (absolute
+                              paths; others are ignored)
+  IPTABLES_WRAPPER_LOG        log to stderr at this level: off, error, warn, info,
+                              debug (shows each decision) or trace; unset, a
+                              wrapped call prints nothing of its own except
+                              errors (and warnings when stderr is a terminal)
+  IPTABLES_WRAPPER_RUN_DIR    runtime directory (/run/iptables-wrapper); its file
+                              `warnings` records the warnings of wrapped calls
   XTABLES_LOCKFILE            the xtables lock file (/run/xtables.lock)";
 
-/// Runs the command line; returns the exit status.
-pub fn run(args: Vec<OsString>) -> i32 {
-    let args: Vec<String> = match args.into_iter().map(OsString::into_string).collect() {
+/// Runs the command line (`args` after argv[0]); returns the exit status.
+pub fn run(args: &[&CStr]) -> i32 {
+    let args: Vec<String> = match args.iter().map(|arg| arg.to_str().map(str::to_string)).collect() {
         Ok(args) => args,
-        Err(arg) => return usage_error(&format!("argument is not valid UTF-8: {arg:?}")),
+        Err(_) => return usage_error("an argument is not valid UTF-8"),
     };
     let mut args = args.iter().map(String::as_str);
     match args.next() {
@@ -46,18 +55,27 @@ pub fn run(args: Vec<OsString>) -> i32 {
             println!("iptables-wrapper {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Some("--help" | "-h" | "help") => {
-            println!("{USAGE}");
-            0
-        }
-        Some(other) => usage_error(&format!("unknown command or option {other:?}")),
-        None => usage_error("a command is required"),
+        Some("--help" | "-h" | "help") => print_out(&format!("{USAGE}\n")),
+        Some(other) => usage_error(&format!("unknown command or option {:?}", printable(other))),
+        None => usage_error("a command is required (detect or install)"),
     }
 }
 
 fn usage_error(problem: &str) -> i32 {
-    eprintln!("iptables-wrapper: {problem}\n{USAGE}");
+    say(&format!("{problem}; see iptables-wrapper --help"));
     2
+}
+
+/// Writes `text` to stdout; a failure (a full disk) is an error, not a crash.
+fn print_out(text: &str) -> i32 {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => 0,
+        Err(e) => {
+            say(&format!("cannot write to stdout: {e}"));
+            1
+        }
+    }
 }
 
 fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
@@ -70,22 +88,21 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 Some(named) => command = named,
                 None => return usage_error("--for needs one of: iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save, ip6tables-restore"),
             },
-            other => return usage_error(&format!("unknown detect option {other:?}")),
+            other => return usage_error(&format!("unknown detect option {:?}", printable(other))),
         }
     }
     let decision = match decision::decide(&command, Depth::Everything) {
         Ok(decision) => decision,
         Err(invalid) => {
-            eprintln!("iptables-wrapper: {invalid}");
+            say(&printable(&invalid.to_string()));
             return 2;
         }
     };
     if json {
-        println!("{}", report::json(&decision));
+        print_out(&format!("{}\n", report::json(&decision)))
     } else {
-        print!("{}", report::text(&decision));
+        print_out(&report::text(&decision))
     }
-    0
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
@@ -95,35 +112,37 @@ fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         match arg {
             "--force" => force = true,
             "--dir" => match args.next() {
+                Some("") => return usage_error("--dir needs a directory, not an empty string"),
                 Some(value) => dir = Some(PathBuf::from(value)),
                 None => return usage_error("--dir needs a directory"),
             },
-            other => return usage_error(&format!("unknown install option {other:?}")),
+            other => return usage_error(&format!("unknown install option {:?}", printable(other))),
         }
     }
-    let wrapper = match std::fs::read_link(SELF_EXE) {
-        Ok(path) => path,
-        Err(e) => {
-            eprintln!("iptables-wrapper: cannot find the wrapper's own path ({SELF_EXE}): {e}");
-            return 1;
-        }
+    let Some(wrapper) = own_file::resolved_path() else {
+        say(&format!(
+            "install: cannot find the wrapper's own file (neither {} nor the path it was run by resolves)",
+            own_file::PROC_SELF_EXE
+        ));
+        return 1;
     };
     let dir = dir.unwrap_or_else(|| wrapper.parent().expect("an absolute path has a parent").to_path_buf());
     match install::install(&dir, &wrapper, force) {
         Ok(outcomes) => {
+            let mut out = String::new();
             for (path, outcome) in outcomes {
                 let done = match outcome {
                     LinkOutcome::Created => "created",
                     LinkOutcome::Replaced => "replaced",
                     LinkOutcome::AlreadyInPlace => "already in place",
                 };
-                println!("{done}: {} -> {}", path.display(), wrapper.display());
+                out.push_str(&format!("{done}: {} -> {}\n", path.display(), wrapper.display()));
             }
-            0
+            print_out(&out)
         }
         Err(e) => {
-            eprintln!("iptables-wrapper: install: {e}");
-            1
+            say(&format!("install: {}", printable(&e.to_string())));
+            e.exit_status()
         }
     }
 }

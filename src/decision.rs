@@ -305,7 +305,11 @@ fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, f
 }
 
 fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
-    let value = std::env::var(OVERRIDE_VAR).ok();
+    let value = match std::env::var(OVERRIDE_VAR) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(raw)) => return Err(InvalidOverride(raw.to_string_lossy().into_owned())),
+    };
     if let Some(mode) = mode::parse_override(value.as_deref())? {
         collector.add(Evidence {
             source: Source::Override,

@@ -1,10 +1,16 @@
 //! `iptables-wrapper install`: points the six command names at the wrapper.
 //!
-//! Each link is made under a temporary name and renamed into place, so a
-//! concurrent caller always finds a working command. Run it at image build
+//! Every name is checked before any is changed, so a refusal changes
+//! nothing. Each link is made under a temporary name and renamed into place,
+//! so a concurrent caller always finds a working command. A failure midway
+//! (a busy or read-only name) puts back what was already changed: old links
+//! are re-made, replaced files are restored from a hard link kept until the
+//! end; if even that fails, the error names each name left changed. The
+//! wrapper's own file is never replaced or removed. Run it at image build
 //! time; at run time the wrapper never rewrites anything.
 
 use crate::command::COMMAND_NAMES;
+use crate::own_file;
 use std::fmt;
 use std::io;
 use std::os::unix::fs::symlink;
@@ -20,27 +26,91 @@ pub enum LinkOutcome {
 
 #[derive(Debug)]
 pub enum InstallError {
-    /// A regular file (or directory) stands where a link should go.
-    NotALink(PathBuf),
-    Io(PathBuf, io::Error),
+    /// A regular file stands where a link should go, and `--force` was not given.
+    RegularFile(PathBuf),
+    /// Something `--force` does not replace (a directory, a device).
+    NeitherLinkNorFile(PathBuf),
+    /// The name is the wrapper's own file.
+    OwnFile(PathBuf),
+    /// A check failed; nothing was changed.
+    Check(PathBuf, io::Error),
+    /// Changing a name failed; `left_changed` lists the names still changed
+    /// after putting back what could be (empty: nothing is changed).
+    Change {
+        path: PathBuf,
+        error: io::Error,
+        left_changed: Vec<PathBuf>,
+    },
+}
+
+impl InstallError {
+    /// The exit status: 2 for a request that can never be done (replacing
+    /// the wrapper's own file), 1 otherwise.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            InstallError::OwnFile(_) => 2,
+            _ => 1,
+        }
+    }
 }
 
 impl fmt::Display for InstallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            InstallError::NotALink(path) => write!(
+            InstallError::RegularFile(path) => write!(
                 f,
-                "{} exists and is not a symlink; refusing to replace it (use --force to replace a regular file)",
+                "{} is a regular file; refusing to replace it (use --force to replace it); nothing was changed",
                 path.display()
             ),
-            InstallError::Io(path, e) => write!(f, "{}: {e}", path.display()),
+            InstallError::NeitherLinkNorFile(path) => write!(
+                f,
+                "{} is neither a symlink nor a regular file; remove it yourself or install into another directory; nothing was changed",
+                path.display()
+            ),
+            InstallError::OwnFile(path) => write!(
+                f,
+                "{} is the wrapper's own file; it is never replaced: keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
+                path.display()
+            ),
+            InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.display()),
+            InstallError::Change {
+                path,
+                error,
+                left_changed,
+            } if left_changed.is_empty() => write!(
+                f,
+                "{}: {error}; every name was put back as it was, nothing is changed",
+                path.display()
+            ),
+            InstallError::Change {
+                path,
+                error,
+                left_changed,
+            } => write!(
+                f,
+                "{}: {error}; putting back failed, these now link to the wrapper: {}",
+                path.display(),
+                left_changed
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }
 
-/// Links each command name in `dir` to `wrapper`. Symlinks are replaced;
-/// regular files only with `force`; directories never. When one name is
-/// refused, none is changed.
+/// What stood at a name before install changed it.
+enum Previous {
+    Absent,
+    Link(PathBuf),
+    /// A regular file, kept under this hard link until install ends.
+    File(PathBuf),
+}
+
+/// Links each command name in `dir` to `wrapper` (the wrapper's own file,
+/// absolute). Symlinks are replaced; regular files only with `force`; the
+/// wrapper's own file and anything else never.
 pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, LinkOutcome)>, InstallError> {
     // A wrapper in the same directory is linked by name, so the links keep
     // working when the directory is mounted or copied elsewhere.
@@ -48,13 +118,16 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
         Some(parent) if same_dir(parent, dir) => PathBuf::from(wrapper.file_name().expect("the wrapper has a name")),
         _ => wrapper.to_path_buf(),
     };
+    let own_id = std::fs::metadata(wrapper)
+        .map(|meta| own_file::file_id(&meta))
+        .map_err(|e| InstallError::Check(wrapper.to_path_buf(), e))?;
     // Check every name before changing any, so a refusal changes nothing.
     let mut plan = Vec::new();
     for name in COMMAND_NAMES {
         let path = dir.join(name);
         let outcome = match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => LinkOutcome::Created,
-            Err(e) => return Err(InstallError::Io(path, e)),
+            Err(e) => return Err(InstallError::Check(path, e)),
             Ok(meta) if meta.file_type().is_symlink() => {
                 if std::fs::read_link(&path).ok().as_deref() == Some(target.as_path()) {
                     LinkOutcome::AlreadyInPlace
@@ -62,26 +135,89 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
                     LinkOutcome::Replaced
                 }
             }
+            Ok(meta) if own_file::file_id(&meta) == own_id => return Err(InstallError::OwnFile(path)),
             Ok(meta) if meta.is_file() && force => LinkOutcome::Replaced,
-            Ok(_) => return Err(InstallError::NotALink(path)),
+            Ok(meta) if meta.is_file() => return Err(InstallError::RegularFile(path)),
+            Ok(_) => return Err(InstallError::NeitherLinkNorFile(path)),
         };
         plan.push((path, outcome));
     }
+    let mut changed: Vec<(&Path, Previous)> = Vec::new();
     for (path, outcome) in &plan {
-        if *outcome != LinkOutcome::AlreadyInPlace {
-            replace_with_link(path, &target).map_err(|e| InstallError::Io(path.clone(), e))?;
+        if *outcome == LinkOutcome::AlreadyInPlace {
+            continue;
+        }
+        match change(path, &target) {
+            Ok(previous) => changed.push((path, previous)),
+            Err(error) => {
+                let left_changed = put_back(changed);
+                return Err(InstallError::Change {
+                    path: path.clone(),
+                    error,
+                    left_changed,
+                });
+            }
+        }
+    }
+    for (_, previous) in changed {
+        if let Previous::File(kept) = previous {
+            let _ = std::fs::remove_file(kept);
         }
     }
     Ok(plan)
 }
 
-/// Makes `path` a symlink to `target` in one rename.
-fn replace_with_link(path: &Path, target: &Path) -> io::Result<()> {
+/// Points `path` at `target`; returns what stood there.
+fn change(path: &Path, target: &Path) -> io::Result<Previous> {
+    let previous = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Previous::Absent,
+        Err(e) => return Err(e),
+        Ok(meta) if meta.file_type().is_symlink() => Previous::Link(std::fs::read_link(path)?),
+        Ok(_) => {
+            let kept = sibling(path, "kept");
+            let _ = std::fs::remove_file(&kept);
+            std::fs::hard_link(path, &kept)?;
+            Previous::File(kept)
+        }
+    };
+    if let Err(e) = replace_with_link(path, target) {
+        if let Previous::File(kept) = &previous {
+            let _ = std::fs::remove_file(kept);
+        }
+        return Err(e);
+    }
+    Ok(previous)
+}
+
+/// Undoes `changed`, last first; returns the names it could not put back.
+fn put_back(changed: Vec<(&Path, Previous)>) -> Vec<PathBuf> {
+    let mut left_changed = Vec::new();
+    for (path, previous) in changed.into_iter().rev() {
+        let restored = match &previous {
+            Previous::Absent => std::fs::remove_file(path),
+            Previous::Link(old_target) => replace_with_link(path, old_target),
+            Previous::File(kept) => std::fs::rename(kept, path),
+        };
+        if restored.is_err() {
+            left_changed.push(path.to_path_buf());
+        }
+    }
+    left_changed.reverse();
+    left_changed
+}
+
+/// A hidden name next to `path` for this process's temporary files.
+fn sibling(path: &Path, purpose: &str) -> PathBuf {
     let name = path
         .file_name()
         .expect("command names are file names")
         .to_string_lossy();
-    let temporary = path.with_file_name(format!(".{name}.iptables-wrapper.{}", std::process::id()));
+    path.with_file_name(format!(".{name}.iptables-wrapper-{purpose}.{}", std::process::id()))
+}
+
+/// Makes `path` a symlink to `target` in one rename.
+fn replace_with_link(path: &Path, target: &Path) -> io::Result<()> {
+    let temporary = sibling(path, "new");
     let _ = std::fs::remove_file(&temporary);
     symlink(target, &temporary)?;
     std::fs::rename(&temporary, path).inspect_err(|_| {

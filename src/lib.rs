@@ -5,9 +5,11 @@
 //! the override and mode names (`mode`), the host's link (`host_link`), the
 //! kernel's state (`kernel`), the lock file (`xtables_lock`), the ordered
 //! decision (`decision`), finding and running the backend (`backend`), the
-//! `detect` report (`report`), link installation (`install`), the wrapper's
-//! runtime directory for state kept between calls (`run_dir`) and the
-//! command line (`cli`).
+//! wrapper's own file (`own_file`), the caller's standard descriptors and the
+//! wrapper's own messages (`standard_fds`), the `detect` report (`report`),
+//! link installation (`install`), the wrapper's runtime directory for state
+//! kept between calls (`run_dir`), the record of warnings kept there
+//! (`warnings_record`) and the command line (`cli`).
 
 pub mod backend;
 pub mod cli;
@@ -18,6 +20,9 @@ pub mod host_link;
 pub mod install;
 pub mod kernel;
 pub mod mode;
+pub mod own_file;
 pub mod report;
 pub mod run_dir;
+pub mod standard_fds;
+pub mod warnings_record;
 pub mod xtables_lock;

@@ -1,46 +1,99 @@
 //! Entry point: invoked as one of the six iptables commands, decide and exec
 //! the backend; under any other name, run the wrapper's own command line.
+//!
+//! `main` is the C entry point (`#![no_main]`): Rust's usual start-up would
+//! set SIGPIPE to ignored and put `/dev/null` on closed standard descriptors
+//! before any of this code runs, and the backend would inherit both. Here
+//! the process starts exactly as the caller made it, and the wrapper changes
+//! nothing the backend inherits.
+//!
+//! A wrapped call writes nothing of its own to stdout or stderr unless the
+//! caller asked (`IPTABLES_WRAPPER_LOG` set) or stderr is a terminal: its
+//! warnings go to the warnings record. Errors where nothing runs always go
+//! to stderr.
+#![no_main]
 
 use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
 use iptables_wrapper::decision::{self, Depth};
+use iptables_wrapper::report::printable;
+use iptables_wrapper::standard_fds::{self, say};
+use iptables_wrapper::warnings_record;
 use log::LevelFilter;
-use std::ffi::OsString;
+use std::ffi::{c_char, c_int, CStr};
 use std::io::Write;
-use std::path::Path;
 
-/// The log level variable; the default level is `warn`.
+/// The log level variable.
 const LOG_VAR: &str = "IPTABLES_WRAPPER_LOG";
 
-fn main() {
-    if let Err(problem) = init_logging() {
-        eprintln!("iptables-wrapper: {problem}; nothing was run");
-        std::process::exit(2);
-    }
-    let mut args = std::env::args_os();
-    let argv0 = args.next().unwrap_or_default();
-    let invoked = Path::new(&argv0)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let rest: Vec<OsString> = args.collect();
-    let status = match WrappedCommand::from_name(invoked) {
-        Some(command) => run_backend(&command, &rest),
-        None => cli::run(rest),
-    };
-    std::process::exit(status);
+/// Where the wrapper's own log lines go.
+enum Logging {
+    /// `IPTABLES_WRAPPER_LOG` names a level: log at it to stderr.
+    Requested(LevelFilter),
+    /// Not set: warnings only, and only to a terminal.
+    Quiet,
 }
 
-/// Logs to stderr at the level `IPTABLES_WRAPPER_LOG` names (default warn).
-fn init_logging() -> Result<(), String> {
-    let requested = std::env::var(LOG_VAR).unwrap_or_default();
-    let level = match requested.as_str() {
-        "" => LevelFilter::Warn,
-        name => name
-            .parse()
-            .map_err(|_| format!("invalid {LOG_VAR}={requested:?}: expected off, error, warn, info, debug or trace"))?,
+/// # Safety
+/// Called by the C runtime with the process's own argc and argv.
+#[no_mangle]
+pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) -> c_int {
+    standard_fds::hold_closed();
+    // SAFETY: the C runtime passes argc valid, NUL-terminated strings.
+    let args: Vec<&CStr> = (0..argc.max(0) as usize)
+        .map(|i| unsafe { *argv.add(i) })
+        .take_while(|arg| !arg.is_null())
+        .map(|arg| unsafe { CStr::from_ptr(arg) })
+        .collect();
+    let status = run(&args);
+    let _ = std::io::stdout().flush();
+    status
+}
+
+fn run(args: &[&CStr]) -> i32 {
+    let logging = match logging_requested() {
+        Ok(logging) => logging,
+        Err(problem) => {
+            say(&format!("{problem}; nothing was run"));
+            return 2;
+        }
     };
+    if let Logging::Requested(level) = logging {
+        init_logger(level);
+    }
+    let (argv0, rest) = args
+        .split_first()
+        .map_or((&[][..], &[][..]), |(first, rest)| (first.to_bytes(), rest));
+    let invoked = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    match std::str::from_utf8(invoked).ok().and_then(WrappedCommand::from_name) {
+        Some(command) => run_backend(&command, rest, &logging),
+        None => cli::run(rest),
+    }
+}
+
+/// Reads `IPTABLES_WRAPPER_LOG`: unset or empty means quiet.
+fn logging_requested() -> Result<Logging, String> {
+    let Some(requested) = std::env::var_os(LOG_VAR).filter(|v| !v.is_empty()) else {
+        return Ok(Logging::Quiet);
+    };
+    let expected = "expected off, error, warn, info, debug or trace";
+    let Some(name) = requested.to_str() else {
+        return Err(format!(
+            "invalid {LOG_VAR}=\"{}\": not valid UTF-8; {expected}",
+            requested.as_encoded_bytes().escape_ascii()
+        ));
+    };
+    name.parse()
+        .map(Logging::Requested)
+        .map_err(|_| format!("invalid {LOG_VAR}={:?}: {expected}", printable(name)))
+}
+
+/// Logs to stderr at `level`, if the caller gave the wrapper a stderr.
+fn init_logger(level: LevelFilter) {
+    if !standard_fds::stderr_open() {
+        return;
+    }
     env_logger::Builder::new()
         .filter_level(level)
         .format(|out, record| {
@@ -53,42 +106,46 @@ fn init_logging() -> Result<(), String> {
         })
         .target(env_logger::Target::Stderr)
         .init();
-    Ok(())
 }
 
 /// Decides, then replaces this process with the backend. Returns only on failure.
-fn run_backend(command: &WrappedCommand, args: &[OsString]) -> i32 {
+fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i32 {
     let decision = match decision::decide(command, Depth::Decide) {
         Ok(decision) => decision,
         Err(invalid) => {
-            eprintln!("iptables-wrapper: {invalid}; nothing was run");
+            say(&format!("{}; nothing was run", printable(&invalid.to_string())));
             return 2;
         }
     };
-    for warning in decision.warnings() {
-        log::warn!("{warning}");
-    }
-    let backend = match backend::locate(command, decision.mode) {
-        Ok(backend) => backend,
-        Err(e) => {
-            eprintln!(
-                "iptables-wrapper: {e} ({} was chosen because: {})",
-                decision.mode, decision.reason
-            );
-            return 1;
+    let warnings = decision.warnings();
+    if !warnings.is_empty() {
+        warnings_record::record(&warnings);
+        let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
+        for warning in &warnings {
+            if to_terminal {
+                say(&format!("warn: {}", printable(warning)));
+            } else {
+                log::warn!("{}", printable(warning));
+            }
         }
-    };
-    log::debug!(
-        "{}: mode={} source={} ({}); exec {} as {}; decided in {:.3} ms",
-        command.name,
+    }
+    let failure = backend::run(command, decision.mode, args, &|backend| {
+        log::debug!(
+            "{}: mode={} source={} ({}); exec {} as {}; decided in {:.3} ms",
+            command.name,
+            decision.mode,
+            decision.decided_by.key(),
+            printable(&decision.reason),
+            backend.path.display(),
+            backend.argv0,
+            decision.took.as_secs_f64() * 1e3
+        )
+    });
+    say(&format!(
+        "{} ({} was chosen because: {})",
+        printable(&failure.to_string()),
         decision.mode,
-        decision.decided_by.key(),
-        decision.reason,
-        backend.path.display(),
-        backend.argv0,
-        decision.took.as_secs_f64() * 1e3
-    );
-    let error = backend::exec(&backend, args);
-    eprintln!("iptables-wrapper: cannot exec {}: {error}", backend.path.display());
-    126
+        printable(&decision.reason)
+    ));
+    failure.exit_status()
 }

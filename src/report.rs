@@ -1,26 +1,60 @@
 //! The `detect` report: the mode on the first line, then why, in words or
-//! as one JSON object.
+//! as one JSON object; and how evidence is shown anywhere it is shown.
+//!
+//! Evidence comes from places others control (a host link's target, a chain
+//! name): every text shown to a person, in the report, on stderr or in the
+//! warnings record, goes through `printable`, so it stays one line and cannot
+//! carry terminal escapes or forged log lines.
 
 use crate::decision::{Decision, Evidence};
 use crate::kernel::RuleBounds;
 use crate::mode::Mode;
+use std::borrow::Cow;
 use std::fmt::Write;
+
+/// `text` with backslashes and control characters escaped (`\\`, `\n`,
+/// `\t`, `\r`, `\u{1b}`): one line, nothing a terminal or a log reader
+/// would interpret.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c == '\\' || c.is_control()) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// The human-readable report.
 pub fn text(decision: &Decision) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", decision.mode);
     let _ = writeln!(out, "command:    {}", decision.command);
-    let _ = writeln!(out, "decided by: {} ({})", decision.decided_by.key(), decision.reason);
+    let _ = writeln!(
+        out,
+        "decided by: {} ({})",
+        decision.decided_by.key(),
+        printable(&decision.reason)
+    );
     let _ = writeln!(out, "evidence:");
     for evidence in &decision.evidence {
         let _ = writeln!(
             out,
             "  [{}] {}: {}  ({}){}",
             evidence.source.key(),
-            evidence.location,
-            evidence.value,
-            evidence.method,
+            printable(&evidence.location),
+            printable(&evidence.value),
+            printable(&evidence.method),
             pointer(evidence, decision.mode)
         );
     }
@@ -35,7 +69,7 @@ pub fn text(decision: &Decision) -> String {
     if !warnings.is_empty() {
         let _ = writeln!(out, "disagreements and warnings:");
         for warning in warnings {
-            let _ = writeln!(out, "  {warning}");
+            let _ = writeln!(out, "  {}", printable(&warning));
         }
     }
     let _ = writeln!(out, "took:       {:.3} ms", decision.took.as_secs_f64() * 1e3);
@@ -114,7 +148,7 @@ fn string(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
+            c if c.is_control() => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
@@ -126,10 +160,20 @@ fn string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::string;
+    use super::{printable, string};
 
     #[test]
     fn json_strings_escape() {
         assert_eq!(string("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+        assert_eq!(string("\u{9b}"), "\"\\u009b\"");
+    }
+
+    #[test]
+    fn printable_is_one_line_without_escapes() {
+        assert_eq!(printable("/usr/sbin/iptables-nft"), "/usr/sbin/iptables-nft");
+        assert_eq!(
+            printable("a\nb\r\tc\u{1b}[31m\u{7f}\u{9b}d\\"),
+            "a\\nb\\r\\tc\\u{1b}[31m\\u{7f}\\u{9b}d\\\\"
+        );
     }
 }

@@ -391,8 +391,190 @@ fn cli_usage_errors_and_version() {
         &["install", "--dir"],
     ] {
         let out = Command::new(WRAPPER).args(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert!(out.stdout.is_empty());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+        // One line naming the problem, pointing at --help (not the whole usage).
+        assert_bad_input(&out, &["see iptables-wrapper --help"]);
     }
+}
+
+#[test]
+fn non_utf8_override_and_log_level_are_bad_input() {
+    use std::os::unix::ffi::OsStrExt;
+    let node = Node::new("nonutf8");
+    let bad = std::ffi::OsStr::from_bytes(b"legacy\xff");
+    for var in ["IPTABLES_MODE", "IPTABLES_WRAPPER_LOG"] {
+        let out = node
+            .command("iptables")
+            .env(var, bad)
+            .args(["-A", "INPUT", "-j", "ACCEPT"])
+            .output()
+            .unwrap();
+        assert_bad_input(&out, &[var, "legacy"]);
+    }
+    assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
+    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    assert!(nft.stdout.is_empty(), "no backend ran");
+}
+
+/// The names in `dir`, each with what it is (link target or file contents).
+fn snapshot(dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let what = match std::fs::read_link(&path) {
+                Ok(target) => format!("-> {}", target.display()),
+                Err(_) if path.is_dir() => "directory".into(),
+                Err(_) => format!("file of {} bytes", std::fs::metadata(&path).unwrap().len()),
+            };
+            (path.file_name().unwrap().to_string_lossy().into_owned(), what)
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[test]
+fn install_never_replaces_the_wrappers_own_file() {
+    let node = Node::new("ownfile");
+    let dir = node.path("image-sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The wrapper's file is itself one of the six names, run under another name.
+    std::fs::copy(WRAPPER, dir.join("iptables-save")).unwrap();
+    std::os::unix::fs::symlink("iptables-save", dir.join("iptables-wrapper")).unwrap();
+    std::os::unix::fs::symlink("xtables-nft-multi", dir.join("iptables")).unwrap();
+    let before = snapshot(&dir);
+    for extra in [&["--force"][..], &[]] {
+        let out = Command::new(dir.join("iptables-wrapper"))
+            .args(["install", "--dir"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_bad_input(&out, &["iptables-save", "wrapper's own file", "nothing was changed"]);
+        assert_eq!(snapshot(&dir), before, "nothing changed");
+    }
+    // The same through a hard link of the wrapper's file.
+    let other = node.path("other-sbin");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::hard_link(dir.join("iptables-save"), other.join("ip6tables")).unwrap();
+    let out = Command::new(dir.join("iptables-wrapper"))
+        .args(["install", "--force", "--dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert_bad_input(&out, &["ip6tables", "wrapper's own file"]);
+    assert_eq!(snapshot(&other).len(), 1);
+}
+
+#[test]
+fn install_dir_must_not_be_empty() {
+    let node = Node::new("emptydir");
+    let cwd = node.path("cwd");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let out = node
+        .wrapper()
+        .args(["install", "--dir", ""])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    assert_bad_input(&out, &["--dir", "empty", "see iptables-wrapper --help"]);
+    assert!(
+        snapshot(&cwd).is_empty(),
+        "nothing installed into the working directory"
+    );
+}
+
+#[test]
+fn install_does_not_advise_force_where_it_cannot_help() {
+    let node = Node::new("dirinway");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(dir.join("ip6tables")).unwrap();
+    let before = snapshot(&dir);
+    for extra in [&["--force"][..], &[]] {
+        let out = node
+            .wrapper()
+            .args(["install", "--dir"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("ip6tables") && !stderr.contains("--force"), "{stderr}");
+        assert_eq!(snapshot(&dir), before);
+    }
+}
+
+#[test]
+fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
+    // ip6tables, the fourth name, is a file with another file mounted over it:
+    // it passes the checks, and replacing it fails (EXDEV/EBUSY) after the
+    // first three names were changed.
+    let node = Node::new("rollback");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink("xtables-nft-multi", dir.join("iptables")).unwrap();
+    std::fs::write(dir.join("iptables-save"), "a real iptables-save").unwrap();
+    std::fs::write(dir.join("ip6tables"), "a real ip6tables").unwrap();
+    std::fs::write(node.path("mounted"), "mounted over").unwrap();
+    let before = snapshot(&dir);
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$2/ip6tables\" && exec \"$3\" install --force --dir \"$2\"",
+            "sh",
+        ])
+        .arg(node.path("mounted"))
+        .arg(&dir)
+        .arg(WRAPPER)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("ip6tables") && stderr.contains("nothing is changed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        snapshot(&dir),
+        before,
+        "every name is as it was, no temporary file is left"
+    );
+}
+
+#[test]
+fn control_characters_in_evidence_are_escaped() {
+    // A host link target that tries to forge a log line and colour the terminal.
+    let node = Node::new("escape");
+    let target = "/usr/sbin\n\u{1b}[2Kiptables-wrapper: info: all fine\u{1b}[0m/iptables-nft";
+    node.set_host_link("iptables", target);
+    node.sh("iptables-legacy -A INPUT -j ACCEPT");
+    let clean = |text: &str| !text.chars().any(|c| c.is_control() && c != '\n');
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.is_empty() && clean(&stderr), "{stderr:?}");
+    assert!(
+        stderr.lines().all(|l| l.starts_with("iptables-wrapper: warn: ")),
+        "{stderr:?}"
+    );
+    assert!(stderr.contains("\\n\\u{1b}[2K"), "{stderr:?}");
+    let record = std::fs::read_to_string(node.path("run/warnings")).unwrap();
+    assert!(clean(&record) && record.lines().count() == 2, "{record:?}");
+    let report = node.wrapper().arg("detect").output().unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(clean(&report), "{report:?}");
+    assert!(
+        report.lines().all(|l| !l.starts_with("iptables-wrapper: info")),
+        "{report}"
+    );
 }

@@ -101,6 +101,7 @@ impl Node {
         command
             .env("IPTABLES_WRAPPER_HOST_ROOT", &self.host_root)
             .env("XTABLES_LOCKFILE", &self.lockfile)
+            .env("IPTABLES_WRAPPER_RUN_DIR", self.dir.join("run"))
             .env_remove("IPTABLES_MODE")
             .env_remove("IPTABLES_WRAPPER_SBIN")
             .env_remove("IPTABLES_WRAPPER_LOG");

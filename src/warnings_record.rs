@@ -1,0 +1,194 @@
+//! The warnings record: where a wrapped call's warnings go when nobody asked
+//! to see them on stderr.
+//!
+//! A caller that reads anything on stderr as a failure (Docker's engine,
+//! kube-proxy parsing `iptables-restore` errors) must see only the backend's
+//! output, yet an operator must be able to find disagreements and stale
+//! legacy rules. So every warning is kept in the file `warnings` of the
+//! runtime directory (`/run/iptables-wrapper/warnings` by default): one line
+//! per distinct warning, the UTC time it was last seen first, most recent
+//! first, with control characters escaped.
+//!
+//! Every call on a busy node may have warnings, so writes are bounded: a
+//! call whose warnings are all in the record already leaves it alone unless
+//! it is a minute old (then the times are refreshed); a new warning is added
+//! at once, unless the record was written less than a second ago (a later
+//! call adds it). The record keeps at most 32 warnings, each cut at 1 KiB, so
+//! it stays under 40 KiB. Calls without warnings never touch it; a call that
+//! has some reads it (one small file) and rewrites it by a rename. When the
+//! runtime directory is unusable the record is simply not kept.
+//!
+//! Not syslog: on a node every container has its own `/dev/log` or none,
+//! the host's journal would need a socket round trip per call, and the
+//! record must not grow with the call rate.
+
+use crate::report::printable;
+use crate::run_dir::RunDir;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The record's file name in the runtime directory.
+pub const FILE_NAME: &str = "warnings";
+/// Rewrite a record of the same warnings at most this often (seconds).
+pub const REFRESH_SECONDS: u64 = 60;
+/// Never rewrite the record more often than this (seconds).
+pub const MIN_REWRITE_SECONDS: u64 = 1;
+/// Warnings kept; the least recently seen are dropped first.
+pub const MAX_WARNINGS: usize = 32;
+/// A warning's text is cut at this many bytes.
+pub const MAX_WARNING_BYTES: usize = 1024;
+
+const MAX_FILE_BYTES: usize = 64 * 1024;
+const HEADER: &str = "# iptables-wrapper warnings, most recently seen first (UTC); written at unix time ";
+
+/// Records `warnings` (unescaped texts), bounded as the module says.
+pub fn record(warnings: &[String]) {
+    if warnings.is_empty() {
+        return;
+    }
+    let Some(dir) = RunDir::open_or_create() else { return };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let previous = dir.read(FILE_NAME, MAX_FILE_BYTES).unwrap_or_default();
+    let previous = String::from_utf8_lossy(&previous);
+    let current: Vec<String> = warnings.iter().map(|w| one_line(w)).collect();
+    let Some(contents) = updated(&previous, &current, now) else {
+        return;
+    };
+    if let Err(e) = dir.replace(FILE_NAME, contents.as_bytes()) {
+        log::debug!("warnings record in {} not written: {e}", dir.path().display());
+    }
+}
+
+/// The record's new contents, or None when it should be left as it is.
+fn updated(previous: &str, current: &[String], now: u64) -> Option<String> {
+    let mut lines = previous.lines();
+    let written_at = lines
+        .next()
+        .and_then(|header| header.strip_prefix(HEADER))
+        .and_then(|time| time.parse::<u64>().ok());
+    // (time last seen, warning) of the record's lines.
+    let entries: Vec<(&str, &str)> = lines.filter_map(|line| line.split_once(' ')).collect();
+    let all_recorded = current.iter().all(|w| entries.iter().any(|(_, known)| known == w));
+    if let Some(written_at) = written_at.filter(|&at| at <= now) {
+        let wait = if all_recorded {
+            REFRESH_SECONDS
+        } else {
+            MIN_REWRITE_SECONDS
+        };
+        if now - written_at < wait {
+            return None;
+        }
+    }
+    let seen_now = utc_time(now);
+    let mut out = format!("{HEADER}{now}\n");
+    let mut kept = 0;
+    for warning in current {
+        if kept < MAX_WARNINGS && !current[..kept].contains(warning) {
+            out.push_str(&format!("{seen_now} {warning}\n"));
+            kept += 1;
+        }
+    }
+    for (seen, warning) in entries.iter().filter(|(_, w)| !current.iter().any(|c| c == w)) {
+        if kept == MAX_WARNINGS {
+            break;
+        }
+        out.push_str(&format!("{seen} {warning}\n"));
+        kept += 1;
+    }
+    Some(out)
+}
+
+/// A warning as one record line: control characters escaped, cut at
+/// `MAX_WARNING_BYTES` on a character boundary.
+fn one_line(warning: &str) -> String {
+    let mut line = printable(warning).into_owned();
+    if line.len() > MAX_WARNING_BYTES {
+        let mut cut = MAX_WARNING_BYTES;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+        line.push_str(" [cut]");
+    }
+    line
+}
+
+/// `2026-11-29T22:40:01Z` for a Unix time.
+fn utc_time(unix: u64) -> String {
+    let (days, second_of_day) = (unix / 86_400, unix % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_time(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_time(1_795_992_001), "2026-11-29T22:40:01Z");
+        assert_eq!(utc_time(1_798_590_001), "2026-12-30T00:20:01Z");
+    }
+
+    #[test]
+    fn rewrites_only_when_needed() {
+        let a = vec!["a warning".to_string()];
+        let first = updated("", &a, 1000).expect("a new record is written");
+        assert!(first.ends_with(" a warning\n"), "{first}");
+        assert_eq!(updated(&first, &a, 1030), None, "same warnings, fresh record");
+        assert!(
+            updated(&first, &a, 1000 + REFRESH_SECONDS).is_some(),
+            "refreshed after a minute"
+        );
+        let b = vec!["another".to_string()];
+        assert_eq!(updated(&first, &b, 1000), None, "at most one write a second");
+        let both = updated(&first, &b, 1001).expect("a new warning is added");
+        let lines: Vec<&str> = both.lines().skip(1).collect();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[0].ends_with(" another") && lines[1].ends_with(" a warning"),
+            "{both}"
+        );
+        // A clock that went back does not freeze the record.
+        assert!(updated(&both, &a, 10).is_some());
+    }
+
+    #[test]
+    fn bounded() {
+        let mut record = String::new();
+        for round in 0..(MAX_WARNINGS as u64 + 5) {
+            let warning = vec![format!("warning {round}")];
+            record = updated(&record, &warning, 1000 + 2 * round).unwrap();
+        }
+        assert_eq!(record.lines().count(), MAX_WARNINGS + 1);
+        assert!(record
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with(&format!("warning {}", MAX_WARNINGS + 4)));
+        let long = one_line(&"é".repeat(MAX_WARNING_BYTES));
+        assert!(long.len() <= MAX_WARNING_BYTES + 6 && long.ends_with("[cut]"));
+        assert_eq!(one_line("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+    }
+}

@@ -1,0 +1,454 @@
+//! The wrapper as a transparent shim: a wrapped call's backend inherits
+//! exactly what the caller gave the wrapper, the wrapper adds nothing to
+//! stdout or stderr unless asked (its warnings go to the warnings record),
+//! and the backend search runs nothing from an unintended place, with or
+//! without `/proc`. A stand-in backend (tests/shim/stub_backend.rs, compiled
+//! here with rustc) reports what it inherited, wrapped and run directly.
+
+mod common;
+use common::{Node, WRAPPER};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The stand-in backend, compiled once per test run.
+fn stub() -> &'static Path {
+    static STUB: OnceLock<PathBuf> = OnceLock::new();
+    STUB.get_or_init(|| {
+        let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-stub-backend");
+        let out = Command::new(std::env::var_os("RUSTC").unwrap_or("rustc".into()))
+            .args(["--edition", "2021", "-O", "-o"])
+            .arg(&stub)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/stub_backend.rs"))
+            .output()
+            .expect("rustc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        stub
+    })
+}
+
+/// A node whose nft backend is the stand-in: `wrapped` is the wrapper's
+/// `iptables` link, `direct` the stand-in itself under the name `iptables`.
+struct Shim {
+    node: Node,
+    sbin: PathBuf,
+    direct: PathBuf,
+    report: PathBuf,
+}
+
+impl Shim {
+    fn new(name: &str) -> Shim {
+        let node = Node::new(name);
+        let sbin = node.path("sbin");
+        let direct = node.path("direct/iptables");
+        std::fs::create_dir_all(&sbin).unwrap();
+        std::fs::create_dir_all(direct.parent().unwrap()).unwrap();
+        std::fs::copy(stub(), sbin.join("xtables-nft-multi")).unwrap();
+        std::fs::copy(stub(), &direct).unwrap();
+        let report = node.path("report");
+        Shim {
+            node,
+            sbin,
+            direct,
+            report,
+        }
+    }
+
+    fn wrapped(&self) -> PathBuf {
+        self.node.bin.join("iptables")
+    }
+
+    /// `program` run through `via` (a command that execs its arguments),
+    /// with a fixed environment and standard streams on /dev/null.
+    fn command(&self, via: &[&str], program: &Path, args: &[&str]) -> Command {
+        let mut command = match via.split_first() {
+            Some((first, rest)) => {
+                let mut command = Command::new(first);
+                command.args(rest).arg(program);
+                command
+            }
+            None => Command::new(program),
+        };
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("IPTABLES_MODE", "nft")
+            .env("IPTABLES_WRAPPER_SBIN", &self.sbin)
+            .env("IPTABLES_WRAPPER_RUN_DIR", self.node.path("run"))
+            .env("PROBE", "a b\tc")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// The stand-in's report when run wrapped or directly.
+    fn report(&self, wrapped: bool, via: &[&str], customize: &dyn Fn(&mut Command)) -> String {
+        let _ = std::fs::remove_file(&self.report);
+        let program = if wrapped { self.wrapped() } else { self.direct.clone() };
+        let mut command = self.command(via, &program, &["report", self.report.to_str().unwrap()]);
+        customize(&mut command);
+        let status = command.status().unwrap();
+        assert!(status.success(), "{status:?}");
+        std::fs::read_to_string(&self.report).unwrap()
+    }
+
+    /// Wrapped and direct reports, which must be equal; returns one.
+    fn same_both_ways(&self, via: &[&str], customize: &dyn Fn(&mut Command)) -> String {
+        let wrapped = self.report(true, via, customize);
+        let direct = self.report(false, via, customize);
+        let argv0 = |report: &str| {
+            report
+                .lines()
+                .find_map(|l| l.strip_prefix("argv "))
+                .map(|argv| argv.replace(self.direct.to_str().unwrap(), "iptables"))
+        };
+        assert_eq!(argv0(&wrapped), argv0(&direct));
+        let without_argv = |report: &str| {
+            report
+                .lines()
+                .filter(|l| !l.starts_with("argv "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(without_argv(&wrapped), without_argv(&direct), "via {via:?}");
+        wrapped
+    }
+}
+
+fn status_bits(report: &str, key: &str) -> u64 {
+    let line = report.lines().find(|l| l.starts_with(key)).unwrap();
+    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+}
+
+fn has_fd(report: &str, fd: u32) -> bool {
+    report.lines().any(|l| l.starts_with(&format!("fd {fd} ")))
+}
+
+const SIGHUP_BIT: u64 = 1 << (libc::SIGHUP - 1);
+const SIGPIPE_BIT: u64 = 1 << (libc::SIGPIPE - 1);
+
+#[test]
+fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
+    let shim = Shim::new("inherit");
+    let plain = shim.same_both_ways(&[], &|_| {});
+    assert_eq!(
+        status_bits(&plain, "SigIgn") & SIGPIPE_BIT,
+        0,
+        "SIGPIPE is not ignored: {plain}"
+    );
+    assert!(plain.contains("env \"PROBE\"=\"a b\\tc\""), "{plain}");
+
+    // nohup: SIGHUP ignored, and still ignored in the backend.
+    let nohup = shim.same_both_ways(&["nohup"], &|_| {});
+    let ignored_here = status_bits(&plain, "SigIgn");
+    assert_eq!(status_bits(&nohup, "SigIgn"), ignored_here | SIGHUP_BIT, "{nohup}");
+
+    // Closed descriptors stay closed.
+    let no_stdin = shim.same_both_ways(&["sh", "-c", "exec \"$@\" <&-", "sh"], &|_| {});
+    assert!(!has_fd(&no_stdin, 0) && has_fd(&no_stdin, 1), "{no_stdin}");
+    let none = shim.same_both_ways(&["sh", "-c", "exec \"$@\" <&- >&- 2>&-", "sh"], &|_| {});
+    assert!(!(0..3).any(|fd| has_fd(&none, fd)), "{none}");
+
+    // A blocked mask, ignored signals, umask, limits, an extra descriptor
+    // and a working directory of the caller's own.
+    let cwd = shim.node.path("direct");
+    let custom = shim.same_both_ways(&[], &|command| {
+        command.current_dir(&cwd);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                let mut blocked: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut blocked);
+                libc::sigaddset(&mut blocked, libc::SIGUSR1);
+                libc::sigaddset(&mut blocked, libc::SIGTERM);
+                libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                libc::umask(0o027);
+                let limit = libc::rlimit {
+                    rlim_cur: 512,
+                    rlim_max: 4096,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_APPEND);
+                if fd != 7 {
+                    libc::dup2(fd, 7);
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
+    });
+    let blocked = (1 << (libc::SIGUSR1 - 1)) | (1 << (libc::SIGTERM - 1));
+    assert_eq!(status_bits(&custom, "SigBlk"), blocked, "{custom}");
+    assert_eq!(
+        status_bits(&custom, "SigIgn"),
+        ignored_here | (1 << (libc::SIGINT - 1)) | SIGPIPE_BIT,
+        "{custom}"
+    );
+    assert!(
+        custom.contains("Umask:\t0027") && custom.contains("fd 7 -> /dev/null"),
+        "{custom}"
+    );
+    assert!(custom.contains(&format!("cwd Some({cwd:?})")), "{custom}");
+}
+
+#[test]
+fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
+    // `iptables-save | head -1`: the backend dies of SIGPIPE (status 141 in
+    // the pipeline), through the wrapper as directly.
+    let shim = Shim::new("sigpipe");
+    for program in [shim.wrapped(), shim.direct.clone()] {
+        let out = shim
+            .command(
+                &[
+                    "bash",
+                    "-c",
+                    "\"$@\" | head -1 >/dev/null; echo ${PIPESTATUS[0]}",
+                    "bash",
+                ],
+                &program,
+                &["flood"],
+            )
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "141", "{program:?}");
+    }
+}
+
+#[test]
+fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
+    let shim = Shim::new("nostderr");
+    // Stale legacy rules while the host link says nft: a warning.
+    shim.node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    shim.node.sh("iptables-legacy -A INPUT -j ACCEPT");
+    let closed = ["sh", "-c", "exec \"$@\" 2>&-", "sh"];
+    let run = |program: &Path, env: &[(&str, &str)]| {
+        let mut command = shim.command(&closed, program, &["-V"]);
+        command
+            .env("IPTABLES_WRAPPER_HOST_ROOT", &shim.node.host_root)
+            .env("IPTABLES_WRAPPER_LOG", "debug");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        command.status().unwrap()
+    };
+    // Bad input and a missing backend: the status says it, nothing crashes.
+    let bad = run(&shim.wrapped(), &[("IPTABLES_MODE", "bogus")]);
+    assert_eq!(bad.code(), Some(2), "{bad:?}");
+    let empty = shim.node.path("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    // A warning is recorded, then the backend is missing. Nothing meant for
+    // stderr lands in a file.
+    let missing = run(
+        &shim.wrapped(),
+        &[
+            ("IPTABLES_MODE", ""),
+            ("IPTABLES_WRAPPER_SBIN", empty.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(missing.code(), Some(1), "{missing:?}");
+    assert_eq!(missing.signal(), None);
+    let record = std::fs::read_to_string(shim.node.path("run/warnings")).unwrap();
+    assert!(
+        record.lines().skip(1).all(|l| l.contains("stale legacy rules")),
+        "{record}"
+    );
+    assert!(!record.contains("iptables-wrapper:"), "{record}");
+}
+
+#[test]
+fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
+    // The Docker case: the host link says nft, stale legacy rules remain.
+    let node = Node::new("silent");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP");
+    let record = node.path("run/warnings");
+    let out = node
+        .command("iptables")
+        .args(["-t", "nat", "-N", "DOCKER"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+    assert!(node.sh("iptables-nft -t nat -S").contains("-N DOCKER"));
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(recorded.starts_with("# iptables-wrapper warnings"), "{recorded}");
+    assert!(
+        recorded
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("stale legacy rules may still apply"),
+        "{recorded}"
+    );
+    assert_eq!(
+        std::fs::metadata(node.path("run")).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // The same warnings again within a minute: the record is left alone.
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(&record).unwrap().ino();
+    assert!(node.command("iptables").arg("-V").output().unwrap().stderr.is_empty());
+    assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode, "not rewritten");
+
+    // Asked for: the warning on stderr, at the level asked.
+    let loud = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&loud.stderr);
+    assert!(
+        stderr.starts_with("iptables-wrapper: warn: ") && stderr.contains("stale legacy"),
+        "{stderr}"
+    );
+    let off = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "off")
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert!(off.stderr.is_empty());
+    // A person at a terminal sees warnings without asking.
+    let on_terminal = Command::new("script")
+        .args(["-qec"])
+        .arg(format!("{} -V", node.bin.join("iptables").display()))
+        .arg("/dev/null")
+        .env("IPTABLES_WRAPPER_HOST_ROOT", &node.host_root)
+        .env("XTABLES_LOCKFILE", &node.lockfile)
+        .env("IPTABLES_WRAPPER_RUN_DIR", node.path("run"))
+        .env_remove("IPTABLES_WRAPPER_LOG")
+        .env_remove("IPTABLES_MODE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&on_terminal.stdout);
+    assert!(
+        shown.contains("iptables-wrapper: warn: ") && shown.contains("(nf_tables)"),
+        "{shown}"
+    );
+
+    // An unusable runtime directory: no record, the call still silent and fine.
+    let open_dir = node.path("open-run");
+    std::fs::create_dir_all(&open_dir).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_RUN_DIR", &open_dir)
+        .arg("-V")
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stderr.is_empty());
+    assert!(
+        std::fs::read_dir(&open_dir).unwrap().next().is_none(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn empty_and_relative_search_entries_are_ignored() {
+    let shim = Shim::new("relative");
+    // A planted backend in the caller's working directory, and under a
+    // relative entry.
+    let cwd = shim.node.path("cwd");
+    std::fs::create_dir_all(cwd.join("rel")).unwrap();
+    for dir in [cwd.clone(), cwd.join("rel")] {
+        std::fs::copy(stub(), dir.join("xtables-nft-multi")).unwrap();
+    }
+    for sbin in ["/nonexistent:", ":/nonexistent", "rel", "."] {
+        let _ = std::fs::remove_file(&shim.report);
+        let out = shim
+            .command(&[], &shim.wrapped(), &["report", shim.report.to_str().unwrap()])
+            .current_dir(&cwd)
+            .env("IPTABLES_WRAPPER_SBIN", sbin)
+            .env("IPTABLES_WRAPPER_LOG", "debug")
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(!shim.report.exists(), "{sbin:?}: the planted backend ran");
+        assert_eq!(out.status.code(), Some(1), "{sbin:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("ignored: not an absolute path"), "{sbin:?}: {stderr}");
+    }
+}
+
+#[test]
+fn candidates_that_cannot_run_are_skipped() {
+    let shim = Shim::new("unrunnable");
+    let first = shim.node.path("first");
+    std::fs::create_dir_all(first.join("iptables-nft")).unwrap();
+    std::fs::copy(stub(), first.join("xtables-nft-multi")).unwrap();
+    std::fs::set_permissions(first.join("xtables-nft-multi"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let sbin = format!("{}:{}", first.display(), shim.sbin.display());
+    let out = shim
+        .command(&[], &shim.wrapped(), &["report", shim.report.to_str().unwrap()])
+        .env("IPTABLES_WRAPPER_SBIN", &sbin)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shim.report.exists(), "the good backend in the next directory ran");
+    // With nothing runnable at all, the error names what was skipped and why.
+    let out = shim
+        .command(&[], &shim.wrapped(), &["-V"])
+        .env("IPTABLES_WRAPPER_SBIN", &first)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not executable") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
+}
+
+/// Runs `program args` in a mount namespace of its own with a tmpfs over /proc.
+fn without_proc(command: &Command) -> Output {
+    let mut hidden = Command::new("timeout");
+    hidden
+        .args([
+            "20",
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /proc && exec \"$@\"",
+            "sh",
+        ])
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear();
+    for (name, value) in command.get_envs() {
+        if let Some(value) = value {
+            hidden.env(name, value);
+        }
+    }
+    hidden.output().unwrap()
+}
+
+#[test]
+fn the_loop_guard_works_without_proc() {
+    let shim = Shim::new("noproc");
+    let looping = shim.node.path("loop-sbin");
+    std::fs::create_dir_all(&looping).unwrap();
+    std::os::unix::fs::symlink(WRAPPER, looping.join("xtables-nft-multi")).unwrap();
+    let mut command = shim.command(&[], &shim.wrapped(), &["-V"]);
+    command.env("IPTABLES_WRAPPER_SBIN", &looping);
+    let out = without_proc(&command);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("would run the wrapper itself (a loop)"), "{stderr}");
+    // And without /proc a good backend still runs.
+    let command = shim.command(&[], &shim.wrapped(), &["report", shim.report.to_str().unwrap()]);
+    let out = without_proc(&command);
+    assert!(out.status.success(), "{out:?}");
+    assert!(shim.report.exists());
+}
