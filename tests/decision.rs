@@ -267,12 +267,7 @@ fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
     // Every call warns too (on stderr when asked): legacy tables still exist
     // (listing them is a file read; the call makes no kernel query when the
     // host link decides).
-    let out = node
-        .command("iptables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let out = node.version_with_warnings("iptables");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -287,12 +282,7 @@ fn disagreement_read_on_the_call_is_warned_on_stderr() {
     let node = Node::new("disagree");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
-    let out = node
-        .command("ip6tables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let out = node.version_with_warnings("ip6tables");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
     assert_eq!(stderr.lines().count(), 1, "one warning line: {stderr}");
@@ -302,12 +292,7 @@ fn disagreement_read_on_the_call_is_warned_on_stderr() {
     );
     // Agreeing evidence: no warning at all.
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
-    let out = node
-        .command("ip6tables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let out = node.version_with_warnings("ip6tables");
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -554,12 +554,7 @@ fn control_characters_in_evidence_are_escaped() {
     node.set_host_link("iptables", target);
     node.sh("iptables-legacy -A INPUT -j ACCEPT");
     let clean = |text: &str| !text.chars().any(|c| c.is_control() && c != '\n');
-    let out = node
-        .command("iptables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let out = node.version_with_warnings("iptables");
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.is_empty() && clean(&stderr), "{stderr:?}");

@@ -365,12 +365,7 @@ fn stale_warnings(node: &Node) -> (Vec<String>, String) {
         .map(|w| w.to_string())
         .collect();
     // A call asked for its warnings (IPTABLES_WRAPPER_LOG set).
-    let out = node
-        .command("iptables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let out = node.version_with_warnings("iptables");
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
     (from_detect, String::from_utf8_lossy(&out.stderr).into_owned())
 }

@@ -298,12 +298,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
     assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode, "not rewritten");
 
     // Asked for: the warning on stderr, at the level asked.
-    let loud = node
-        .command("iptables")
-        .env("IPTABLES_WRAPPER_LOG", "warn")
-        .arg("-V")
-        .output()
-        .unwrap();
+    let loud = node.version_with_warnings("iptables");
     let stderr = String::from_utf8_lossy(&loud.stderr);
     assert!(
         stderr.starts_with("iptables-wrapper: warn: ") && stderr.contains("stale legacy"),

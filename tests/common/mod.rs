@@ -115,6 +115,16 @@ impl Node {
         ))
     }
 
+    /// `NAME -V` through the wrapper, asking for its warnings on stderr
+    /// (`IPTABLES_WRAPPER_LOG=warn`; a plain call keeps them off stderr).
+    pub fn version_with_warnings(&self, name: &str) -> Output {
+        self.command(name)
+            .env("IPTABLES_WRAPPER_LOG", "warn")
+            .arg("-V")
+            .output()
+            .unwrap()
+    }
+
     /// What `iptables -V` through the wrapper reports: "nft" or "legacy".
     pub fn version_mode(&self, name: &str) -> String {
         let out = self.command(name).arg("-V").output().unwrap();
