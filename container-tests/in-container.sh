@@ -111,6 +111,143 @@ cmd_disagrees() {
   ok "dispatched call warns: $(cat "$WORK/err")"
 }
 
+# Docker's engine as a client (scenario 9). Its state lives in /dev/shm
+# (a tmpfs of Docker's), so it outlives the step that started it.
+DOCKERD_DIR=/dev/shm/dockerd
+
+# no_route_count: packets this network namespace could not route, IPv4 plus
+# IPv6. The container has only loopback (and the bridge dockerd makes), so
+# any attempt to reach the network counts here.
+no_route_count() {
+  local v4 v6
+  v4="$(awk '$1 == "Ip:" { if (!n) { for (i = 2; i <= NF; i++) if ($i == "OutNoRoutes") f = i; n = 1 } else print $f }' /proc/net/snmp)"
+  v6="$(awk '$1 == "Ip6OutNoRoutes" { print $2 }' /proc/net/snmp6 2>/dev/null || true)"
+  echo $((v4 + ${v6:-0}))
+}
+
+# dockerd-start: Docker's engine, whose iptables is the wrapper, starts in
+# this container and comes up: its API answers. It fails to start when an
+# `iptables -N` it runs prints anything (it takes any output as an error).
+cmd_dockerd_start() {
+  local waited=0 pid
+  mkdir -p "$DOCKERD_DIR"
+  command -v iptables >"$DOCKERD_DIR/iptables-path"
+  no_route_count >"$DOCKERD_DIR/no-routes-before"
+  # No inner containers are run: the vfs driver needs no kernel support.
+  setsid dockerd --storage-driver=vfs --data-root "$DOCKERD_DIR/data" \
+    --exec-root "$DOCKERD_DIR/exec" --pidfile "$DOCKERD_DIR/pid" \
+    </dev/null >"$DOCKERD_DIR/log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$DOCKERD_DIR/started-pid"
+  until docker version >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "  dockerd's log (without its grpc chatter), last lines:" >&2
+      grep -v 'module=grpc' "$DOCKERD_DIR/log" | tail -n 15 | sed 's/^/    /' >&2
+      fail "dockerd exited before its API answered"
+    fi
+    [ "$waited" -lt 60 ] || fail "dockerd's API did not answer within 60 s: $(tail -n 5 "$DOCKERD_DIR/log")"
+    sleep 1
+    waited=$((waited + 1))
+  done
+  ok "dockerd $(docker version --format '{{.Server.Version}}') is up after ${waited} s (iptables is $(readlink -f "$(cat "$DOCKERD_DIR/iptables-path")"))"
+}
+
+# table_chains FILE TABLE: the chains a save declares in TABLE.
+table_chains() {
+  awk -v t="*$2" '/^\*/ { in_t = ($0 == t) } in_t && /^:/ { print substr($1, 2) }' "$1"
+}
+
+# dockerd-chains MODE: dockerd's chains and rules are in MODE's ruleset and
+# not in the other backend's, dockerd said nothing about iptables, and it
+# tried to reach no network.
+cmd_dockerd_chains() {
+  local mode="$1" spec chain table
+  # (iptables-nft-save's note that legacy tables exist is expected here.)
+  backend "$mode" iptables-save >"$WORK/mine" 2>/dev/null
+  backend "$(other "$mode")" iptables-save >"$WORK/other" 2>/dev/null
+  for spec in filter:DOCKER filter:DOCKER-USER filter:DOCKER-ISOLATION-STAGE-1 \
+    filter:DOCKER-ISOLATION-STAGE-2 nat:DOCKER; do
+    table="${spec%%:*}" chain="${spec#*:}"
+    table_chains "$WORK/mine" "$table" | grep -qxF "$chain" \
+      || fail "dockerd's $table chain $chain is not in $mode: $(cat "$WORK/mine")"
+  done
+  grep -qxF -- '-A FORWARD -j DOCKER-USER' "$WORK/mine" || fail "dockerd's FORWARD jump is not in $mode"
+  grep -q -- '-j MASQUERADE' "$WORK/mine" || fail "dockerd's MASQUERADE rule is not in $mode"
+  if grep -q DOCKER "$WORK/other"; then
+    fail "dockerd's chains landed in $(other "$mode") too: $(grep DOCKER "$WORK/other")"
+  fi
+  ok "dockerd's chains are in $mode ($(grep -c '^-A' "$WORK/mine") rules), none in $(other "$mode")"
+  grep -E 'level=(warning|error|fatal)' "$DOCKERD_DIR/log" >"$WORK/warnings" || true
+  if grep -iE 'iptables|chain' "$WORK/warnings" >"$WORK/complaints"; then
+    fail "dockerd's log has iptables complaints: $(cat "$WORK/complaints")"
+  fi
+  ok "dockerd's log has no iptables complaint"
+  if grep -iE 'dial tcp|lookup .*(no such host|server misbehaving)|network is unreachable' \
+    "$DOCKERD_DIR/log" >"$WORK/net"; then
+    fail "dockerd tried to reach the network: $(cat "$WORK/net")"
+  fi
+  [ "$(no_route_count)" = "$(cat "$DOCKERD_DIR/no-routes-before")" ] \
+    || fail "dockerd sent packets without a route (OutNoRoutes $(cat "$DOCKERD_DIR/no-routes-before") -> $(no_route_count))"
+  ok "dockerd tried no network (OutNoRoutes unchanged: $(no_route_count))"
+}
+
+# The non-root image (scenario 10, nonroot.Dockerfile): the wrapper as
+# installed, and a copy with file capabilities of its own and its links.
+WRAPPER_WITH_CAPS_DIR=/opt/wrapper-with-caps
+
+# cap_field NAME: a capability set of this shell from /proc/self/status.
+cap_field() { awk -v f="$1:" '$1 == f { print $2 }' /proc/self/status; }
+
+# nonroot-setup: what scenario 10 stands on. The caller is not root and has
+# no capabilities; the bounding set holds only CAP_NET_ADMIN and CAP_NET_RAW;
+# the backends carry them as file capabilities and the wrapper carries none.
+cmd_nonroot_setup() {
+  local backend_path
+  [ "$(id -u)" != 0 ] || fail "the container runs as root"
+  [ "$(cap_field CapEff)" = 0000000000000000 ] && [ "$(cap_field CapPrm)" = 0000000000000000 ] \
+    || fail "the caller has capabilities: CapPrm $(cap_field CapPrm), CapEff $(cap_field CapEff)"
+  # CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.
+  [ "$(cap_field CapBnd)" = 0000000000003000 ] \
+    || fail "bounding set $(cap_field CapBnd), expected NET_ADMIN and NET_RAW only (0000000000003000)"
+  for backend_path in /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi; do
+    getcap "$backend_path" >"$WORK/caps"
+    grep -q 'cap_net_admin,cap_net_raw[+=]ep' "$WORK/caps" || fail "$backend_path lacks its file capabilities: '$(cat "$WORK/caps")'"
+  done
+  getcap /usr/sbin/iptables-wrapper >"$WORK/caps"
+  [ ! -s "$WORK/caps" ] || fail "the installed wrapper has file capabilities: $(cat "$WORK/caps")"
+  ok "uid $(id -u), groups $(id -G); no capabilities, bounding set NET_ADMIN+NET_RAW; backends cap_net_admin,cap_net_raw+ep; wrapper none"
+}
+
+# reads save-tools|kernel: how the wrapper read the kernel state. The
+# installed wrapper has no capabilities: the kernel refuses its netlink and
+# getsockopt reads, and it reads the backends' save tools (which carry file
+# capabilities) instead. The copy with file capabilities reads the kernel
+# itself and decides the same.
+cmd_reads() {
+  local mode with_caps
+  iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
+  mode="$(sed -n 1p "$WORK/detect")"
+  case "$1" in
+    save-tools)
+      grep -q 'iptables-nft-save' "$WORK/detect" && grep -q 'iptables-legacy-save' "$WORK/detect" \
+        || fail "detect does not show the save tools as the method: $(cat "$WORK/detect")"
+      ok "without capabilities the wrapper read both save tools and decided $mode"
+      ;;
+    kernel)
+      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" iptables-wrapper detect >"$WORK/detect-caps" \
+        || fail "$WRAPPER_WITH_CAPS_DIR/iptables-wrapper detect exited $?"
+      with_caps="$(sed -n 1p "$WORK/detect-caps")"
+      if grep -q -- '-save' "$WORK/detect-caps"; then
+        fail "with file capabilities the wrapper still read a save tool: $(cat "$WORK/detect-caps")"
+      fi
+      [ "$with_caps" = "$mode" ] || fail "with file capabilities the wrapper decided $with_caps, without $mode"
+      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" check_version "$mode" iptables
+      ok "with file capabilities the wrapper read the kernel itself and decided $mode too"
+      ;;
+    *) fail "reads: $1" ;;
+  esac
+}
+
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
 cmd_mode_env() {
   local out
@@ -265,5 +402,9 @@ case "${1:-}" in
   bogus) cmd_bogus ;;
   restore) cmd_restore "$2" ;;
   concurrent) cmd_concurrent "$2" ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent ..." >&2; exit 2 ;;
+  dockerd-start) cmd_dockerd_start ;;
+  dockerd-chains) cmd_dockerd_chains "$2" ;;
+  nonroot-setup) cmd_nonroot_setup ;;
+  reads) cmd_reads "$2" ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads ..." >&2; exit 2 ;;
 esac
