@@ -96,19 +96,40 @@ cmd_rules() {
 }
 
 # disagrees: with the host link saying nft while legacy holds more rules,
-# the decision's report names the disagreeing evidence, and a dispatched call
-# warns on stderr that legacy tables remain (it lists them without a kernel
-# query) while its stdout stays the backend's alone.
+# the decision's report names the disagreeing evidence. A dispatched call
+# keeps stdout and stderr the backend's alone (callers such as Docker's
+# engine take any output as a failure) and records its warning that legacy
+# tables remain in the runtime directory's `warnings` file instead; it
+# writes the warning on stderr only when IPTABLES_WRAPPER_LOG asks for it.
 cmd_disagrees() {
+  local record warning
+  record="${IPTABLES_WRAPPER_RUN_DIR:-/run/iptables-wrapper}/warnings"
   iptables-wrapper detect --json >"$WORK/json" || fail "detect --json exited $?"
   grep -o '"warnings":\[[^]]*\]' "$WORK/json" >"$WORK/warnings" || true
   grep -q legacy "$WORK/warnings" \
     || fail "detect --json has no warning about the legacy evidence: $(cat "$WORK/json")"
   ok "detect --json warns: $(grep -o '"warnings":\["[^"]*' "$WORK/json" | cut -c14-)"
+  iptables-wrapper detect >"$WORK/detect" || fail "detect exited $?"
+  grep -i 'warn' "$WORK/detect" >/dev/null && grep 'legacy' "$WORK/detect" | grep -q -i 'disagree\|stale' \
+    || fail "detect's report shows no warning about the legacy evidence: $(cat "$WORK/detect")"
+  ok "detect's report shows the warnings"
+  # The record as this call leaves it: earlier steps' calls may have written
+  # it already, and it is rewritten at most once a second.
+  rm -f "$record"
   iptables -V >"$WORK/out" 2>"$WORK/err" || fail "iptables -V exited $?"
-  grep -q 'warn.*legacy' "$WORK/err" || fail "a dispatched call did not warn: '$(cat "$WORK/err")'"
+  [ ! -s "$WORK/err" ] || fail "a plain dispatched call wrote on stderr: '$(cat "$WORK/err")'"
   grep -q '(nf_tables)' "$WORK/out" || fail "stdout is not the backend's: '$(cat "$WORK/out")'"
-  ok "dispatched call warns: $(cat "$WORK/err")"
+  ok "a plain dispatched call: stdout the backend's, stderr empty"
+  [ -f "$record" ] || fail "the dispatched call recorded no warning: $record is missing"
+  grep -v '^#' "$record" | grep -q legacy || fail "$record has no warning about legacy: $(cat "$record")"
+  ok "$record: $(grep -v '^#' "$record" | head -n 1)"
+  IPTABLES_WRAPPER_LOG=warn iptables -V >"$WORK/out" 2>"$WORK/err" || fail "IPTABLES_WRAPPER_LOG=warn iptables -V exited $?"
+  grep -q 'warn.*legacy' "$WORK/err" || fail "with IPTABLES_WRAPPER_LOG=warn the call did not warn: '$(cat "$WORK/err")'"
+  grep -q '(nf_tables)' "$WORK/out" || fail "stdout is not the backend's: '$(cat "$WORK/out")'"
+  ok "with IPTABLES_WRAPPER_LOG=warn it warns on stderr: $(cat "$WORK/err")"
+  warning="$(sed -n 's/^.*warn[a-z]*: //p' "$WORK/err" | head -n 1)"
+  grep -qF -- "$warning" "$record" || fail "the warning on stderr is not in $record: '$warning' vs $(cat "$record")"
+  ok "the record holds that same warning"
 }
 
 # Docker's engine as a client (scenario 9). Its state lives in /dev/shm
