@@ -269,6 +269,25 @@ cmd_reads() {
   esac
 }
 
+# quiet MODE: where a call has warnings to give (stale legacy tables while
+# the host link says MODE), a plain call prints only the backend's output.
+# A non-root user cannot make the default runtime directory under /run, so
+# the warnings are recorded only where IPTABLES_WRAPPER_RUN_DIR names a
+# directory the user may create.
+cmd_quiet() {
+  local run_dir="$WORK/run"
+  iptables -V >"$WORK/out" 2>"$WORK/err" || fail "iptables -V exited $?"
+  [ ! -s "$WORK/err" ] || fail "a plain call wrote on stderr: '$(cat "$WORK/err")'"
+  grep -qF "$(version_tag "$1")" "$WORK/out" || fail "stdout is not $1's: '$(cat "$WORK/out")'"
+  ok "a plain call: stdout $1's, stderr empty"
+  IPTABLES_WRAPPER_RUN_DIR="$run_dir" iptables -V >"$WORK/out" 2>"$WORK/err" \
+    || fail "IPTABLES_WRAPPER_RUN_DIR=$run_dir iptables -V exited $?"
+  [ ! -s "$WORK/err" ] || fail "a plain call wrote on stderr: '$(cat "$WORK/err")'"
+  [ -f "$run_dir/warnings" ] && grep -v '^#' "$run_dir/warnings" | grep -q legacy \
+    || fail "IPTABLES_WRAPPER_RUN_DIR=$run_dir: no warning about legacy recorded"
+  ok "IPTABLES_WRAPPER_RUN_DIR=$run_dir: recorded $(grep -v '^#' "$run_dir/warnings" | head -n 1)"
+}
+
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
 cmd_mode_env() {
   local out
@@ -427,5 +446,6 @@ case "${1:-}" in
   dockerd-chains) cmd_dockerd_chains "$2" ;;
   nonroot-setup) cmd_nonroot_setup ;;
   reads) cmd_reads "$2" ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads ..." >&2; exit 2 ;;
+  quiet) cmd_quiet "$2" ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet ..." >&2; exit 2 ;;
 esac
