@@ -150,16 +150,17 @@ no_route_count() {
 # this container and comes up: its API answers. It fails to start when an
 # `iptables -N` it runs prints anything (it takes any output as an error).
 cmd_dockerd_start() {
-  local waited=0 pid
+  local waited=0 pid iptables_path
   mkdir -p "$DOCKERD_DIR"
-  command -v iptables >"$DOCKERD_DIR/iptables-path"
+  iptables_path="$(readlink -f "$(command -v iptables)")"
+  [ "$iptables_path" = /usr/sbin/iptables-wrapper ] \
+    || fail "dockerd would run $iptables_path as iptables, not the wrapper"
   no_route_count >"$DOCKERD_DIR/no-routes-before"
   # No inner containers are run: the vfs driver needs no kernel support.
   setsid dockerd --storage-driver=vfs --data-root "$DOCKERD_DIR/data" \
     --exec-root "$DOCKERD_DIR/exec" --pidfile "$DOCKERD_DIR/pid" \
     </dev/null >"$DOCKERD_DIR/log" 2>&1 &
   pid=$!
-  echo "$pid" >"$DOCKERD_DIR/started-pid"
   until docker version >/dev/null 2>&1; do
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "  dockerd's log (without its grpc chatter), last lines:" >&2
@@ -170,7 +171,7 @@ cmd_dockerd_start() {
     sleep 1
     waited=$((waited + 1))
   done
-  ok "dockerd $(docker version --format '{{.Server.Version}}') is up after ${waited} s (iptables is $(readlink -f "$(cat "$DOCKERD_DIR/iptables-path")"))"
+  ok "dockerd $(docker version --format '{{.Server.Version}}') is up after ${waited} s (its iptables: $iptables_path)"
 }
 
 # table_chains FILE TABLE: the chains a save declares in TABLE.
