@@ -179,7 +179,7 @@ echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale l
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
 echo "           10 non-root user, backends with file capabilities (own image)"
-echo "containers: --network none ${IPTW_PRIVILEGE:-} (9 and 10: their own, see scenario.sh)"
+echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"
 echo
