@@ -6,7 +6,10 @@
 # Prints one line per flavour: "FLAVOUR IMAGE". Flavours: bullseye, bookworm,
 # trixie (Debian with the iptables package) and distroless (no package manager,
 # no alternatives system: the iptables binaries, their libraries and a static
-# busybox for the test script).
+# busybox for the test script). Two more bases serve one scenario each and are
+# not matrix flavours: docker-engine (bookworm with iptables and docker.io, a
+# real iptables client) and nonroot (bookworm with iptables and libcap2-bin,
+# for backends with file capabilities).
 #
 # IPTW_BASE_SOURCE selects where the Debian root file systems come from:
 #   local (default)  mmdebstrap from this machine's configured apt sources,
@@ -106,7 +109,9 @@ main() {
     case "$flavour" in
       bullseye|bookworm|trixie) image="$(debian_image "$flavour" "$flavour" "${DEBIAN_PACKAGES[@]}")" ;;
       distroless) image="$(distroless_image)" ;;
-      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]})" ;;
+      docker-engine) image="$(debian_image docker-engine bookworm iptables docker.io)" ;;
+      nonroot) image="$(debian_image nonroot bookworm iptables libcap2-bin)" ;;
+      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]} docker-engine nonroot)" ;;
     esac
     printf '%s %s\n' "$flavour" "$image"
   done

@@ -96,19 +96,197 @@ cmd_rules() {
 }
 
 # disagrees: with the host link saying nft while legacy holds more rules,
-# the decision's report names the disagreeing evidence, and a dispatched call
-# warns on stderr that legacy tables remain (it lists them without a kernel
-# query) while its stdout stays the backend's alone.
+# the decision's report names the disagreeing evidence. A dispatched call
+# keeps stdout and stderr the backend's alone (callers such as Docker's
+# engine take any output as a failure) and records its warning that legacy
+# tables remain in the runtime directory's `warnings` file instead; it
+# writes the warning on stderr only when IPTABLES_WRAPPER_LOG asks for it.
 cmd_disagrees() {
+  local record warning
+  record="${IPTABLES_WRAPPER_RUN_DIR:-/run/iptables-wrapper}/warnings"
   iptables-wrapper detect --json >"$WORK/json" || fail "detect --json exited $?"
   grep -o '"warnings":\[[^]]*\]' "$WORK/json" >"$WORK/warnings" || true
   grep -q legacy "$WORK/warnings" \
     || fail "detect --json has no warning about the legacy evidence: $(cat "$WORK/json")"
   ok "detect --json warns: $(grep -o '"warnings":\["[^"]*' "$WORK/json" | cut -c14-)"
+  iptables-wrapper detect >"$WORK/detect" || fail "detect exited $?"
+  grep -i 'warn' "$WORK/detect" >/dev/null && grep 'legacy' "$WORK/detect" | grep -q -i 'disagree\|stale' \
+    || fail "detect's report shows no warning about the legacy evidence: $(cat "$WORK/detect")"
+  ok "detect's report shows the warnings"
+  # The record as this call leaves it: earlier steps' calls may have written
+  # it already, and it is rewritten at most once a second.
+  rm -f "$record"
   iptables -V >"$WORK/out" 2>"$WORK/err" || fail "iptables -V exited $?"
-  grep -q 'warn.*legacy' "$WORK/err" || fail "a dispatched call did not warn: '$(cat "$WORK/err")'"
+  [ ! -s "$WORK/err" ] || fail "a plain dispatched call wrote on stderr: '$(cat "$WORK/err")'"
   grep -q '(nf_tables)' "$WORK/out" || fail "stdout is not the backend's: '$(cat "$WORK/out")'"
-  ok "dispatched call warns: $(cat "$WORK/err")"
+  ok "a plain dispatched call: stdout the backend's, stderr empty"
+  [ -f "$record" ] || fail "the dispatched call recorded no warning: $record is missing"
+  grep -v '^#' "$record" | grep -q legacy || fail "$record has no warning about legacy: $(cat "$record")"
+  ok "$record: $(grep -v '^#' "$record" | head -n 1)"
+  IPTABLES_WRAPPER_LOG=warn iptables -V >"$WORK/out" 2>"$WORK/err" || fail "IPTABLES_WRAPPER_LOG=warn iptables -V exited $?"
+  grep -q 'warn.*legacy' "$WORK/err" || fail "with IPTABLES_WRAPPER_LOG=warn the call did not warn: '$(cat "$WORK/err")'"
+  grep -q '(nf_tables)' "$WORK/out" || fail "stdout is not the backend's: '$(cat "$WORK/out")'"
+  ok "with IPTABLES_WRAPPER_LOG=warn it warns on stderr: $(cat "$WORK/err")"
+  warning="$(sed -n 's/^.*warn[a-z]*: //p' "$WORK/err" | head -n 1)"
+  grep -qF -- "$warning" "$record" || fail "the warning on stderr is not in $record: '$warning' vs $(cat "$record")"
+  ok "the record holds that same warning"
+}
+
+# Docker's engine as a client (scenario 9). Its state lives in /dev/shm
+# (a tmpfs of Docker's), so it outlives the step that started it.
+DOCKERD_DIR=/dev/shm/dockerd
+
+# no_route_count: packets this network namespace could not route, IPv4 plus
+# IPv6. The container has only loopback (and the bridge dockerd makes), so
+# any attempt to reach the network counts here.
+no_route_count() {
+  local v4 v6
+  v4="$(awk '$1 == "Ip:" { if (!n) { for (i = 2; i <= NF; i++) if ($i == "OutNoRoutes") f = i; n = 1 } else print $f }' /proc/net/snmp)"
+  v6="$(awk '$1 == "Ip6OutNoRoutes" { print $2 }' /proc/net/snmp6 2>/dev/null || true)"
+  echo $((v4 + ${v6:-0}))
+}
+
+# dockerd-start: Docker's engine, whose iptables is the wrapper, starts in
+# this container and comes up: its API answers. It fails to start when an
+# `iptables -N` it runs prints anything (it takes any output as an error).
+cmd_dockerd_start() {
+  local waited=0 pid iptables_path
+  mkdir -p "$DOCKERD_DIR"
+  iptables_path="$(readlink -f "$(command -v iptables)")"
+  [ "$iptables_path" = /usr/sbin/iptables-wrapper ] \
+    || fail "dockerd would run $iptables_path as iptables, not the wrapper"
+  no_route_count >"$DOCKERD_DIR/no-routes-before"
+  # No inner containers are run: the vfs driver needs no kernel support.
+  setsid dockerd --storage-driver=vfs --data-root "$DOCKERD_DIR/data" \
+    --exec-root "$DOCKERD_DIR/exec" --pidfile "$DOCKERD_DIR/pid" \
+    </dev/null >"$DOCKERD_DIR/log" 2>&1 &
+  pid=$!
+  until docker version >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "  dockerd's log (without its grpc chatter), last lines:" >&2
+      grep -v 'module=grpc' "$DOCKERD_DIR/log" | tail -n 15 | sed 's/^/    /' >&2
+      fail "dockerd exited before its API answered"
+    fi
+    [ "$waited" -lt 60 ] || fail "dockerd's API did not answer within 60 s: $(tail -n 5 "$DOCKERD_DIR/log")"
+    sleep 1
+    waited=$((waited + 1))
+  done
+  ok "dockerd $(docker version --format '{{.Server.Version}}') is up after ${waited} s (its iptables: $iptables_path)"
+}
+
+# table_chains FILE TABLE: the chains a save declares in TABLE.
+table_chains() {
+  awk -v t="*$2" '/^\*/ { in_t = ($0 == t) } in_t && /^:/ { print substr($1, 2) }' "$1"
+}
+
+# dockerd-chains MODE: dockerd's chains and rules are in MODE's ruleset and
+# not in the other backend's, dockerd said nothing about iptables, and it
+# tried to reach no network.
+cmd_dockerd_chains() {
+  local mode="$1" spec chain table
+  # (iptables-nft-save's note that legacy tables exist is expected here.)
+  backend "$mode" iptables-save >"$WORK/mine" 2>/dev/null
+  backend "$(other "$mode")" iptables-save >"$WORK/other" 2>/dev/null
+  for spec in filter:DOCKER filter:DOCKER-USER filter:DOCKER-ISOLATION-STAGE-1 \
+    filter:DOCKER-ISOLATION-STAGE-2 nat:DOCKER; do
+    table="${spec%%:*}" chain="${spec#*:}"
+    table_chains "$WORK/mine" "$table" | grep -qxF "$chain" \
+      || fail "dockerd's $table chain $chain is not in $mode: $(cat "$WORK/mine")"
+  done
+  grep -qxF -- '-A FORWARD -j DOCKER-USER' "$WORK/mine" || fail "dockerd's FORWARD jump is not in $mode"
+  grep -q -- '-j MASQUERADE' "$WORK/mine" || fail "dockerd's MASQUERADE rule is not in $mode"
+  if grep -q DOCKER "$WORK/other"; then
+    fail "dockerd's chains landed in $(other "$mode") too: $(grep DOCKER "$WORK/other")"
+  fi
+  ok "dockerd's chains are in $mode ($(grep -c '^-A' "$WORK/mine") rules), none in $(other "$mode")"
+  grep -E 'level=(warning|error|fatal)' "$DOCKERD_DIR/log" >"$WORK/warnings" || true
+  if grep -iE 'iptables|chain' "$WORK/warnings" >"$WORK/complaints"; then
+    fail "dockerd's log has iptables complaints: $(cat "$WORK/complaints")"
+  fi
+  ok "dockerd's log has no iptables complaint"
+  if grep -iE 'dial tcp|lookup .*(no such host|server misbehaving)|network is unreachable' \
+    "$DOCKERD_DIR/log" >"$WORK/net"; then
+    fail "dockerd tried to reach the network: $(cat "$WORK/net")"
+  fi
+  [ "$(no_route_count)" = "$(cat "$DOCKERD_DIR/no-routes-before")" ] \
+    || fail "dockerd sent packets without a route (OutNoRoutes $(cat "$DOCKERD_DIR/no-routes-before") -> $(no_route_count))"
+  ok "dockerd tried no network (OutNoRoutes unchanged: $(no_route_count))"
+}
+
+# The non-root image (scenario 10, nonroot.Dockerfile): the wrapper as
+# installed, and a copy with file capabilities of its own and its links.
+WRAPPER_WITH_CAPS_DIR=/opt/wrapper-with-caps
+
+# cap_field NAME: a capability set of this shell from /proc/self/status.
+cap_field() { awk -v f="$1:" '$1 == f { print $2 }' /proc/self/status; }
+
+# nonroot-setup: what scenario 10 stands on. The caller is not root and has
+# no capabilities; the bounding set holds only CAP_NET_ADMIN and CAP_NET_RAW;
+# the backends carry them as file capabilities and the wrapper carries none.
+cmd_nonroot_setup() {
+  local backend_path
+  [ "$(id -u)" != 0 ] || fail "the container runs as root"
+  [ "$(cap_field CapEff)" = 0000000000000000 ] && [ "$(cap_field CapPrm)" = 0000000000000000 ] \
+    || fail "the caller has capabilities: CapPrm $(cap_field CapPrm), CapEff $(cap_field CapEff)"
+  # CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.
+  [ "$(cap_field CapBnd)" = 0000000000003000 ] \
+    || fail "bounding set $(cap_field CapBnd), expected NET_ADMIN and NET_RAW only (0000000000003000)"
+  for backend_path in /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi; do
+    getcap "$backend_path" >"$WORK/caps"
+    grep -q 'cap_net_admin,cap_net_raw[+=]ep' "$WORK/caps" || fail "$backend_path lacks its file capabilities: '$(cat "$WORK/caps")'"
+  done
+  getcap /usr/sbin/iptables-wrapper >"$WORK/caps"
+  [ ! -s "$WORK/caps" ] || fail "the installed wrapper has file capabilities: $(cat "$WORK/caps")"
+  ok "uid $(id -u), groups $(id -G); no capabilities, bounding set NET_ADMIN+NET_RAW; backends cap_net_admin,cap_net_raw+ep; wrapper none"
+}
+
+# reads save-tools|kernel: how the wrapper read the kernel state. The
+# installed wrapper has no capabilities: the kernel refuses its netlink and
+# getsockopt reads, and it reads the backends' save tools (which carry file
+# capabilities) instead. The copy with file capabilities reads the kernel
+# itself and decides the same.
+cmd_reads() {
+  local mode with_caps
+  iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
+  mode="$(sed -n 1p "$WORK/detect")"
+  case "$1" in
+    save-tools)
+      grep -q 'iptables-nft-save' "$WORK/detect" && grep -q 'iptables-legacy-save' "$WORK/detect" \
+        || fail "detect does not show the save tools as the method: $(cat "$WORK/detect")"
+      ok "without capabilities the wrapper read both save tools and decided $mode"
+      ;;
+    kernel)
+      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" iptables-wrapper detect >"$WORK/detect-caps" \
+        || fail "$WRAPPER_WITH_CAPS_DIR/iptables-wrapper detect exited $?"
+      with_caps="$(sed -n 1p "$WORK/detect-caps")"
+      if grep -q -- '-save' "$WORK/detect-caps"; then
+        fail "with file capabilities the wrapper still read a save tool: $(cat "$WORK/detect-caps")"
+      fi
+      [ "$with_caps" = "$mode" ] || fail "with file capabilities the wrapper decided $with_caps, without $mode"
+      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" check_version "$mode" iptables
+      ok "with file capabilities the wrapper read the kernel itself and decided $mode too"
+      ;;
+    *) fail "reads: $1" ;;
+  esac
+}
+
+# quiet MODE: where a call has warnings to give (stale legacy tables while
+# the host link says MODE), a plain call prints only the backend's output.
+# A non-root user cannot make the default runtime directory under /run, so
+# the warnings are recorded only where IPTABLES_WRAPPER_RUN_DIR names a
+# directory the user may create.
+cmd_quiet() {
+  local run_dir="$WORK/run"
+  iptables -V >"$WORK/out" 2>"$WORK/err" || fail "iptables -V exited $?"
+  [ ! -s "$WORK/err" ] || fail "a plain call wrote on stderr: '$(cat "$WORK/err")'"
+  grep -qF "$(version_tag "$1")" "$WORK/out" || fail "stdout is not $1's: '$(cat "$WORK/out")'"
+  ok "a plain call: stdout $1's, stderr empty"
+  IPTABLES_WRAPPER_RUN_DIR="$run_dir" iptables -V >"$WORK/out" 2>"$WORK/err" \
+    || fail "IPTABLES_WRAPPER_RUN_DIR=$run_dir iptables -V exited $?"
+  [ ! -s "$WORK/err" ] || fail "a plain call wrote on stderr: '$(cat "$WORK/err")'"
+  [ -f "$run_dir/warnings" ] && grep -v '^#' "$run_dir/warnings" | grep -q legacy \
+    || fail "IPTABLES_WRAPPER_RUN_DIR=$run_dir: no warning about legacy recorded"
+  ok "IPTABLES_WRAPPER_RUN_DIR=$run_dir: recorded $(grep -v '^#' "$run_dir/warnings" | head -n 1)"
 }
 
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
@@ -265,5 +443,10 @@ case "${1:-}" in
   bogus) cmd_bogus ;;
   restore) cmd_restore "$2" ;;
   concurrent) cmd_concurrent "$2" ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent ..." >&2; exit 2 ;;
+  dockerd-start) cmd_dockerd_start ;;
+  dockerd-chains) cmd_dockerd_chains "$2" ;;
+  nonroot-setup) cmd_nonroot_setup ;;
+  reads) cmd_reads "$2" ;;
+  quiet) cmd_quiet "$2" ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet ..." >&2; exit 2 ;;
 esac

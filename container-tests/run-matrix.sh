@@ -5,7 +5,9 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..8 (see scenario.sh). Default: all of both.
+# scenarios 1..10 (see scenario.sh). Default: all of both. Scenarios 1-8 run
+# in every flavour; 9 (Docker's engine as a client) and 10 (a non-root image)
+# each need an image of their own and run once, in it.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary to test (default: build it with
@@ -26,7 +28,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
@@ -35,6 +37,21 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
+
+# The image of each single-image scenario (a base of build-base.sh that is
+# not a flavour); the other scenarios run in every flavour.
+declare -A SOLO_IMAGE=([9]=docker-engine [10]=nonroot)
+FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
+for s in "${SCENARIOS[@]}"; do
+  case "$s" in
+    [1-8]) FLAVOUR_SCENARIOS+=("$s") ;;
+    9|10) SOLO_SCENARIOS+=("$s") ;;
+    *) die "unknown scenario '$s' (see --help)" ;;
+  esac
+done
+[[ ${#FLAVOUR_SCENARIOS[@]} -gt 0 ]] || FLAVOURS=()
+IMAGES=("${FLAVOURS[@]}")
+for s in "${SOLO_SCENARIOS[@]}"; do IMAGES+=("${SOLO_IMAGE[$s]}"); done
 
 export IPTW_RUN_ID="$$-$(date +%s)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-matrix.XXXXXX")"
@@ -69,7 +86,7 @@ log "base images"
 declare -A BASE
 while read -r flavour image; do
   BASE[$flavour]="$image"
-done < <("$CT_DIR/build-base.sh" "${FLAVOURS[@]}")
+done < <("$CT_DIR/build-base.sh" "${IMAGES[@]}")
 BASES_DONE=$SECONDS
 
 CONTEXT="$WORK/context"
@@ -77,7 +94,7 @@ mkdir -p "$CONTEXT/container-tests"
 cp "$IPTW_WRAPPER" "$CONTEXT/iptables-wrapper"
 cp "$CT_DIR/in-container.sh" "$CONTEXT/container-tests/in-container.sh"
 declare -A TEST_IMAGE
-for flavour in "${FLAVOURS[@]}"; do
+for flavour in "${IMAGES[@]}"; do
   TEST_IMAGE[$flavour]="$TEST_REPO:$flavour"
   log "test image ${TEST_IMAGE[$flavour]} from ${BASE[$flavour]}"
   previous="$(docker image inspect -f '{{.Id}}' "${TEST_IMAGE[$flavour]}" 2>/dev/null || true)"
@@ -88,12 +105,24 @@ for flavour in "${FLAVOURS[@]}"; do
     docker rmi "$previous" >/dev/null 2>&1 || true
   fi
 done
+# The non-root image: that test image with file capabilities and a user.
+if [[ -n "${TEST_IMAGE[nonroot]:-}" ]]; then
+  log "test image $TEST_REPO:nonroot-user from ${TEST_IMAGE[nonroot]}"
+  previous="$(docker image inspect -f '{{.Id}}' "$TEST_REPO:nonroot-user" 2>/dev/null || true)"
+  quietly docker build --force-rm -t "$TEST_REPO:nonroot-user" -f "$CT_DIR/nonroot.Dockerfile" \
+    --build-arg "BASE=${TEST_IMAGE[nonroot]}" "$CONTEXT"
+  if [[ -n "$previous" && "$previous" != "$(docker image inspect -f '{{.Id}}' "$TEST_REPO:nonroot-user")" ]]; then
+    docker rmi "$previous" >/dev/null 2>&1 || true
+  fi
+  TEST_IMAGE[nonroot]="$TEST_REPO:nonroot-user"
+fi
 IMAGES_DONE=$SECONDS
 
 # --privileged fails on an engine that lacks some capability itself (a
 # daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
 # to what iptables needs, the capabilities a Kubernetes pod would be granted.
-if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
+# (Scenarios 9 and 10 set their own.)
+if [[ -z "${IPTW_PRIVILEGE:-}" && ${#FLAVOURS[@]} -gt 0 ]]; then
   if docker run --rm --privileged --network none "${TEST_IMAGE[${FLAVOURS[0]}]}" true >/dev/null 2>&1; then
     IPTW_PRIVILEGE="--privileged"
   else
@@ -109,38 +138,48 @@ LOGS="${IPTW_LOG_DIR:-$WORK/logs}"
 mkdir -p "$LOGS"
 declare -A RESULT
 passed=0 failed=0
+# run_cell IMAGE SCENARIO: one cell; IMAGE is a flavour or a single-image
+# scenario's image.
+CELLS=()
+run_cell() {
+  local image="$1" s="$2" cell_start=$SECONDS
+  CELLS+=("$image,$s")
+  if "$CT_DIR/scenario.sh" "${TEST_IMAGE[$image]}" "$s" >"$LOGS/$image-$s.log" 2>&1; then
+    RESULT[$image,$s]=pass; passed=$((passed + 1))
+  else
+    RESULT[$image,$s]=FAIL; failed=$((failed + 1))
+  fi
+  log "$image scenario $s: ${RESULT[$image,$s]} ($((SECONDS - cell_start))s)"
+}
 for flavour in "${FLAVOURS[@]}"; do
-  for s in "${SCENARIOS[@]}"; do
-    cell_log="$LOGS/$flavour-$s.log"
-    cell_start=$SECONDS
-    if "$CT_DIR/scenario.sh" "${TEST_IMAGE[$flavour]}" "$s" >"$cell_log" 2>&1; then
-      RESULT[$flavour,$s]=pass; passed=$((passed + 1))
-    else
-      RESULT[$flavour,$s]=FAIL; failed=$((failed + 1))
-    fi
-    log "$flavour scenario $s: ${RESULT[$flavour,$s]} ($((SECONDS - cell_start))s)"
-  done
+  for s in "${FLAVOUR_SCENARIOS[@]}"; do run_cell "$flavour" "$s"; done
 done
+for s in "${SOLO_SCENARIOS[@]}"; do run_cell "${SOLO_IMAGE[$s]}" "$s"; done
 
 # Failed cells' logs, then the table.
-for flavour in "${FLAVOURS[@]}"; do
-  for s in "${SCENARIOS[@]}"; do
-    [[ "${RESULT[$flavour,$s]}" == FAIL ]] || continue
-    printf '\n----- %s, scenario %s -----\n' "$flavour" "$s"
-    cat "$LOGS/$flavour-$s.log"
-  done
+for cell in "${CELLS[@]}"; do
+  [[ "${RESULT[$cell]}" == FAIL ]] || continue
+  printf '\n----- %s, scenario %s -----\n' "${cell%,*}" "${cell#*,}"
+  cat "$LOGS/${cell%,*}-${cell#*,}.log"
 done
 
 echo
-printf '%-12s' image; printf ' %5s' "${SCENARIOS[@]}"; echo
-for flavour in "${FLAVOURS[@]}"; do
-  printf '%-12s' "$flavour"
-  for s in "${SCENARIOS[@]}"; do printf ' %5s' "${RESULT[$flavour,$s]}"; done
-  echo
+if [[ ${#FLAVOURS[@]} -gt 0 ]]; then
+  printf '%-14s' image; printf ' %5s' "${FLAVOUR_SCENARIOS[@]}"; echo
+  for flavour in "${FLAVOURS[@]}"; do
+    printf '%-14s' "$flavour"
+    for s in "${FLAVOUR_SCENARIOS[@]}"; do printf ' %5s' "${RESULT[$flavour,$s]}"; done
+    echo
+  done
+fi
+for s in "${SOLO_SCENARIOS[@]}"; do
+  printf '%-14s %5s: %s\n' "${SOLO_IMAGE[$s]}" "$s" "${RESULT[${SOLO_IMAGE[$s]},$s]}"
 done
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
-echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8), 8 50 concurrent calls while flipping"
-echo "containers: --network none $IPTW_PRIVILEGE"
+echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8), 8 50 concurrent calls while flipping,"
+echo "           9 Docker's engine starts in the stale-legacy state (own image),"
+echo "           10 non-root user, backends with file capabilities (own image)"
+echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"
 echo

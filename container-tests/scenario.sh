@@ -11,11 +11,15 @@
 # never touched. Steps inside the container are `wrapper-test` commands
 # (in-container.sh). Exit 0 when the scenario passed.
 #
-# Scenarios (issue 3):
+# Scenarios (issues 3 and 7):
 #   1 host on legacy   2 host on nft   3 upgrade without restart
 #   4 stale legacy rules outnumber nft   5 IPTABLES_MODE   6 restore/save
 #   7 = 1-6 and 8 again with a read-only root file system
 #   8 50 concurrent calls while the host link flips
+#   9 Docker's engine as a client, started in the stale-legacy state (needs
+#     the docker-engine image: docker.io and the wrapper as its iptables)
+#   10 a non-root user, backends with file capabilities (needs the nonroot
+#     image, nonroot.Dockerfile)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -25,20 +29,26 @@ READ_ONLY="${3:-}"
 
 CONTAINER=""
 FLIPPER=""
+LOCK_FILE=""
 HOST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/iptw-host.XXXXXX")"
+# As the host's /etc/alternatives is: a non-root user may read it too.
+chmod 0755 "$HOST_DIR"
 cleanup() {
   if [[ -n "$FLIPPER" ]]; then kill "$FLIPPER" 2>/dev/null || true; wait "$FLIPPER" 2>/dev/null || true; fi
   if [[ -n "$CONTAINER" ]]; then docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; fi
   rm -rf "$HOST_DIR"
+  if [[ -n "$LOCK_FILE" ]]; then rm -f "$LOCK_FILE"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The docker run options that give the container its rights; scenarios 9
+# and 10 set their own before `start`.
+read -r -a PRIVILEGE <<<"${IPTW_PRIVILEGE:---privileged}"
+
 # start [DOCKER-RUN-OPTION...]: a fresh container for this scenario.
 start() {
-  local privilege
-  read -r -a privilege <<<"${IPTW_PRIVILEGE:---privileged}"
-  local opts=(--detach "${privilege[@]}" --network none
+  local opts=(--detach "${PRIVILEGE[@]}" --network none
     --label "iptables-wrapper-test=${IPTW_RUN_ID:-manual}"
     --volume "$HOST_DIR:/host/etc/alternatives:ro")
   if [[ "$READ_ONLY" == --read-only ]]; then
@@ -154,6 +164,57 @@ scenario_8() { # 50 concurrent calls while the host link flips
   kill "$FLIPPER"; wait "$FLIPPER" 2>/dev/null || true; FLIPPER=""
 }
 
+scenario_9() { # Docker's engine as a client, started in the stale-legacy state (issue 7)
+  # An inner dockerd needs more than iptables does. --privileged would do,
+  # but an engine that lacks a capability itself (CAP_SYS_RESOURCE here)
+  # cannot grant it; this is enough for a daemon that runs no containers.
+  PRIVILEGE=(--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined
+    --security-opt apparmor=unconfined --volume /sys/fs/cgroup:/sys/fs/cgroup)
+  start
+  ctr rules legacy 30
+  ctr rules nft 3
+  host_link nft
+  ctr dockerd-start
+  ctr dockerd-chains nft
+}
+
+scenario_10() { # a non-root image, backends with file capabilities (issue 7)
+  # Only what iptables needs: the backends get CAP_NET_ADMIN and CAP_NET_RAW
+  # from their files, which the kernel grants only within the bounding set
+  # (it refuses to exec them otherwise). Group 0 lets the user read
+  # /proc/net/ip*_tables_names (mode 0440, root's group): without it neither
+  # the wrapper nor iptables-legacy-save can list the legacy tables.
+  PRIVILEGE=(--cap-drop ALL --cap-add NET_ADMIN --cap-add NET_RAW --group-add 0)
+  # The lock file as Kubernetes mounts it (hostPath FileOrCreate: made by
+  # kubelet, root's, mode 0644). Legacy iptables opens it read-only, so the
+  # non-root user can lock it; a mode 0600 file would refuse it.
+  LOCK_FILE="$(mktemp "${TMPDIR:-/tmp}/iptw-lock.XXXXXX")"
+  chmod 0644 "$LOCK_FILE"
+  start --volume "$LOCK_FILE:/run/xtables.lock"
+  ctr nonroot-setup
+  echo "- no host link: the kernel's state decides, read through the save tools"
+  host_link none
+  ctr rules legacy 3
+  ctr expect legacy
+  ctr reads save-tools
+  ctr rules nft 6
+  ctr expect nft
+  echo "- kubelet's hint chain in legacy outweighs the counts, one in nft outweighs that"
+  ctr hint legacy
+  ctr expect legacy
+  ctr reads kernel
+  ctr hint nft
+  ctr expect nft
+  ctr reads kernel
+  echo "- the host link (readable by the user) outweighs the hint chains"
+  host_link legacy
+  ctr expect legacy
+  echo "- the host link says nft; legacy's rules are stale: calls stay silent"
+  host_link nft
+  ctr expect nft
+  ctr quiet nft
+}
+
 scenario_7() { # everything again on a read-only root file system
   local s failed=()
   for s in 1 2 3 4 5 6 8; do
@@ -166,7 +227,7 @@ scenario_7() { # everything again on a read-only root file system
 }
 
 case "$SCENARIO" in
-  [1-8]) "scenario_$SCENARIO" ;;
+  [1-9]|10) "scenario_$SCENARIO" ;;
   *) die "unknown scenario '$SCENARIO'" ;;
 esac
 echo "scenario $SCENARIO passed"
