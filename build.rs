@@ -49,9 +49,10 @@ fn git_commit(package_dir: &Path) -> Option<(String, Vec<PathBuf>)> {
         return None;
     }
     let commit = git(package_dir, &["rev-parse", "--short=12", "HEAD"])?;
-    let mut refs = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
-    refs.extend(git(package_dir, &["symbolic-ref", "-q", "HEAD"]));
-    let watched = refs
+    // HEAD (moves when detached, or names the branch), the branch heads
+    // (a directory: cargo notices a ref file created by the first commit of
+    // a fresh clone, whose refs start out packed) and the packed refs.
+    let watched = ["HEAD", "refs/heads", "packed-refs"]
         .iter()
         .filter_map(|name| git(package_dir, &["rev-parse", "--git-path", name]))
         .map(|path| package_dir.join(path))

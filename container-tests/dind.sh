@@ -6,8 +6,9 @@
 #
 #   container-tests/dind.sh [--storage-driver DRIVER] [--bases load|inner] [RUN-MATRIX OPTIONS...]
 #
-#   --storage-driver  the inner engine's: overlay2 (default), fuse-overlayfs
-#                     (needs /dev/fuse) or vfs (works anywhere, slowest)
+#   --storage-driver  the inner engine's: overlay2, fuse-overlayfs (needs
+#                     /dev/fuse) or vfs (works anywhere, slowest); default
+#                     auto: the first of these that starts
 #   --bases load      (default) build the base images here (cached) and hand
 #                     them in with `docker save | docker load`; the dind
 #                     container then has no network at all (--network none)
@@ -31,7 +32,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-STORAGE_DRIVER=overlay2
+STORAGE_DRIVER=auto
 BASES=load
 MATRIX_ARGS=()
 FLAVOURS=("${ALL_FLAVOURS[@]}")
@@ -45,8 +46,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case "$STORAGE_DRIVER" in
-  overlay2|fuse-overlayfs|vfs) ;;
-  *) die "unknown storage driver '$STORAGE_DRIVER' (overlay2, fuse-overlayfs or vfs)" ;;
+  overlay2|fuse-overlayfs|vfs) DRIVERS=("$STORAGE_DRIVER") ;;
+  auto) DRIVERS=(overlay2 fuse-overlayfs vfs) ;;
+  *) die "unknown storage driver '$STORAGE_DRIVER' (auto, overlay2, fuse-overlayfs or vfs)" ;;
 esac
 [[ "$BASES" == load || "$BASES" == inner ]] || die "unknown --bases '$BASES' (load or inner)"
 
@@ -94,21 +96,34 @@ fi
 network=(--network none)
 [[ "$BASES" == inner ]] && network=()
 
-# /var/lib/docker is a volume (as in the docker:dind image): the inner
-# engine's storage must not sit on the outer container's own overlay.
-log "starting the inner engine ($DIND_IMAGE, storage driver $STORAGE_DRIVER)"
-docker run -d --name "$CONTAINER" --label "iptables-wrapper-dind=$RUN_ID" \
-  "${privilege[@]}" "${network[@]}" -v /var/lib/docker \
-  "$DIND_IMAGE" dockerd --storage-driver="$STORAGE_DRIVER" --host=unix:///var/run/docker.sock >/dev/null
-for _ in $(seq 60); do
-  docker exec "$CONTAINER" docker info >/dev/null 2>&1 && break
-  if [[ "$(docker inspect -f '{{.State.Running}}' "$CONTAINER")" != true ]]; then break; fi
-  sleep 1
+# start_engine DRIVER: starts the dind container with an inner dockerd on
+# DRIVER and waits for it; fails (container removed, log kept in $WORK_LOG)
+# when it does not come up. /var/lib/docker is a volume (as in the
+# docker:dind image): the inner engine's storage must not sit on the outer
+# container's own overlay.
+WORK_LOG="$(mktemp "${TMPDIR:-/tmp}/iptw-dind.XXXXXX")"
+trap 'cleanup; rm -f "$WORK_LOG"' EXIT
+start_engine() {
+  log "starting the inner engine ($DIND_IMAGE, storage driver $1)"
+  docker run -d --name "$CONTAINER" --label "iptables-wrapper-dind=$RUN_ID" \
+    "${privilege[@]}" "${network[@]}" -v /var/lib/docker \
+    "$DIND_IMAGE" dockerd --storage-driver="$1" --host=unix:///var/run/docker.sock >/dev/null
+  for _ in $(seq 60); do
+    docker exec "$CONTAINER" docker info >/dev/null 2>&1 && return 0
+    [[ "$(docker inspect -f '{{.State.Running}}' "$CONTAINER")" == true ]] || break
+    sleep 1
+  done
+  docker logs "$CONTAINER" >"$WORK_LOG" 2>&1 || true
+  cleanup
+  return 1
+}
+STORAGE_DRIVER=""
+for driver in "${DRIVERS[@]}"; do
+  if start_engine "$driver"; then STORAGE_DRIVER="$driver"; break; fi
+  log "the inner dockerd did not come up with storage driver $driver; its log ends:"
+  tail -5 "$WORK_LOG" >&2
 done
-if ! docker exec "$CONTAINER" docker info >/dev/null 2>&1; then
-  docker logs "$CONTAINER" 2>&1 | tail -20 >&2
-  die "the inner dockerd did not come up (storage driver $STORAGE_DRIVER); its log is above"
-fi
+[[ -n "$STORAGE_DRIVER" ]] || die "no storage driver worked for the inner dockerd (tried ${DRIVERS[*]})"
 ENGINE_UP=$SECONDS
 
 # What run-matrix.sh needs, copied in (no bind mount: the engine may be remote).
