@@ -90,7 +90,10 @@ else
     docker run --rm --network none "${privilege[@]}" "$DIND_IMAGE" true >/dev/null 2>&1 && break
     privilege+=(--cap-drop "$cap")
   done
-  [[ -e /dev/fuse ]] && privilege+=(--device /dev/fuse)
+  # /dev/fuse for fuse-overlayfs, where the engine's machine has one.
+  if docker run --rm --network none "${privilege[@]}" --device /dev/fuse "$DIND_IMAGE" true >/dev/null 2>&1; then
+    privilege+=(--device /dev/fuse)
+  fi
   log "this engine cannot start --privileged containers; the dind container gets: ${privilege[*]}"
 fi
 network=(--network none)

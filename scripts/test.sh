@@ -25,7 +25,10 @@ check_release_binaries() {
     (cd dist && sha256sum --quiet -c SHA256SUMS)
     local version commit want
     version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-    commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+    commit=unknown # build.rs: unknown unless this directory is a git work tree's top
+    if [[ "$(git rev-parse --show-toplevel 2>/dev/null)" == "$(pwd -P)" ]]; then
+        commit=$(git rev-parse --short=12 HEAD)
+    fi
     want="iptables-wrapper $version commit $commit target $(bash scripts/static-target.sh)"
     [[ "$("dist/iptables-wrapper-$(uname -m)" --version)" == "$want" ]] \
         || { echo "--version printed '$("dist/iptables-wrapper-$(uname -m)" --version)', expected '$want'" >&2; return 1; }
