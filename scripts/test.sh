@@ -38,10 +38,12 @@ timed "release binaries" check_release_binaries
 timed "aarch64 under qemu" bash scripts/qemu-smoke.sh
 
 if docker info >/dev/null 2>&1; then
-    export IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"
+    IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"
+    export IPTW_WRAPPER
     timed "container matrix" bash container-tests/run-matrix.sh
     timed "dind smoke" bash container-tests/dind.sh --flavours bookworm --scenarios 3
 else
     echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh) and the dind smoke (container-tests/dind.sh)"
 fi
-echo "test.sh times: $(IFS=,; echo "${TIMES[*]}" | sed 's/,/, /g')"
+times=$(printf '%s, ' "${TIMES[@]}")
+echo "test.sh times: ${times%, }"
