@@ -6,10 +6,15 @@
 # Prints one line per flavour: "FLAVOUR IMAGE". Flavours: bullseye, bookworm,
 # trixie (Debian with the iptables package) and distroless (no package manager,
 # no alternatives system: the iptables binaries, their libraries and a static
-# busybox for the test script). Two more bases serve one scenario each and are
-# not matrix flavours: docker-engine (bookworm with iptables and docker.io, a
-# real iptables client) and nonroot (bookworm with iptables and libcap2-bin,
-# for backends with file capabilities).
+# busybox for the test script). Besides the matrix's flavours, these names
+# give images of their own:
+#   distroless-src  the Debian image the distroless one is cut from (handed
+#                   into a docker-in-docker engine along with it)
+#   dind            bookworm with Debian's docker.io and fuse-overlayfs: the
+#                   engine container-tests/dind.sh runs the matrix in, and the
+#                   real iptables client of scenario 9 (Docker's engine)
+#   nonroot         bookworm with iptables and libcap2-bin, for backends with
+#                   file capabilities (scenario 10)
 #
 # IPTW_BASE_SOURCE selects where the Debian root file systems come from:
 #   local (default)  mmdebstrap from this machine's configured apt sources,
@@ -33,6 +38,10 @@ IMPORT_CHANGES=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
 DEBIAN_PACKAGES=(iptables)
 # The distroless image is cut out of a Debian root that also has busybox.
 DISTROLESS_SRC_PACKAGES=(iptables busybox-static)
+# The docker-in-docker engine: dockerd (with containerd and runc), its
+# iptables, and fuse-overlayfs for a storage driver faster than vfs.
+DIND_SUITE=bookworm
+DIND_PACKAGES=(docker.io iptables fuse-overlayfs)
 
 # prune_older NAME KEEP: remove the images of NAME built from older recipes.
 prune_older() {
@@ -109,9 +118,10 @@ main() {
     case "$flavour" in
       bullseye|bookworm|trixie) image="$(debian_image "$flavour" "$flavour" "${DEBIAN_PACKAGES[@]}")" ;;
       distroless) image="$(distroless_image)" ;;
-      docker-engine) image="$(debian_image docker-engine bookworm iptables docker.io)" ;;
+      distroless-src) image="$(debian_image distroless-src "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")" ;;
+      dind) image="$(debian_image dind "$DIND_SUITE" "${DIND_PACKAGES[@]}")" ;;
       nonroot) image="$(debian_image nonroot bookworm iptables libcap2-bin)" ;;
-      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]} docker-engine nonroot)" ;;
+      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot)" ;;
     esac
     printf '%s %s\n' "$flavour" "$image"
   done

@@ -3,18 +3,21 @@
 # the wrapper without capabilities (its kernel reads refused, it runs the
 # backends' save tools) against a copy with file capabilities of its own, with
 # and without the host link mounted. Needs the image that run-matrix.sh builds
-# for scenario 10 (run `container-tests/run-matrix.sh --scenarios 10` first).
+# for scenario 10, kept after the run:
 #
-#   container-tests/nonroot-cost.sh [ROUNDS]     (default 61)
+#   IPTW_KEEP_IMAGES=1 container-tests/run-matrix.sh --scenarios 10
+#   container-tests/nonroot-cost.sh IMAGE [ROUNDS]     (default 61 rounds)
+#
+# IMAGE is the iptables-wrapper-test:nonroot-user-RUN tag that run printed.
 #
 # Prints the median milliseconds of `iptables -V` per setup and state. Every
 # state is loaded in a fresh --network none container; nothing else is touched.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ROUNDS="${1:-61}"
-IMAGE="$TEST_REPO:nonroot-user"
-image_exists "$IMAGE" || die "no image $IMAGE: run container-tests/run-matrix.sh --scenarios 10 first"
+IMAGE="${1:?usage: nonroot-cost.sh IMAGE [ROUNDS] (see the top of this file)}"
+ROUNDS="${2:-61}"
+image_exists "$IMAGE" || die "no image $IMAGE: run IPTW_KEEP_IMAGES=1 container-tests/run-matrix.sh --scenarios 10 first"
 
 HOST_DIR="$(mktemp -d "${TMPDIR:-/tmp}/iptw-cost.XXXXXX")"
 CONTAINER=""

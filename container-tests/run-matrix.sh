@@ -10,8 +10,15 @@
 # each need an image of their own and run once, in it.
 #
 # Environment:
-#   IPTW_WRAPPER      the static wrapper binary to test (default: build it with
-#                     scripts/build-static.sh)
+#   IPTW_WRAPPER      the static wrapper binary (for this machine's
+#                     architecture) to test (default: build it with
+#                     scripts/build-static.sh); the matrix puts it into the
+#                     image users copy from (the top-level Dockerfile) and
+#                     builds each test image from that image (COPY --from)
+#   IPTW_WRAPPER_IMAGE test this wrapper image (built from the top-level
+#                     Dockerfile, e.g. a released one) instead of building one
+#   IPTW_KEEP_IMAGES  1: keep this run's wrapper and test images (tags
+#                     iptables-wrapper:matrix-RUN and iptables-wrapper-test:FLAVOUR-RUN)
 #   IPTW_BASE_SOURCE  local (default: mmdebstrap from this machine's apt
 #                     sources, no registry) or pull (FROM debian:SUITE)
 #   IPTW_DEBIAN_IMAGE with pull: the image repository (default: debian)
@@ -40,7 +47,7 @@ done
 
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
-declare -A SOLO_IMAGE=([9]=docker-engine [10]=nonroot)
+declare -A SOLO_IMAGE=([9]=dind [10]=nonroot)
 FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
@@ -55,11 +62,17 @@ for s in "${SOLO_SCENARIOS[@]}"; do IMAGES+=("${SOLO_IMAGE[$s]}"); done
 
 export IPTW_RUN_ID="$$-$(date +%s)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-matrix.XXXXXX")"
+RUN_IMAGES=()
 cleanup() {
   # Containers of this run that a killed scenario.sh could not remove.
   local left
   left="$(docker ps -aq --filter "label=iptables-wrapper-test=$IPTW_RUN_ID" 2>/dev/null || true)"
   if [[ -n "$left" ]]; then docker rm -f $left >/dev/null 2>&1 || true; fi
+  # This run's images are tagged with its id, so concurrent runs (of other
+  # wrappers) never test each other's images; the tags go with the run.
+  if [[ "${IPTW_KEEP_IMAGES:-0}" != 1 && ${#RUN_IMAGES[@]} -gt 0 ]]; then
+    docker rmi "${RUN_IMAGES[@]}" >/dev/null 2>&1 || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -69,19 +82,39 @@ docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed
 
 START=$SECONDS
 
-# The wrapper under test.
-if [[ -z "${IPTW_WRAPPER:-}" ]]; then
-  log "building the static release binary (scripts/build-static.sh)"
-  IPTW_WRAPPER=$(bash "$REPO_DIR/scripts/build-static.sh")
-fi
-[[ -x "$IPTW_WRAPPER" ]] || die "wrapper binary not found: $IPTW_WRAPPER"
-if [[ "$(ldd "$IPTW_WRAPPER" 2>&1 || true)" == *"=>"* ]]; then
-  die "$IPTW_WRAPPER is dynamically linked; the distroless image needs a static binary"
+# The wrapper under test, as the image users copy it from: the top-level
+# Dockerfile, built from a staged context holding only the binary at the path
+# that Dockerfile expects (not the repository with its target/ directory).
+if [[ -n "${IPTW_WRAPPER_IMAGE:-}" ]]; then
+  WRAPPER_IMAGE="$IPTW_WRAPPER_IMAGE"
+  log "testing the wrapper image $WRAPPER_IMAGE"
+else
+  if [[ -z "${IPTW_WRAPPER:-}" ]]; then
+    log "building the static release binary (scripts/build-static.sh)"
+    IPTW_WRAPPER=$(bash "$REPO_DIR/scripts/build-static.sh")
+  fi
+  [[ -x "$IPTW_WRAPPER" ]] || die "wrapper binary not found: $IPTW_WRAPPER"
+  if [[ "$(ldd "$IPTW_WRAPPER" 2>&1 || true)" == *"=>"* ]]; then
+    die "$IPTW_WRAPPER is dynamically linked; the distroless image needs a static binary"
+  fi
+  case "$(uname -m)" in
+    x86_64) docker_arch=amd64 ;;
+    aarch64) docker_arch=arm64 ;;
+    *) die "no wrapper image recipe for this machine's architecture $(uname -m)" ;;
+  esac
+  WRAPPER_CONTEXT="$WORK/wrapper-context"
+  mkdir -p "$WRAPPER_CONTEXT/dist"
+  cp "$IPTW_WRAPPER" "$WRAPPER_CONTEXT/dist/iptables-wrapper-$(uname -m)"
+  WRAPPER_IMAGE="iptables-wrapper:matrix-$IPTW_RUN_ID"
+  RUN_IMAGES+=("$WRAPPER_IMAGE")
+  log "wrapper image $WRAPPER_IMAGE (Dockerfile, TARGETARCH=$docker_arch)"
+  quietly docker build --force-rm -t "$WRAPPER_IMAGE" -f "$REPO_DIR/Dockerfile" \
+    --build-arg "TARGETARCH=$docker_arch" "$WRAPPER_CONTEXT"
 fi
 
-# Base images (cached by content key), then one test image per flavour. The
-# build context holds only what Dockerfile.test copies, at the paths it
-# expects, instead of the whole repository with its target/ directory.
+# Base images (cached by content key), then one test image per flavour, built
+# by Dockerfile.test from the base and the wrapper image, from a context of
+# the test helper alone.
 log "base images"
 declare -A BASE
 while read -r flavour image; do
@@ -91,30 +124,23 @@ BASES_DONE=$SECONDS
 
 CONTEXT="$WORK/context"
 mkdir -p "$CONTEXT/container-tests"
-cp "$IPTW_WRAPPER" "$CONTEXT/iptables-wrapper"
 cp "$CT_DIR/in-container.sh" "$CONTEXT/container-tests/in-container.sh"
 declare -A TEST_IMAGE
 for flavour in "${IMAGES[@]}"; do
-  TEST_IMAGE[$flavour]="$TEST_REPO:$flavour"
-  log "test image ${TEST_IMAGE[$flavour]} from ${BASE[$flavour]}"
-  previous="$(docker image inspect -f '{{.Id}}' "${TEST_IMAGE[$flavour]}" 2>/dev/null || true)"
+  TEST_IMAGE[$flavour]="$TEST_REPO:$flavour-$IPTW_RUN_ID"
+  RUN_IMAGES+=("${TEST_IMAGE[$flavour]}")
+  log "test image ${TEST_IMAGE[$flavour]} from ${BASE[$flavour]} and $WRAPPER_IMAGE"
   quietly docker build --force-rm -t "${TEST_IMAGE[$flavour]}" -f "$REPO_DIR/Dockerfile.test" \
-    --build-arg "BASE=${BASE[$flavour]}" "$CONTEXT"
-  # The image this tag named before (an older wrapper) is of no further use.
-  if [[ -n "$previous" && "$previous" != "$(docker image inspect -f '{{.Id}}' "${TEST_IMAGE[$flavour]}")" ]]; then
-    docker rmi "$previous" >/dev/null 2>&1 || true
-  fi
+    --build-arg "BASE=${BASE[$flavour]}" --build-arg "WRAPPER_IMAGE=$WRAPPER_IMAGE" "$CONTEXT"
 done
 # The non-root image: that test image with file capabilities and a user.
 if [[ -n "${TEST_IMAGE[nonroot]:-}" ]]; then
-  log "test image $TEST_REPO:nonroot-user from ${TEST_IMAGE[nonroot]}"
-  previous="$(docker image inspect -f '{{.Id}}' "$TEST_REPO:nonroot-user" 2>/dev/null || true)"
-  quietly docker build --force-rm -t "$TEST_REPO:nonroot-user" -f "$CT_DIR/nonroot.Dockerfile" \
+  nonroot_user="$TEST_REPO:nonroot-user-$IPTW_RUN_ID"
+  RUN_IMAGES+=("$nonroot_user")
+  log "test image $nonroot_user from ${TEST_IMAGE[nonroot]}"
+  quietly docker build --force-rm -t "$nonroot_user" -f "$CT_DIR/nonroot.Dockerfile" \
     --build-arg "BASE=${TEST_IMAGE[nonroot]}" "$CONTEXT"
-  if [[ -n "$previous" && "$previous" != "$(docker image inspect -f '{{.Id}}' "$TEST_REPO:nonroot-user")" ]]; then
-    docker rmi "$previous" >/dev/null 2>&1 || true
-  fi
-  TEST_IMAGE[nonroot]="$TEST_REPO:nonroot-user"
+  TEST_IMAGE[nonroot]="$nonroot_user"
 fi
 IMAGES_DONE=$SECONDS
 

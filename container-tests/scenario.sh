@@ -17,7 +17,7 @@
 #   7 = 1-6 and 8 again with a read-only root file system
 #   8 50 concurrent calls while the host link flips
 #   9 Docker's engine as a client, started in the stale-legacy state (needs
-#     the docker-engine image: docker.io and the wrapper as its iptables)
+#     the dind image: Debian's docker.io and the wrapper as its iptables)
 #   10 a non-root user, backends with file capabilities (needs the nonroot
 #     image, nonroot.Dockerfile)
 set -euo pipefail

@@ -1,10 +1,64 @@
 #!/usr/bin/env bash
-# Builds the static release binary and prints its path on stdout.
-# Target: x86_64-unknown-linux-musl when that Rust target is installed (musl's
-# start-up is far cheaper than glibc's, and every iptables call pays it),
-# otherwise x86_64-unknown-linux-gnu linked statically (.cargo/config.toml).
+# Builds the static (musl) release binary.
+#
+#   scripts/build-static.sh          this machine's architecture; prints the
+#                                    binary's path last on stdout
+#   scripts/build-static.sh --all    x86_64 and aarch64: writes
+#                                    dist/iptables-wrapper-x86_64,
+#                                    dist/iptables-wrapper-aarch64 and
+#                                    dist/SHA256SUMS (check: cd dist && sha256sum -c SHA256SUMS)
+#
+# Installs a missing Rust target with rustup. Both targets link with rust-lld
+# (.cargo/config.toml): no cross C toolchain is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=$(bash scripts/static-target.sh)
-cargo build --release --quiet --target "$target" >&2
-echo "$PWD/target/$target/release/iptables-wrapper"
+
+ALL_ARCHES=(x86_64 aarch64)
+
+# ensure_target TARGET: the target's standard library is installed, or a
+# one-line error says how to get it.
+ensure_target() {
+    local target="$1"
+    [ -d "$(rustc --print sysroot)/lib/rustlib/$target/lib" ] && return
+    if command -v rustup >/dev/null; then
+        echo "installing the Rust target $target" >&2
+        rustup target add "$target" >&2 && return
+    fi
+    echo "build-static.sh: the Rust target $target is not installed and could not be (rustup target add $target)" >&2
+    exit 1
+}
+
+# build ARCH: builds the binary for ARCH, checks it is static, prints its path.
+build() {
+    local target path
+    target=$(bash scripts/static-target.sh "$1")
+    ensure_target "$target"
+    cargo build --release --quiet --target "$target" >&2
+    path="$PWD/target/$target/release/iptables-wrapper"
+    if readelf -lW "$path" 2>/dev/null | grep -q INTERP; then
+        echo "build-static.sh: $path asks for a dynamic loader; it must be static" >&2
+        exit 1
+    fi
+    echo "$path"
+}
+
+case "${1:-}" in
+    "")
+        build "$(uname -m)"
+        ;;
+    --all)
+        mkdir -p dist
+        names=()
+        for arch in "${ALL_ARCHES[@]}"; do
+            cp "$(build "$arch")" "dist/iptables-wrapper-$arch.tmp"
+            mv "dist/iptables-wrapper-$arch.tmp" "dist/iptables-wrapper-$arch"
+            names+=("iptables-wrapper-$arch")
+        done
+        (cd dist && sha256sum "${names[@]}" >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)
+        for name in "${names[@]}" SHA256SUMS; do echo "$PWD/dist/$name"; done
+        ;;
+    *)
+        echo "build-static.sh: unknown argument '$1' (expected nothing or --all)" >&2
+        exit 2
+        ;;
+esac

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing the wrapper needs on a Debian-like
-# machine: the distribution's iptables (both backends) and nftables.
+# machine: the distribution's iptables (both backends) and nftables, and the
+# Rust musl targets of both shipped architectures (.cargo/config.toml builds
+# for musl by default, so `cargo test` needs the machine's own).
 set -euo pipefail
 
 missing=()
@@ -14,9 +16,12 @@ if ((${#missing[@]})); then
     apt-get install -y -qq iptables nftables util-linux >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
-# The musl target gives the cheapest start-up; without it the build falls
-# back to static glibc (scripts/static-target.sh), so this is best effort.
-if [ "$(bash "$(dirname "$0")/static-target.sh")" != x86_64-unknown-linux-musl ] && command -v rustup >/dev/null; then
-    timeout 120 rustup target add x86_64-unknown-linux-musl >&2 \
-        || echo "the musl target could not be installed: building with static glibc" >&2
-fi
+sysroot=$(rustc --print sysroot)
+for arch in x86_64 aarch64; do
+    target=$(bash "$(dirname "$0")/static-target.sh" "$arch")
+    [ -d "$sysroot/lib/rustlib/$target/lib" ] && continue
+    if ! command -v rustup >/dev/null || ! timeout 300 rustup target add "$target" >&2; then
+        echo "install-deps.sh: the Rust target $target is missing and rustup could not add it (rustup target add $target)" >&2
+        exit 1
+    fi
+done

@@ -1,14 +1,49 @@
 #!/usr/bin/env bash
 # The whole test suite: unit and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
-# of its own; needs root), then the container matrix when a Docker engine
-# answers.
+# of its own; needs root); the static binaries of both architectures with
+# their checksums and --version; the aarch64 binary under qemu-user
+# (scripts/qemu-smoke.sh); then, when a Docker engine answers, the container
+# matrix and a short docker-in-docker smoke (one image, the upgrade-without-
+# restart scenario). Prints how long each part took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TIMES=()
+# timed NAME COMMAND...: runs COMMAND and records how long it took.
+timed() {
+    local name="$1" start=$SECONDS
+    shift
+    "$@"
+    TIMES+=("$name $((SECONDS - start))s")
+}
+
 bash scripts/install-deps.sh
-cargo test --release --target "$(bash scripts/static-target.sh)"
+timed "cargo tests" cargo test --release --target "$(bash scripts/static-target.sh)"
+
+check_release_binaries() {
+    bash scripts/build-static.sh --all >/dev/null
+    (cd dist && sha256sum --quiet -c SHA256SUMS)
+    local version commit want
+    version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+    commit=unknown # build.rs: unknown unless this directory is a git work tree's top
+    if [[ "$(git rev-parse --show-toplevel 2>/dev/null)" == "$(pwd -P)" ]]; then
+        commit=$(git rev-parse --short=12 HEAD)
+    fi
+    want="iptables-wrapper $version commit $commit target $(bash scripts/static-target.sh)"
+    [[ "$("dist/iptables-wrapper-$(uname -m)" --version)" == "$want" ]] \
+        || { echo "--version printed '$("dist/iptables-wrapper-$(uname -m)" --version)', expected '$want'" >&2; return 1; }
+    echo "release binaries: $(cd dist && stat -c '%n %s bytes' iptables-wrapper-* | paste -sd, -)"
+}
+timed "release binaries" check_release_binaries
+timed "aarch64 under qemu" bash scripts/qemu-smoke.sh
+
 if docker info >/dev/null 2>&1; then
-    bash container-tests/run-matrix.sh
+    IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"
+    export IPTW_WRAPPER
+    timed "container matrix" bash container-tests/run-matrix.sh
+    timed "dind smoke" bash container-tests/dind.sh --flavours bookworm --scenarios 3
 else
-    echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh)"
+    echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh) and the dind smoke (container-tests/dind.sh)"
 fi
+times=$(printf '%s, ' "${TIMES[@]}")
+echo "test.sh times: ${times%, }"

@@ -52,7 +52,12 @@ pub fn run(args: &[&CStr]) -> i32 {
         Some("detect") => detect(args),
         Some("install") => run_install(args),
         Some("--version" | "-V" | "version") => {
-            println!("iptables-wrapper {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "iptables-wrapper {} commit {} target {}",
+                env!("CARGO_PKG_VERSION"),
+                env!("IPTW_GIT_COMMIT"),
+                env!("IPTW_BUILD_TARGET")
+            );
             0
         }
         Some("--help" | "-h" | "help") => print_out(&format!("{USAGE}\n")),
