@@ -400,13 +400,18 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
         let listed = names.join(", ");
         let tables = match LegacyFamily::open_listed(family, names) {
             Ok(tables) => tables,
+            // Without CAP_NET_ADMIN (a non-root image) GET_INFO is refused.
+            // The tables may hold rules the kernel applies: warn, saying
+            // what is not known, rather than run a save tool on every call.
             Err(e) => {
                 collector.add(Evidence {
                     source: Source::RuleCounts,
                     location,
-                    value: format!("{listed} exist; whether they hold rules is unknown: {e}"),
+                    value: format!(
+                        "{listed} exist; whether they hold rules is unknown ({e}): stale legacy rules may still apply"
+                    ),
                     method,
-                    points_to: None,
+                    points_to: Some(Mode::Legacy),
                 });
                 continue;
             }

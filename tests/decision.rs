@@ -327,6 +327,31 @@ fn refused_kernel_queries_are_reported_not_guessed() {
     assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
 }
 
+#[test]
+fn legacy_tables_whose_contents_are_refused_are_still_warned_about() {
+    // A non-root image: the host link says nft, legacy tables exist, and the
+    // kernel refuses GET_INFO, so whether they hold rules is unknown. The
+    // warning says so; it neither claims stale rules nor stays silent.
+    let node = Node::new("refusedstale");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    legacy_rules(&node, 2);
+    let out = node
+        .command("iptables")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V")
+        .pre_exec_drop_net_admin()
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("legacy ipv4 tables")
+            && stderr.contains("whether they hold rules is unknown")
+            && stderr.contains("may still apply"),
+        "{stderr}"
+    );
+}
+
 /// Runs the command without CAP_NET_ADMIN (dropped from the bounding set).
 trait DropNetAdmin {
     fn pre_exec_drop_net_admin(&mut self) -> &mut Self;
