@@ -3,14 +3,16 @@
 //! through netlink, each falling back to its save tool when the kernel
 //! refuses the direct query.
 
+pub mod count_cache;
 pub mod legacy;
 pub mod nft;
 pub mod save_tools;
 
 use crate::family::Family;
 use crate::mode::Mode;
+use count_cache::Namespace;
 use legacy::LegacyFamily;
-use nft::{NftObject, NftSocket};
+use nft::{NftObject, NftSocket, RuleCount, RulesetKeptChanging};
 use save_tools::SavedRules;
 
 /// The tables iptables-nft and iptables-legacy use; only these are counted.
@@ -279,7 +281,7 @@ impl KernelReader {
                 return Ok(CountComparison { legacy, nft, verdict });
             }
         }
-        if !nft.value.is_exact() || exact {
+        if !nft.value.is_exact() {
             let stop_above = if exact { None } else { Some(legacy.value.low) };
             nft = self.nft_count(stop_above, nft.value)?;
         }
@@ -350,40 +352,51 @@ impl KernelReader {
         self.legacy_bounds("getsockopt GET_ENTRIES walk")
     }
 
-    /// The nft rules' lower bound (rules in built-in chains); no upper bound.
+    /// The nft count remembered for the current generation, else its lower
+    /// bound (rules in built-in chains) and no upper bound.
     fn nft_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
-            match socket.builtin_chain_rules(&Family::BOTH) {
-                Ok(low) => {
-                    return Ok(Reading {
-                        value: RuleBounds { low, high: u64::MAX },
+            let read = socket.generation().and_then(|generation| {
+                let cached = namespace_of(socket).and_then(|ns| count_cache::lookup(&ns, generation));
+                match cached {
+                    Some(rules) => Ok(Reading {
+                        value: rules,
+                        method: format!("count cache, generation {generation} (netlink GETRULE dumps)"),
+                    }),
+                    None => Ok(Reading {
+                        value: RuleBounds {
+                            low: socket.builtin_chain_rules(&Family::BOTH)?,
+                            high: u64::MAX,
+                        },
                         method: "netlink GETCHAIN lookups of the built-in chains".into(),
-                    })
+                    }),
                 }
+            });
+            match read {
+                Ok(reading) => return Ok(reading),
                 Err(e) => self.fall_back_nft(e),
             }
         }
         self.nft_settled_count()
     }
 
+    /// Counts the nft rules (GETRULE dumps of one generation), stopping past
+    /// `stop_above`, and remembers the count for that generation.
     fn nft_count(&mut self, stop_above: Option<u64>, bounds: RuleBounds) -> Result<Reading<RuleBounds>, String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
             match socket.count_rules(&Family::BOTH, stop_above) {
-                Ok(count) if count.complete => {
-                    return Ok(Reading {
-                        value: RuleBounds::exact(count.rules),
-                        method: "netlink GETRULE dump".into(),
-                    })
-                }
                 Ok(count) => {
-                    return Ok(Reading {
-                        value: RuleBounds {
-                            low: count.rules,
-                            high: bounds.high.max(count.rules),
-                        },
-                        method: format!("netlink GETRULE dump, stopped after {} rules", count.rules),
-                    })
+                    let reading = counted(count, bounds);
+                    if let Some(ns) = namespace_of(socket) {
+                        let entry = count_cache::Entry {
+                            generation: count.generation,
+                            rules: reading.value,
+                        };
+                        count_cache::store(&ns, entry);
+                    }
+                    return Ok(reading);
                 }
+                Err(e) if RulesetKeptChanging::is(&e) => return Err(e.to_string()),
                 Err(e) => self.fall_back_nft(e),
             }
         }
@@ -442,6 +455,41 @@ impl KernelReader {
             LegacySource::Sockopt { tables, .. } if tables.tables.is_empty() => "no legacy table".to_string(),
             LegacySource::Sockopt { .. } => sockopt_method.to_string(),
             _ => format!("{}-legacy-save output", family.program()),
+        }
+    }
+}
+
+/// The reading of a dump's count; one that stopped early keeps `bounds`'
+/// upper bound.
+fn counted(count: RuleCount, bounds: RuleBounds) -> Reading<RuleBounds> {
+    let generation = count.generation;
+    if count.complete {
+        Reading {
+            value: RuleBounds::exact(count.rules),
+            method: format!("netlink GETRULE dumps, generation {generation}"),
+        }
+    } else {
+        Reading {
+            value: RuleBounds {
+                low: count.rules,
+                high: bounds.high.max(count.rules),
+            },
+            method: format!(
+                "netlink GETRULE dumps, generation {generation}, stopped after {} rules",
+                count.rules
+            ),
+        }
+    }
+}
+
+/// The cache's key for the socket's namespace; None where the kernel has no
+/// namespace cookie (before Linux 5.14) or there is no boot id.
+fn namespace_of(socket: &NftSocket) -> Option<Namespace> {
+    match socket.netns_cookie() {
+        Ok(cookie) => Namespace::with_cookie(cookie),
+        Err(e) => {
+            log::debug!("no network namespace cookie ({e}): counts are not cached");
+            None
         }
     }
 }
