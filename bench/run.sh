@@ -14,7 +14,7 @@
 #   BENCH_RUNS [400]       rounds per row for the -V comparisons
 #   BENCH_WARMUP [20]      discarded rounds before those
 #   BENCH_SLOW_RUNS [7]    rounds per row when save-and-count is measured
-#   BENCH_LONG_RUNS [5]    rounds per row for the 100,000-rule long-chain rows
+#   BENCH_LONG_RUNS [3]    rounds (no warm-up) for the first call at BENCH_LONG rules
 #   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller)
 #   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
 #   BENCH_RESULTS [bench/results.md]
@@ -27,7 +27,7 @@ RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results.md}
 RUNS=${BENCH_RUNS:-400}
 WARMUP=${BENCH_WARMUP:-20}
 SLOW_RUNS=${BENCH_SLOW_RUNS:-7}
-LONG_RUNS=${BENCH_LONG_RUNS:-5}
+LONG_RUNS=${BENCH_LONG_RUNS:-3}
 LONG=${BENCH_LONG:-100000}
 LONG_HALF=${BENCH_LONG_HALF:-50000}
 SMALL=${BENCH_SMALL:-1000}
@@ -107,16 +107,15 @@ prepare_workdir() {
     RUN_DIR=$WORK/run
     : > "$WORK/no-run-dir"
 
-    local n chain
+    local n chain chain_n
     for n in "$SMALL" "$LARGE"; do
         awk -v N="$n" -f "$BENCH_DIR/gen-rules.awk" > "$WORK/rules-$n.v4"
         [[ $(grep -c '^-A' "$WORK/rules-$n.v4") == "$n" ]] || die "generator did not make $n rules"
     done
-    for n in "$LONG_HALF" "$LONG"; do
-        for chain in LONG INPUT; do
-            awk -v N="$n" -v CHAIN="$chain" -f "$BENCH_DIR/gen-long-chain.awk" > "$WORK/long-$chain-$n.v4"
-            [[ $(grep -c '^-A' "$WORK/long-$chain-$n.v4") == "$n" ]] || die "generator did not make $n rules"
-        done
+    for chain_n in "INPUT $LONG_HALF" "LONG $LONG_HALF" "LONG $LONG"; do
+        read -r chain n <<<"$chain_n"
+        awk -v N="$n" -v CHAIN="$chain" -f "$BENCH_DIR/gen-long-chain.awk" > "$WORK/long-$chain-$n.v4"
+        [[ $(grep -c '^-A' "$WORK/long-$chain-$n.v4") == "$n" ]] || die "generator did not make $n rules"
     done
 }
 
@@ -188,52 +187,59 @@ run_as() {  # ns setup cmd...
     env $(setup_env "$setup") ip netns exec "$ns" "$@"
 }
 
-wrapper_mode() {  # ns setup -> nft|legacy|?, from the backend's -V line
-    case $(run_as "$1" "$2" "$WRAPPED" -V 2>/dev/null) in
-        *"(nf_tables)"*) echo nft ;;
-        *"(legacy)"*) echo legacy ;;
-        *) echo "?" ;;
+# One wrapped call at debug level, its execs traced (seccomp-bpf: only execve
+# stops): sets GOT (nft|legacy|?, from the backend's -V line), EXECS (execve
+# calls, the wrapper's included) and DEBUG (its log, one line).
+probe_call() {  # ns setup
+    local trace=$WORK/out/execve.trace out=$WORK/out/probe.stdout
+    DEBUG=$(IPTABLES_WRAPPER_LOG=debug run_as "$1" "$2" \
+        strace --seccomp-bpf -f -qq -e trace=execve -o "$trace" "$WRAPPED" -V 2>&1 >"$out" | tr '\n' ' ')
+    case $(cat "$out") in
+        *"(nf_tables)"*) GOT=nft ;;
+        *"(legacy)"*) GOT=legacy ;;
+        *) GOT="?" ;;
     esac
-}
-
-count_execs() {  # ns setup -> execve calls in one wrapped call, wrapper's included
-    local trace=$WORK/out/execve.trace
-    run_as "$1" "$2" strace -f -qq -e trace=execve -o "$trace" "$WRAPPED" -V >/dev/null 2>&1 || true
-    grep -c 'execve(' "$trace" || true
+    EXECS=$(grep -c 'execve(' "$trace" || true)
 }
 
 # One row of the table.  Cases A-D compare with the backend's own -V (target:
-# the ratio); cases E-G compare with save-and-count and show the backend's -V
-# for scale.
-measure() {  # case ns state setup expected target [rounds]
+# the ratio); cases E and F compare with save-and-count on the same state and
+# show the backend's -V for scale; case G (a repeated call) compares with the
+# save-and-count time of the E or F row just before it, on the same state.
+measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
     local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 rounds=${7:-$SLOW_RUNS}
     local got execs before after debug line result notes=()
     log "case $case: $state, $setup"
 
     before=$(legacy_tables "$ns")
-    got=$(wrapper_mode "$ns" "$setup")
-    execs=$(count_execs "$ns" "$setup")
-    debug=$(IPTABLES_WRAPPER_LOG=debug run_as "$ns" "$setup" "$WRAPPED" -V 2>&1 >/dev/null | tr '\n' ' ')
+    probe_call "$ns" "$setup"
+    got=$GOT execs=$EXECS debug=$DEBUG
     DETAILS+=("$case | $state | $setup: ${debug:-(no debug output)}")
     local decided
     decided=$(grep -o 'decided in [0-9.]* ms' <<<"$debug" | grep -o '[0-9.]\+' || echo "?")
 
-    # Cases E-G also time the save-and-count way on the same state.
     local backend=$SBIN/iptables-${got/\?/nft}
     local cmds=("$WRAPPED" -V ::: "$backend" -V) runs=$RUNS warmup=$WARMUP
-    if [[ $case == [EFG]* ]]; then
-        local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
-        cmds+=(::: /bin/bash -c "$save_count")
-        runs=$rounds warmup=1
-    fi
+    case $case in
+        E* | F*)
+            local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
+            cmds+=(::: /bin/bash -c "$save_count")
+            runs=$rounds warmup=${8:-1}
+            ;;
+        G*) runs=$rounds warmup=1 ;;
+    esac
     local out t
     out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
     mapfile -t t < <(cut -f1 <<<"$out")
 
     local wrapper_us=${t[0]} backend_us=${t[1]} save_us= r
     LAST_WRAPPER_US=$wrapper_us
-    if [[ $case == [EFG]* ]]; then
+    if [[ $case == [EF]* ]]; then
         save_us=${t[2]}
+        LAST_SAVE_US=$save_us
+        r=$(ratio "$wrapper_us" "$save_us")
+    elif [[ $case == G* ]]; then
+        save_us=$LAST_SAVE_US
         r=$(ratio "$wrapper_us" "$save_us")
     else
         r=$(ratio "$wrapper_us" "$backend_us")
@@ -341,24 +347,24 @@ scenario_large() {
 }
 
 # Namespace 3: one long chain per backend (IPv4), a tie, so the nft rules must
-# be counted whole: a user chain jumped to from INPUT (the harder case) at
-# LONG_HALF and LONG rules, then all LONG rules in INPUT itself.
+# be counted whole: all LONG_HALF rules in INPUT itself (the easier case), then
+# a user chain jumped to from INPUT (the harder one, which the targets refer
+# to) at LONG_HALF and LONG rules, and the repeated call at LONG.
 scenario_long() {
     local ns=$NS_PREFIX-long half=$(k "$LONG_HALF") long=$(k "$LONG") backend half_us
     ns_create "$ns"
+    for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG_HALF" "$WORK/long-INPUT-$LONG_HALF.v4"; done
+    measure F "$ns" "$half + $half (tie), one long built-in chain" first nft "$F_TARGET"
+
     for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG_HALF" "$WORK/long-LONG-$LONG_HALF.v4"; done
     measure F "$ns" "$half + $half (tie), one long user chain" first nft "$F_TARGET"
     half_us=$LAST_WRAPPER_US
 
     for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG" "$WORK/long-LONG-$LONG.v4"; done
-    measure F "$ns" "$long + $long (tie), one long user chain" first nft "$F_TARGET" "$LONG_RUNS"
+    measure F "$ns" "$long + $long (tie), one long user chain" first nft "$F_TARGET" "$LONG_RUNS" 0
     GROWTH=$(ratio "$LAST_WRAPPER_US" "$half_us")
     if le "$GROWTH" "$F_GROWTH"; then GROWTH_RESULT=pass; else GROWTH_RESULT="**FAIL**"; FAILURES=$((FAILURES + 1)); fi
-    measure G "$ns" "$long + $long (tie), one long user chain, repeated" auto nft "$G_TARGET" "$LONG_RUNS"
-
-    for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG" "$WORK/long-INPUT-$LONG.v4"; done
-    measure F "$ns" "$long + $long (tie), one long built-in chain" first nft "$F_TARGET" "$LONG_RUNS"
-    measure G "$ns" "$long + $long (tie), one long built-in chain, repeated" auto nft "$G_TARGET" "$LONG_RUNS"
+    measure G "$ns" "$long + $long (tie), one long user chain, repeated" auto nft "$G_TARGET" "$SLOW_RUNS"
 }
 
 # The plain `cargo build --release` row (issue 8, target 3) goes here once the
@@ -409,7 +415,8 @@ write_report() {
         echo "E and F are first calls (*first*: no runtime directory, so nothing is cached and"
         echo "every round counts afresh); G repeats the call on an unchanged ruleset with the"
         echo "count cache (*auto*: a private runtime directory; the warm-up round fills it)."
-        echo "One long chain: $(k "$LONG_RUNS") rounds at $(k "$LONG"), IPv4, \`bench/gen-long-chain.awk\`."
+        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`): $LONG_RUNS rounds without warm-up for"
+        echo "the first call at $(k "$LONG"); G reuses the save-and-count time of the row before it."
         echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
         echo

@@ -441,3 +441,43 @@ fn counts_are_never_torn_across_tables() {
     );
     assert!(counted > 10, "only {counted} counts ({unknown} unknown)");
 }
+
+#[test]
+fn chain_use_counts_show_a_transaction_before_its_commit() {
+    // Why NFTA_CHAIN_USE gives no exact count: the kernel changes it while a
+    // transaction is prepared, and moves the generation only at the commit.
+    // INPUT alternates between 0 and 3,000 rules (one table, one commit per
+    // restore); a lookup between two equal GETGENs sees values in between.
+    common::enter_new_netns();
+    let dir = std::env::temp_dir().join(format!("iptw-use-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (empty, full) = (dir.join("empty.rules"), dir.join("full.rules"));
+    std::fs::write(&empty, "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n").unwrap();
+    let rules: String = (0..3000)
+        .map(|i| format!("-A INPUT -s 10.2.{}.{}/32 -j ACCEPT\n", i / 256, i % 256))
+        .collect();
+    std::fs::write(&full, format!("*filter\n:INPUT ACCEPT [0:0]\n{rules}COMMIT\n")).unwrap();
+    let mut restorer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while :; do iptables-nft-restore < {}; iptables-nft-restore < {}; done",
+            full.display(),
+            empty.display()
+        ))
+        .spawn()
+        .unwrap();
+    let socket = NftSocket::open().unwrap();
+    let started = Instant::now();
+    let mut between = None;
+    while between.is_none() && started.elapsed().as_secs() < 10 {
+        let before = socket.generation().unwrap();
+        let rules = socket.builtin_chain_rules(&[Ipv4]).unwrap();
+        if socket.generation().unwrap() == before && rules != 0 && rules != 3000 {
+            between = Some(rules);
+        }
+    }
+    restorer.kill().unwrap();
+    restorer.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(between.is_some(), "no use count between the committed states seen");
+}
