@@ -260,8 +260,9 @@ impl KernelReader {
 
     /// Compares the backends' rule counts, IPv4 and IPv6 together. With
     /// `exact` both counts are read in full; otherwise only as far as the
-    /// verdict needs: cheap bounds first, then the exact legacy count, then
-    /// the nft rules until they pass it.
+    /// verdict needs: cheap bounds first, then the nft count remembered for
+    /// this generation, then the exact legacy count, then the nft rules until
+    /// they pass it (remembered for the next call).
     pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
         let mut legacy = self.legacy_bounds("getsockopt GET_INFO entry counts")?;
         let mut nft = self.nft_bounds()?;
@@ -274,6 +275,20 @@ impl KernelReader {
         };
         if let Some(verdict) = settled(&legacy, &nft) {
             return Ok(CountComparison { legacy, nft, verdict });
+        }
+        if let Some(cached) = self.nft_cached() {
+            // Both belong to this generation; the dump's figure is the sharper.
+            let low = cached.value.low.max(nft.value.low);
+            nft = Reading {
+                value: RuleBounds {
+                    low,
+                    high: cached.value.high.max(low),
+                },
+                method: cached.method,
+            };
+            if let Some(verdict) = settled(&legacy, &nft) {
+                return Ok(CountComparison { legacy, nft, verdict });
+            }
         }
         if !legacy.value.is_exact() {
             legacy = self.legacy_exact()?;
@@ -352,32 +367,34 @@ impl KernelReader {
         self.legacy_bounds("getsockopt GET_ENTRIES walk")
     }
 
-    /// The nft count remembered for the current generation, else its lower
-    /// bound (rules in built-in chains) and no upper bound.
+    /// The nft rules' lower bound (rules in built-in chains); no upper bound.
     fn nft_bounds(&mut self) -> Result<Reading<RuleBounds>, String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
-            let read = socket.generation().and_then(|generation| {
-                let cached = namespace_of(socket).and_then(|ns| count_cache::lookup(&ns, generation));
-                match cached {
-                    Some(rules) => Ok(Reading {
-                        value: rules,
-                        method: format!("count cache, generation {generation} (netlink GETRULE dumps)"),
-                    }),
-                    None => Ok(Reading {
-                        value: RuleBounds {
-                            low: socket.builtin_chain_rules(&Family::BOTH)?,
-                            high: u64::MAX,
-                        },
+            match socket.builtin_chain_rules(&Family::BOTH) {
+                Ok(low) => {
+                    return Ok(Reading {
+                        value: RuleBounds { low, high: u64::MAX },
                         method: "netlink GETCHAIN lookups of the built-in chains".into(),
-                    }),
+                    })
                 }
-            });
-            match read {
-                Ok(reading) => return Ok(reading),
                 Err(e) => self.fall_back_nft(e),
             }
         }
         self.nft_settled_count()
+    }
+
+    /// The nft count remembered for the current generation of this network
+    /// namespace, if any (one GETGEN round trip and a small file read).
+    fn nft_cached(&mut self) -> Option<Reading<RuleBounds>> {
+        let NftSource::Netlink(socket) = self.nft_source() else {
+            return None;
+        };
+        let generation = socket.generation().ok()?;
+        let rules = count_cache::lookup(&namespace_of(socket)?, generation)?;
+        Some(Reading {
+            value: rules,
+            method: format!("count cache, generation {generation} (netlink GETRULE dumps)"),
+        })
     }
 
     /// Counts the nft rules (GETRULE dumps of one generation), stopping past
