@@ -311,3 +311,28 @@ fn no_runtime_directory_no_cache_still_exact() {
         assert!(method.starts_with("netlink GETRULE dumps"), "{method}");
     }
 }
+
+#[test]
+fn legacy_get_info_cannot_tell_rules_from_user_chains() {
+    // Why legacy counts are not cached: no key from GET_INFO is exact. A user
+    // chain holding two rules and two empty user chains give the same entry
+    // count, size and valid hooks (and the same hook and underflow offsets).
+    use iptables_wrapper::family::Family;
+    use iptables_wrapper::kernel::legacy::LegacyFamily;
+    let mut seen = Vec::new();
+    for script in [
+        "iptables-legacy -N X; iptables-legacy -A X -j LOG; iptables-legacy -A X -j ACCEPT",
+        "iptables-legacy -N X; iptables-legacy -N Y",
+    ] {
+        common::enter_new_netns();
+        let lock = std::env::temp_dir().join(format!("iptw-getinfo-{}.lock", std::process::id()));
+        common::sh(&format!("export XTABLES_LOCKFILE={}\n{script}", lock.display()));
+        let _ = std::fs::remove_file(&lock);
+        let tables = LegacyFamily::open(Family::Ipv4).unwrap();
+        let filter = tables.table("filter").unwrap().clone();
+        let rules = tables.entries(&filter).unwrap().rules;
+        seen.push((filter, rules));
+    }
+    assert_eq!(seen[0].0, seen[1].0, "the same GET_INFO");
+    assert_eq!((seen[0].1, seen[1].1), (2, 0), "different rule counts");
+}

@@ -31,8 +31,9 @@
 //! ACCEPT` of 152 bytes on x86_64) and two empty user chains (each a
 //! 176-byte head and a 152-byte tail) both take four entries and 656 bytes
 //! after the built-in chains, so their tables report identical `GET_INFO`
-//! while holding 2 and 0 rules. No key from `GET_INFO` is exact, and the
-//! walk that would make one is the count itself.
+//! while holding 2 and 0 rules (the test
+//! `legacy_get_info_cannot_tell_rules_from_user_chains`). No key from
+//! `GET_INFO` is exact, and the walk that would make one is the count itself.
 
 use std::fmt::Write as _;
 
