@@ -122,7 +122,7 @@ fn assert_cached_count_is_exact(node: &Node) {
     assert_eq!((low, exact), (expected, true));
     assert_eq!(
         method,
-        format!("count cache, generation {generation} (netlink GETRULE dumps)")
+        format!("count cache, generation {generation}, counted by netlink GETRULE dumps")
     );
     let (low, _, exact, _) = nft_count(&node.detect());
     assert_eq!((low, exact), (expected, true), "the cached figure stays the same");
@@ -174,7 +174,10 @@ fn a_changed_ruleset_is_counted_again() {
     assert_eq!(low, 701);
     assert_eq!(
         method,
-        format!("count cache, generation {} (netlink GETRULE dumps)", generation())
+        format!(
+            "count cache, generation {}, counted by netlink GETRULE dumps",
+            generation()
+        )
     );
 }
 
@@ -276,7 +279,7 @@ fn a_count_from_another_network_namespace_is_not_used() {
     assert_eq!(again, 401);
     assert_eq!(
         again_method,
-        format!("count cache, generation {second_generation} (netlink GETRULE dumps)")
+        format!("count cache, generation {second_generation}, counted by netlink GETRULE dumps")
     );
     // Both namespaces keep their own entry.
     let (low, _, _, method) = nft_count(&node.detect());

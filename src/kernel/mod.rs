@@ -393,7 +393,7 @@ impl KernelReader {
         let rules = count_cache::lookup(&namespace_of(socket)?, generation)?;
         Some(Reading {
             value: rules,
-            method: format!("count cache, generation {generation} (netlink GETRULE dumps)"),
+            method: format!("count cache, generation {generation}, counted by netlink GETRULE dumps"),
         })
     }
 
