@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: what a call through iptables-wrapper costs over calling the backend
-# directly, on kube-proxy-like rule sets of 0, 1,000 and 50,000 rules per backend.
+# directly, on kube-proxy-like rule sets of 0, 1,000 and 50,000 rules per backend,
+# and on one long chain of 50,000 and 100,000 rules per backend (first and
+# repeated calls).
 #
 #   sudo bash bench/run.sh            # builds, measures, writes bench/results.md
 #
@@ -12,6 +14,8 @@
 #   BENCH_RUNS [400]       rounds per row for the -V comparisons
 #   BENCH_WARMUP [20]      discarded rounds before those
 #   BENCH_SLOW_RUNS [7]    rounds per row when save-and-count is measured
+#   BENCH_LONG_RUNS [3]    rounds (no warm-up) for the first call at BENCH_LONG rules
+#   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller)
 #   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
 #   BENCH_RESULTS [bench/results.md]
 #   BENCH_WRAPPER          use this binary instead of building with cargo
@@ -23,6 +27,9 @@ RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results.md}
 RUNS=${BENCH_RUNS:-400}
 WARMUP=${BENCH_WARMUP:-20}
 SLOW_RUNS=${BENCH_SLOW_RUNS:-7}
+LONG_RUNS=${BENCH_LONG_RUNS:-3}
+LONG=${BENCH_LONG:-100000}
+LONG_HALF=${BENCH_LONG_HALF:-50000}
 SMALL=${BENCH_SMALL:-1000}
 LARGE=${BENCH_LARGE:-50000}
 SBIN=/usr/sbin                    # where the real backends live
@@ -30,7 +37,8 @@ HINT=KUBE-IPTABLES-HINT
 NS_PREFIX=iptwb-$$
 
 # Nothing inherited may steer the wrapper; each measurement sets its own.
-unset IPTABLES_MODE IPTABLES_WRAPPER_HOST_ROOT IPTABLES_WRAPPER_SBIN IPTABLES_WRAPPER_LOG XTABLES_LOCKFILE
+unset IPTABLES_MODE IPTABLES_WRAPPER_HOST_ROOT IPTABLES_WRAPPER_SBIN IPTABLES_WRAPPER_LOG XTABLES_LOCKFILE \
+    IPTABLES_WRAPPER_RUN_DIR
 
 log() { printf '[bench %(%T)T] %s\n' -1 "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -94,10 +102,20 @@ prepare_workdir() {
     LOAD_LOCK=$WORK/load.lock      # legacy tools create this while we load rules
     BENCH_LOCK=$WORK/xtables.lock  # what the wrapper sees: never created
 
-    local n
+    # The wrapper's runtime directory (its count cache) for the "auto" setups;
+    # "first" points it below a regular file, so no call finds a count cached.
+    RUN_DIR=$WORK/run
+    : > "$WORK/no-run-dir"
+
+    local n chain chain_n
     for n in "$SMALL" "$LARGE"; do
         awk -v N="$n" -f "$BENCH_DIR/gen-rules.awk" > "$WORK/rules-$n.v4"
         [[ $(grep -c '^-A' "$WORK/rules-$n.v4") == "$n" ]] || die "generator did not make $n rules"
+    done
+    for chain_n in "INPUT $LONG_HALF" "LONG $LONG_HALF" "LONG $LONG"; do
+        read -r chain n <<<"$chain_n"
+        awk -v N="$n" -v CHAIN="$chain" -f "$BENCH_DIR/gen-long-chain.awk" > "$WORK/long-$chain-$n.v4"
+        [[ $(grep -c '^-A' "$WORK/long-$chain-$n.v4") == "$n" ]] || die "generator did not make $n rules"
     done
 }
 
@@ -120,10 +138,10 @@ count_rules() {  # ns backend -> "-A" lines of iptables-<backend>-save (IPv4)
     in_ns "$1" "iptables-$2-save" 2>/dev/null | grep -c '^-A' || true
 }
 
-load_rules() {  # ns backend n: replace filter and nat with the n-rule set, verify
-    local ns=$1 backend=$2 n=$3 got
-    log "$ns: loading $n rules into $backend"
-    in_ns "$ns" "iptables-$backend-restore" < "$WORK/rules-$n.v4"
+load_rules() {  # ns backend n [file]: replace the file's tables with its n rules, verify
+    local ns=$1 backend=$2 n=$3 file=${4:-$WORK/rules-$3.v4} got
+    log "$ns: loading $n rules into $backend ($(basename "$file"))"
+    in_ns "$ns" "iptables-$backend-restore" < "$file"
     got=$(count_rules "$ns" "$backend")
     [[ $got == "$n" ]] || die "$ns: $backend holds $got rules, expected $n"
 }
@@ -148,16 +166,18 @@ ms() { awk -v us="$1" 'BEGIN { printf (us >= 100000 ? "%.0f" : us >= 10000 ? "%.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 
-# The environment of one setup: override, host link or detection.
+# The environment of one setup: override, host link or detection (with the
+# count cache, or "first": none, so every call is a first call).
 setup_env() {  # setup -> words for env(1)
-    local root=$WORK/host-none
+    local root=$WORK/host-none run_dir=$RUN_DIR
     case $1 in
         override-*) echo "IPTABLES_MODE=${1#override-}" ;;
         link-*) root=$WORK/host-${1#link-} ;;
         auto) ;;
+        first) run_dir=$WORK/no-run-dir/run ;;
         *) die "unknown setup $1" ;;
     esac
-    echo "IPTABLES_WRAPPER_HOST_ROOT=$root XTABLES_LOCKFILE=$BENCH_LOCK"
+    echo "IPTABLES_WRAPPER_HOST_ROOT=$root XTABLES_LOCKFILE=$BENCH_LOCK IPTABLES_WRAPPER_RUN_DIR=$run_dir"
 }
 
 # Runs "$@" in the namespace under the setup's environment, nothing else set.
@@ -167,51 +187,59 @@ run_as() {  # ns setup cmd...
     env $(setup_env "$setup") ip netns exec "$ns" "$@"
 }
 
-wrapper_mode() {  # ns setup -> nft|legacy|?, from the backend's -V line
-    case $(run_as "$1" "$2" "$WRAPPED" -V 2>/dev/null) in
-        *"(nf_tables)"*) echo nft ;;
-        *"(legacy)"*) echo legacy ;;
-        *) echo "?" ;;
+# One wrapped call at debug level, its execs traced (seccomp-bpf: only execve
+# stops): sets GOT (nft|legacy|?, from the backend's -V line), EXECS (execve
+# calls, the wrapper's included) and DEBUG (its log, one line).
+probe_call() {  # ns setup
+    local trace=$WORK/out/execve.trace out=$WORK/out/probe.stdout
+    DEBUG=$(IPTABLES_WRAPPER_LOG=debug run_as "$1" "$2" \
+        strace --seccomp-bpf -f -qq -e trace=execve -o "$trace" "$WRAPPED" -V 2>&1 >"$out" | tr '\n' ' ')
+    case $(cat "$out") in
+        *"(nf_tables)"*) GOT=nft ;;
+        *"(legacy)"*) GOT=legacy ;;
+        *) GOT="?" ;;
     esac
-}
-
-count_execs() {  # ns setup -> execve calls in one wrapped call, wrapper's included
-    local trace=$WORK/out/execve.trace
-    run_as "$1" "$2" strace -f -qq -e trace=execve -o "$trace" "$WRAPPED" -V >/dev/null 2>&1 || true
-    grep -c 'execve(' "$trace" || true
+    EXECS=$(grep -c 'execve(' "$trace" || true)
 }
 
 # One row of the table.  Cases A-D compare with the backend's own -V (target:
-# the ratio); case E compares with save-and-count (target: never slower) and
-# shows the backend's -V for scale.
-measure() {  # case ns state setup expected target
-    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6
+# the ratio); cases E and F compare with save-and-count on the same state and
+# show the backend's -V for scale; case G (a repeated call) compares with the
+# save-and-count time of the E or F row just before it, on the same state.
+measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
+    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 rounds=${7:-$SLOW_RUNS}
     local got execs before after debug line result notes=()
     log "case $case: $state, $setup"
 
     before=$(legacy_tables "$ns")
-    got=$(wrapper_mode "$ns" "$setup")
-    execs=$(count_execs "$ns" "$setup")
-    debug=$(IPTABLES_WRAPPER_LOG=debug run_as "$ns" "$setup" "$WRAPPED" -V 2>&1 >/dev/null | tr '\n' ' ')
+    probe_call "$ns" "$setup"
+    got=$GOT execs=$EXECS debug=$DEBUG
     DETAILS+=("$case | $state | $setup: ${debug:-(no debug output)}")
     local decided
     decided=$(grep -o 'decided in [0-9.]* ms' <<<"$debug" | grep -o '[0-9.]\+' || echo "?")
 
-    # Case E also times the save-and-count way on the same state.
     local backend=$SBIN/iptables-${got/\?/nft}
     local cmds=("$WRAPPED" -V ::: "$backend" -V) runs=$RUNS warmup=$WARMUP
-    if [[ $case == E* ]]; then
-        local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
-        cmds+=(::: /bin/bash -c "$save_count")
-        runs=$SLOW_RUNS warmup=1
-    fi
+    case $case in
+        E* | F*)
+            local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
+            cmds+=(::: /bin/bash -c "$save_count")
+            runs=$rounds warmup=${8:-1}
+            ;;
+        G*) runs=$rounds warmup=1 ;;
+    esac
     local out t
     out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
     mapfile -t t < <(cut -f1 <<<"$out")
 
     local wrapper_us=${t[0]} backend_us=${t[1]} save_us= r
-    if [[ $case == E* ]]; then
+    LAST_WRAPPER_US=$wrapper_us
+    if [[ $case == [EF]* ]]; then
         save_us=${t[2]}
+        LAST_SAVE_US=$save_us
+        r=$(ratio "$wrapper_us" "$save_us")
+    elif [[ $case == G* ]]; then
+        save_us=$LAST_SAVE_US
         r=$(ratio "$wrapper_us" "$save_us")
     else
         r=$(ratio "$wrapper_us" "$backend_us")
@@ -262,6 +290,9 @@ measure_floor() {
 A_TARGET=1.3
 BCD_TARGET=1.5
 E_TARGET=1.0
+F_TARGET=0.5      # first call, one long chain: wrapper / save-and-count
+F_GROWTH=2.5      # first call, one long user chain: LONG over LONG_HALF
+G_TARGET=0.1      # repeated call on an unchanged ruleset
 
 case_a() {  # ns state: override and host link, both modes
     local setup
@@ -284,7 +315,7 @@ scenario_growing() {
     case_a "$ns" "$s + $s"
 
     load_rules "$ns" legacy "$LARGE"
-    measure E "$ns" "$l L + $s N" auto legacy "$E_TARGET"
+    measure E "$ns" "$l L + $s N" first legacy "$E_TARGET"
     measure_memory "$ns" "$l L + $s N" auto
 }
 
@@ -299,13 +330,14 @@ scenario_large() {
     measure D "$ns" "0 L (no table) + $l N" auto nft "$BCD_TARGET"
 
     load_rules "$ns" legacy "$SMALL"
-    measure E "$ns" "$s L + $l N" auto nft "$E_TARGET"
+    measure E "$ns" "$s L + $l N" first nft "$E_TARGET"
     measure_memory "$ns" "$s L + $l N" auto
 
     load_rules "$ns" legacy "$LARGE"
     case_a "$ns" "$l + $l"
-    measure E "$ns" "$l L + $l N (tie)" auto nft "$E_TARGET"
-    measure_memory "$ns" "$l L + $l N (tie)" auto
+    measure E "$ns" "$l L + $l N (tie)" first nft "$E_TARGET"
+    measure G "$ns" "$l L + $l N (tie), repeated" auto nft "$G_TARGET"
+    measure_memory "$ns" "$l L + $l N (tie)" first
 
     hint_chain "$ns" nft -N
     measure B "$ns" "$l + $l, hint in nft" auto nft "$BCD_TARGET"
@@ -313,6 +345,30 @@ scenario_large() {
     hint_chain "$ns" legacy -N
     measure C "$ns" "$l + $l, hint in legacy" auto legacy "$BCD_TARGET"
 }
+
+# Namespace 3: one long chain per backend (IPv4), a tie, so the nft rules must
+# be counted whole: all LONG_HALF rules in INPUT itself (the easier case), then
+# a user chain jumped to from INPUT (the harder one, which the targets refer
+# to) at LONG_HALF and LONG rules, and the repeated call at LONG.
+scenario_long() {
+    local ns=$NS_PREFIX-long half=$(k "$LONG_HALF") long=$(k "$LONG") backend half_us
+    ns_create "$ns"
+    for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG_HALF" "$WORK/long-INPUT-$LONG_HALF.v4"; done
+    measure F "$ns" "$half + $half (tie), one long built-in chain" first nft "$F_TARGET"
+
+    for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG_HALF" "$WORK/long-LONG-$LONG_HALF.v4"; done
+    measure F "$ns" "$half + $half (tie), one long user chain" first nft "$F_TARGET"
+    half_us=$LAST_WRAPPER_US
+
+    for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG" "$WORK/long-LONG-$LONG.v4"; done
+    measure F "$ns" "$long + $long (tie), one long user chain" first nft "$F_TARGET" "$LONG_RUNS" 0
+    GROWTH=$(ratio "$LAST_WRAPPER_US" "$half_us")
+    if le "$GROWTH" "$F_GROWTH"; then GROWTH_RESULT=pass; else GROWTH_RESULT="**FAIL**"; FAILURES=$((FAILURES + 1)); fi
+    measure G "$ns" "$long + $long (tie), one long user chain, repeated" auto nft "$G_TARGET" "$SLOW_RUNS"
+}
+
+# The plain `cargo build --release` row (issue 8, target 3) goes here once the
+# default build is settled; until then every row uses scripts/build-static.sh.
 
 # --------------------------------------------------------------- report ----
 
@@ -355,7 +411,12 @@ write_report() {
         echo "backend's own \`iptables-<mode> -V\`; *save-and-count*: \`iptables-legacy-save\`,"
         echo "\`iptables-nft-save\`, \`ip6tables-legacy-save\`, \`ip6tables-nft-save\` each"
         echo "piped to \`grep -c '^-A'\` (what earlier wrappers do before running the backend)."
-        echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E."
+        echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E-G."
+        echo "E and F are first calls (*first*: no runtime directory, so nothing is cached and"
+        echo "every round counts afresh); G repeats the call on an unchanged ruleset with the"
+        echo "count cache (*auto*: a private runtime directory; the warm-up round fills it)."
+        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`): $LONG_RUNS rounds without warm-up for"
+        echo "the first call at $(k "$LONG"); G reuses the save-and-count time of the row before it."
         echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
         echo
@@ -363,9 +424,12 @@ write_report() {
         echo "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---|"
         printf '%s\n' "${ROWS[@]}" | sort -s -t$'\t' -k1,1 | cut -f2-
         echo
+        echo "First call, one long user chain, $(k "$LONG") over $(k "$LONG_HALF"): ${GROWTH}x (target ≤ ${F_GROWTH}x): $GROWTH_RESULT"
+        echo
         echo "Setups: *override-M* sets \`IPTABLES_MODE=M\`; *link-M* points the fake host"
         echo "root's \`etc/alternatives/iptables\` at \`iptables-M\`; *auto* has neither (no host"
-        echo "link, \`XTABLES_LOCKFILE\` at a path that does not exist)."
+        echo "link, \`XTABLES_LOCKFILE\` at a path that does not exist); *first* is *auto* without"
+        echo "a usable runtime directory."
         echo
         echo "## Process start-up on this machine (median ms, same method)"
         echo
@@ -408,6 +472,7 @@ main() {
 
     scenario_growing
     scenario_large
+    scenario_long
 
     write_report $((SECONDS - start))
     cat "$RESULTS"

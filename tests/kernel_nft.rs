@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use iptables_wrapper::family::Family::{self, Ipv4, Ipv6};
 use iptables_wrapper::kernel::modules::{self, Presence};
-use iptables_wrapper::kernel::nft::{NftObject, NftSocket, RuleCount};
+use iptables_wrapper::kernel::nft::{NftObject, NftSocket, RulesetKeptChanging};
 
 /// An iptables-nft-restore ruleset with user chains, jumps, a goto, every
 /// iptables table, comments and match/target extensions: 19 rules.
@@ -89,6 +89,12 @@ fn restore(family: Family, rules: &str) {
 
 fn saved_rules(family: Family) -> u64 {
     common::save_rule_lines(&format!("{}-nft-save", family.program()))
+}
+
+/// A count's rules and whether it completed, the generation left out.
+fn rules_complete(socket: &NftSocket, families: &[Family], stop_above: Option<u64>) -> (u64, bool) {
+    let count = socket.count_rules(families, stop_above).unwrap();
+    (count.rules, count.complete)
 }
 
 fn exact_count(socket: &NftSocket, families: &[Family]) -> u64 {
@@ -178,24 +184,16 @@ fn count_stops_early_above_the_limit() {
     }
     let socket = NftSocket::open().unwrap();
     for k in [0, 1, 5, 18, 30] {
-        let count = socket.count_rules(&Family::BOTH, Some(k)).unwrap();
         assert_eq!(
-            count,
-            RuleCount {
-                rules: k + 1,
-                complete: false
-            },
+            rules_complete(&socket, &Family::BOTH, Some(k)),
+            (k + 1, false),
             "stop_above {k}"
         );
     }
     for k in [38, 100] {
-        let count = socket.count_rules(&Family::BOTH, Some(k)).unwrap();
         assert_eq!(
-            count,
-            RuleCount {
-                rules: 38,
-                complete: true
-            },
+            rules_complete(&socket, &Family::BOTH, Some(k)),
+            (38, true),
             "stop_above {k}"
         );
     }
@@ -258,13 +256,8 @@ fn reads_change_nothing_in_an_empty_namespace() {
     ];
     assert_eq!(socket.exists(&lookups).unwrap(), [false; 3]);
     assert_eq!(socket.builtin_chain_rules(&Family::BOTH).unwrap(), 0);
-    assert_eq!(
-        socket.count_rules(&Family::BOTH, Some(0)).unwrap(),
-        RuleCount {
-            rules: 0,
-            complete: true
-        }
-    );
+    let count = socket.count_rules(&Family::BOTH, Some(0)).unwrap();
+    assert_eq!((count.rules, count.complete, count.generation), (0, true, before));
     assert_eq!(socket.generation().unwrap(), before);
     assert_eq!(common::sh("nft list ruleset").trim(), "");
 }
@@ -277,7 +270,7 @@ fn generation_follows_committed_changes_only() {
     common::sh("iptables-nft -A INPUT -j ACCEPT");
     let after = socket.generation().unwrap();
     assert_ne!(after, before);
-    exact_count(&socket, &Family::BOTH);
+    assert_eq!(socket.count_rules(&Family::BOTH, None).unwrap().generation, after);
     assert_eq!(socket.generation().unwrap(), after);
 }
 
@@ -306,17 +299,189 @@ fn counts_stay_consistent_while_the_ruleset_changes() {
         assert!(count.complete && (38..=78).contains(&count.rules), "{count:?}");
         let low = socket.builtin_chain_rules(&Family::BOTH).unwrap();
         assert!((24..=24 + 20).contains(&low), "{low}");
-        let early = socket.count_rules(&Family::BOTH, Some(30)).unwrap();
-        assert_eq!(
-            early,
-            RuleCount {
-                rules: 31,
-                complete: false
-            }
-        );
+        assert_eq!(rules_complete(&socket, &Family::BOTH, Some(30)), (31, false));
         counts += 1;
     }
     churn.kill().unwrap();
     churn.wait().unwrap();
     assert!(counts > 10, "only {counts} rounds");
+}
+
+/// A kube-proxy-like ruleset: filter 34 rules, nat 2,968 rules over a
+/// thousand user chains.
+fn kube_proxy_like_ruleset() -> String {
+    let mut filter = String::from("*filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n");
+    for i in 0..33 {
+        filter.push_str(&format!(
+            "-A KUBE-FIREWALL -s 10.0.{i}.0/24 -m comment --comment \"fw {i}\" -j DROP\n"
+        ));
+    }
+    let mut chains = String::from("*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n");
+    let mut rules =
+        String::from("-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n");
+    for s in 0..989 {
+        chains.push_str(&format!(":KUBE-SVC-{s} - [0:0]\n:KUBE-SEP-{s} - [0:0]\n"));
+        let ip = format!("10.96.{}.{}", s / 250, s % 250 + 1);
+        rules.push_str(&format!(
+            "-A KUBE-SERVICES -d {ip}/32 -p tcp -m comment --comment \"svc {s}\" -m tcp --dport 80 -j KUBE-SVC-{s}\n\
+             -A KUBE-SVC-{s} -m comment --comment \"svc {s}\" -j KUBE-SEP-{s}\n\
+             -A KUBE-SEP-{s} -p tcp -m comment --comment \"svc {s}\" -m tcp -j DNAT --to-destination 10.244.0.1:8080\n"
+        ));
+    }
+    format!("{filter}COMMIT\n{chains}{rules}COMMIT\n")
+}
+
+#[test]
+fn no_call_decides_on_a_count_torn_by_a_concurrent_restore() {
+    // Legacy 100 rules, nft 3,002: every call must go to nft, or report the
+    // nft count unknown (and then default to nft); never to legacy.
+    let node = common::Node::new("torn-count");
+    let legacy: String = (0..100)
+        .map(|i| format!("-A INPUT -s 10.1.0.{i}/32 -j ACCEPT\n"))
+        .collect();
+    // Loaded under a lock path of its own: the lock the wrapper sees is never
+    // created, so an unknown count falls through to the default (nft).
+    let setup_lock = node.path("setup.lock");
+    common::sh(&format!(
+        "XTABLES_LOCKFILE={} iptables-legacy-restore <<'EOF'\n*filter\n:INPUT ACCEPT [0:0]\n{legacy}COMMIT\nEOF",
+        setup_lock.display()
+    ));
+    let ruleset = node.path("nft.rules");
+    std::fs::write(&ruleset, kube_proxy_like_ruleset()).unwrap();
+    node.sh(&format!("iptables-nft-restore < {}", ruleset.display()));
+    assert_eq!(saved_rules(Ipv4), 3002);
+    assert_eq!(common::save_rule_lines("iptables-legacy-save"), 100);
+
+    let mut restorer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while :; do iptables-nft-restore < {} || true; done",
+            ruleset.display()
+        ))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut decided = std::collections::BTreeMap::<String, u32>::new();
+    while started.elapsed().as_secs() < 8 {
+        *decided.entry(node.version_mode("iptables")).or_default() += 1;
+    }
+    restorer.kill().unwrap();
+    restorer.wait().unwrap();
+    let calls: u32 = decided.values().sum();
+    assert!(calls > 50, "only {calls} calls: {decided:?}");
+    assert_eq!(decided.get("legacy"), None, "torn counts decided legacy: {decided:?}");
+    assert!(!node.lockfile.exists());
+}
+
+/// An `nft -f` script that replaces the rules of `ip filter` and `ip nat`
+/// in one transaction: `filter` rules in filter INPUT, `nat` in nat
+/// PREROUTING.
+fn atomic_swap_script(filter: usize, nat: usize) -> String {
+    let mut script = String::from(
+        "table ip filter { chain INPUT { type filter hook input priority 0; }; }\n\
+         table ip nat { chain PREROUTING { type nat hook prerouting priority -100; }; }\n\
+         flush table ip filter\nflush table ip nat\n",
+    );
+    for i in 0..filter {
+        script.push_str(&format!(
+            "add rule ip filter INPUT ip saddr 10.0.{}.{} accept\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    for i in 0..nat {
+        script.push_str(&format!(
+            "add rule ip nat PREROUTING ip daddr 10.1.{}.{} accept\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    script
+}
+
+#[test]
+fn counts_are_never_torn_across_tables() {
+    // One rule, moved atomically between filter and nat over and over (small
+    // transactions, so commits are frequent). Every generation holds one
+    // rule; filter from one generation and nat from the next would be 0 or
+    // 2. Each table's dump is consistent on its own (the kernel flags a dump
+    // interrupted by a commit), so only the generation bracket around all
+    // of them keeps out a commit between two tables' dumps.
+    common::enter_new_netns();
+    let dir = std::env::temp_dir().join(format!("iptw-torn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.nft"), dir.join("b.nft"));
+    std::fs::write(&a, atomic_swap_script(1, 0)).unwrap();
+    std::fs::write(&b, atomic_swap_script(0, 1)).unwrap();
+    common::sh(&format!("nft -f {}", a.display()));
+    let socket = NftSocket::open().unwrap();
+    assert_eq!(exact_count(&socket, &[Ipv4]), 1);
+
+    let mut swapper = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while :; do nft -f {} && nft -f {}; done",
+            b.display(),
+            a.display()
+        ))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let (mut counted, mut unknown, mut torn) = (0, 0, Vec::new());
+    while started.elapsed().as_secs() < 4 {
+        match socket.count_rules(&[Ipv4], None) {
+            Ok(count) if count.rules == 1 && count.complete => counted += 1,
+            Ok(count) => torn.push(count.rules),
+            Err(e) if RulesetKeptChanging::is(&e) => unknown += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    swapper.kill().unwrap();
+    swapper.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        torn.is_empty(),
+        "torn counts {torn:?} ({counted} right, {unknown} unknown)"
+    );
+    assert!(counted > 10, "only {counted} counts ({unknown} unknown)");
+}
+
+#[test]
+fn chain_use_counts_show_a_transaction_before_its_commit() {
+    // Why NFTA_CHAIN_USE gives no exact count: the kernel changes it while a
+    // transaction is prepared, and moves the generation only at the commit.
+    // INPUT alternates between 0 and 3,000 rules (one table, one commit per
+    // restore); a lookup between two equal GETGENs sees values in between.
+    common::enter_new_netns();
+    let dir = std::env::temp_dir().join(format!("iptw-use-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (empty, full) = (dir.join("empty.rules"), dir.join("full.rules"));
+    std::fs::write(&empty, "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n").unwrap();
+    let rules: String = (0..3000)
+        .map(|i| format!("-A INPUT -s 10.2.{}.{}/32 -j ACCEPT\n", i / 256, i % 256))
+        .collect();
+    std::fs::write(&full, format!("*filter\n:INPUT ACCEPT [0:0]\n{rules}COMMIT\n")).unwrap();
+    let mut restorer = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while :; do iptables-nft-restore < {}; iptables-nft-restore < {}; done",
+            full.display(),
+            empty.display()
+        ))
+        .spawn()
+        .unwrap();
+    let socket = NftSocket::open().unwrap();
+    let started = Instant::now();
+    let mut between = None;
+    while between.is_none() && started.elapsed().as_secs() < 10 {
+        let before = socket.generation().unwrap();
+        let rules = socket.builtin_chain_rules(&[Ipv4]).unwrap();
+        if socket.generation().unwrap() == before && rules != 0 && rules != 3000 {
+            between = Some(rules);
+        }
+    }
+    restorer.kill().unwrap();
+    restorer.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(between.is_some(), "no use count between the committed states seen");
 }

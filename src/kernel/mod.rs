@@ -5,6 +5,7 @@
 //! it is in the kernel (asking could load it); a backend whose state cannot
 //! be read is unknown, never empty.
 
+pub mod count_cache;
 pub mod legacy;
 pub mod modules;
 pub mod nft;
@@ -12,9 +13,10 @@ pub mod save_tools;
 
 use crate::family::Family;
 use crate::mode::Mode;
+use count_cache::Namespace;
 use legacy::LegacyFamily;
 use modules::Presence;
-use nft::{NftObject, NftSocket};
+use nft::{NftObject, NftSocket, RuleCount, RulesetKeptChanging};
 use save_tools::SavedRules;
 
 /// The tables iptables-nft and iptables-legacy use; only these are counted.
@@ -271,8 +273,9 @@ impl KernelReader {
 
     /// Compares the backends' rule counts, IPv4 and IPv6 together. With
     /// `exact` both counts are read in full; otherwise only as far as the
-    /// verdict needs: cheap bounds first, then the exact legacy count, then
-    /// the nft rules until they pass it.
+    /// verdict needs: cheap bounds first, then the nft count remembered for
+    /// this generation, then the exact legacy count, then the nft rules until
+    /// they pass it (remembered for the next call).
     pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
         let mut legacy = self.legacy_bounds("getsockopt GET_INFO entry counts")?;
         let mut nft = self.nft_bounds()?;
@@ -286,13 +289,27 @@ impl KernelReader {
         if let Some(verdict) = settled(&legacy, &nft) {
             return Ok(CountComparison { legacy, nft, verdict });
         }
+        if let Some(cached) = self.nft_cached() {
+            // Both belong to this generation; the dump's figure is the sharper.
+            let low = cached.value.low.max(nft.value.low);
+            nft = Reading {
+                value: RuleBounds {
+                    low,
+                    high: cached.value.high.max(low),
+                },
+                method: cached.method,
+            };
+            if let Some(verdict) = settled(&legacy, &nft) {
+                return Ok(CountComparison { legacy, nft, verdict });
+            }
+        }
         if !legacy.value.is_exact() {
             legacy = self.legacy_exact()?;
             if let Some(verdict) = settled(&legacy, &nft) {
                 return Ok(CountComparison { legacy, nft, verdict });
             }
         }
-        if !nft.value.is_exact() || exact {
+        if !nft.value.is_exact() {
             let stop_above = if exact { None } else { Some(legacy.value.low) };
             nft = self.nft_count(stop_above, nft.value)?;
         }
@@ -379,24 +396,37 @@ impl KernelReader {
         self.nft_settled_count()
     }
 
+    /// The nft count remembered for the current generation of this network
+    /// namespace, if any (one GETGEN round trip and a small file read).
+    fn nft_cached(&mut self) -> Option<Reading<RuleBounds>> {
+        let NftSource::Netlink(socket) = self.nft_source() else {
+            return None;
+        };
+        let generation = socket.generation().ok()?;
+        let rules = count_cache::lookup(&namespace_of(socket)?, generation)?;
+        Some(Reading {
+            value: rules,
+            method: format!("count cache, generation {generation}, counted by netlink GETRULE dumps"),
+        })
+    }
+
+    /// Counts the nft rules (GETRULE dumps of one generation), stopping past
+    /// `stop_above`, and remembers the count for that generation.
     fn nft_count(&mut self, stop_above: Option<u64>, bounds: RuleBounds) -> Result<Reading<RuleBounds>, String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
             match socket.count_rules(&Family::BOTH, stop_above) {
-                Ok(count) if count.complete => {
-                    return Ok(Reading {
-                        value: RuleBounds::exact(count.rules),
-                        method: "netlink GETRULE dump".into(),
-                    })
-                }
                 Ok(count) => {
-                    return Ok(Reading {
-                        value: RuleBounds {
-                            low: count.rules,
-                            high: bounds.high.max(count.rules),
-                        },
-                        method: format!("netlink GETRULE dump, stopped after {} rules", count.rules),
-                    })
+                    let reading = counted(count, bounds);
+                    if let Some(ns) = namespace_of(socket) {
+                        let entry = count_cache::Entry {
+                            generation: count.generation,
+                            rules: reading.value,
+                        };
+                        count_cache::store(&ns, entry);
+                    }
+                    return Ok(reading);
                 }
+                Err(e) if RulesetKeptChanging::is(&e) => return Err(e.to_string()),
                 Err(e) => self.fall_back_nft(e),
             }
         }
@@ -466,6 +496,41 @@ impl KernelReader {
             LegacySource::Sockopt { tables, .. } if tables.tables.is_empty() => "no legacy table".to_string(),
             LegacySource::Sockopt { .. } => sockopt_method.to_string(),
             _ => format!("{}-legacy-save output", family.program()),
+        }
+    }
+}
+
+/// The reading of a dump's count; one that stopped early keeps `bounds`'
+/// upper bound.
+fn counted(count: RuleCount, bounds: RuleBounds) -> Reading<RuleBounds> {
+    let generation = count.generation;
+    if count.complete {
+        Reading {
+            value: RuleBounds::exact(count.rules),
+            method: format!("netlink GETRULE dumps, generation {generation}"),
+        }
+    } else {
+        Reading {
+            value: RuleBounds {
+                low: count.rules,
+                high: bounds.high.max(count.rules),
+            },
+            method: format!(
+                "netlink GETRULE dumps, generation {generation}, stopped after {} rules",
+                count.rules
+            ),
+        }
+    }
+}
+
+/// The cache's key for the socket's namespace; None where the kernel has no
+/// namespace cookie (before Linux 5.14) or there is no boot id.
+fn namespace_of(socket: &NftSocket) -> Option<Namespace> {
+    match socket.netns_cookie() {
+        Ok(cookie) => Namespace::with_cookie(cookie),
+        Err(e) => {
+            log::debug!("no network namespace cookie ({e}): counts are not cached");
+            None
         }
     }
 }

@@ -100,6 +100,7 @@ impl Node {
     fn isolate(&self, command: &mut Command) {
         command
             .env("IPTABLES_WRAPPER_HOST_ROOT", &self.host_root)
+            .env("IPTABLES_WRAPPER_RUN_DIR", self.dir.join("run"))
             .env("XTABLES_LOCKFILE", &self.lockfile)
             .env("IPTABLES_WRAPPER_RUN_DIR", self.dir.join("run"))
             .env_remove("IPTABLES_MODE")
