@@ -68,6 +68,10 @@ build_wrapper() {
     command -v cargo >/dev/null || die "cargo not found"
     log "building the static release binary (scripts/build-static.sh)"
     WRAPPER_BIN=$(bash "$REPO/scripts/build-static.sh")
+    log "building the crate's default release binary (plain cargo build --release)"
+    PLAIN_BIN=$(cd "$REPO" && cargo build --release --quiet --message-format=json \
+        | grep -o '"executable":"[^"]*iptables-wrapper"' | cut -d'"' -f4)
+    [[ -x $PLAIN_BIN ]] || die "plain cargo build --release made no iptables-wrapper executable"
 }
 
 cleanup() {
@@ -90,6 +94,12 @@ prepare_workdir() {
     "$WORK/bin/iptables-wrapper" install --dir "$WORK/bin"
     [[ -L $WORK/bin/iptables ]] || die "iptables-wrapper install did not create $WORK/bin/iptables"
     WRAPPED=$WORK/bin/iptables
+    if [[ -n ${PLAIN_BIN:-} ]]; then
+        mkdir -p "$WORK/plain"
+        cp "$PLAIN_BIN" "$WORK/plain/iptables-wrapper"
+        "$WORK/plain/iptables-wrapper" install --dir "$WORK/plain" >/dev/null
+        PLAIN_WRAPPED=$WORK/plain/iptables
+    fi
 
     local mode
     mkdir -p "$WORK/host-none"
@@ -287,8 +297,8 @@ measure_floor() {
 
 # ------------------------------------------------------------ scenarios ----
 
-A_TARGET=1.3
-BCD_TARGET=1.5
+A_TARGET=1.2
+BCD_TARGET=1.4
 E_TARGET=1.0
 F_TARGET=0.5      # first call, one long chain: wrapper / save-and-count
 F_GROWTH=2.5      # first call, one long user chain: LONG over LONG_HALF
@@ -308,6 +318,7 @@ scenario_growing() {
     ns_create "$ns"
     measure_floor "$ns"
     case_a "$ns" "0 + 0"
+    case_plain_build "$ns" "0 + 0"
     measure_memory "$ns" "0 + 0 (empty namespace)" auto
 
     load_rules "$ns" legacy "$SMALL"
@@ -367,8 +378,16 @@ scenario_long() {
     measure G "$ns" "$long + $long (tie), one long user chain, repeated" auto nft "$G_TARGET" "$SLOW_RUNS"
 }
 
-# The plain `cargo build --release` row (issue 8, target 3) goes here once the
-# default build is settled; until then every row uses scripts/build-static.sh.
+# What a user gets from plain `cargo build --release` (no --target, no
+# script): the crate's default build, measured like case A. Skipped when the
+# benchmark was handed a prebuilt binary.
+case_plain_build() {  # ns state
+    [[ -n ${PLAIN_WRAPPED:-} ]] || return 0
+    local wrapped=$WRAPPED
+    WRAPPED=$PLAIN_WRAPPED
+    measure A "$1" "$2, plain \`cargo build --release\`" override-nft nft "$A_TARGET"
+    WRAPPED=$wrapped
+}
 
 # --------------------------------------------------------------- report ----
 
@@ -441,7 +460,7 @@ write_report() {
         echo "feature and cache detection, dozens of CPUID instructions. Where the hypervisor"
         echo "traps CPUID this is the glibc start-up above: the backends pay it once, and a"
         echo "wrapper built on static glibc would pay it a second time on every call. That is"
-        echo "why \`scripts/build-static.sh\` builds for musl when the target is installed."
+        echo "why the crate's default build (\`cargo build --release\`) is static musl."
         echo
         echo "## Peak memory (max RSS, KiB)"
         echo
