@@ -332,7 +332,7 @@ fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
 
 fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
     let root = host_link::host_root();
-    let links = host_link::read(&root, command.family);
+    let links = host_link::read(&root, command.family, collector.depth == Depth::Decide);
     for link in &links {
         let value = match link.mode {
             Some(_) => format!("-> {}", link.target.display()),

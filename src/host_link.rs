@@ -52,16 +52,25 @@ pub fn candidates(family: Family) -> &'static [&'static str] {
 
 /// Reads the family's candidate links under `root`: every link that exists,
 /// in order. The first one whose target names a mode is the host's choice.
-pub fn read(root: &Path, family: Family) -> Vec<HostLink> {
-    candidates(family)
-        .iter()
-        .filter_map(|relative| {
-            let path = root.join(relative);
-            let target = read_link_within(root, Path::new(relative))?;
-            let mode = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by);
-            Some(HostLink { path, target, mode })
-        })
-        .collect()
+/// With `until_deciding`, reading stops at the first link that names a mode
+/// (a wrapped call); otherwise every candidate is read (`detect`).
+pub fn read(root: &Path, family: Family, until_deciding: bool) -> Vec<HostLink> {
+    let mut links = Vec::new();
+    for relative in candidates(family) {
+        let Some(target) = read_link_within(root, Path::new(relative)) else {
+            continue;
+        };
+        let mode = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by);
+        links.push(HostLink {
+            path: root.join(relative),
+            target,
+            mode,
+        });
+        if until_deciding && mode.is_some() {
+            break;
+        }
+    }
+    links
 }
 
 /// The first link whose target names a mode.
@@ -130,12 +139,18 @@ mod tests {
     fn alternatives_link_decides() {
         let root = fake_root("alt");
         symlink("/usr/sbin/iptables-nft", root.join("etc/alternatives/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4);
+        let links = read(&root, Family::Ipv4, false);
         assert_eq!(deciding(&links).unwrap().mode, Some(Mode::Nft));
         // ip6tables falls back to the iptables group when it has no link of its own.
-        assert_eq!(deciding(&read(&root, Family::Ipv6)).unwrap().mode, Some(Mode::Nft));
+        assert_eq!(
+            deciding(&read(&root, Family::Ipv6, false)).unwrap().mode,
+            Some(Mode::Nft)
+        );
         symlink("/usr/sbin/ip6tables-legacy", root.join("etc/alternatives/ip6tables")).unwrap();
-        assert_eq!(deciding(&read(&root, Family::Ipv6)).unwrap().mode, Some(Mode::Legacy));
+        assert_eq!(
+            deciding(&read(&root, Family::Ipv6, false)).unwrap().mode,
+            Some(Mode::Legacy)
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -143,7 +158,7 @@ mod tests {
     fn a_wrapper_target_is_no_hint() {
         let root = fake_root("wrapper");
         symlink("/usr/sbin/iptables-wrapper", root.join("etc/alternatives/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4);
+        let links = read(&root, Family::Ipv4, false);
         assert_eq!(links.len(), 1);
         assert!(deciding(&links).is_none());
         std::fs::remove_dir_all(&root).unwrap();
@@ -156,7 +171,7 @@ mod tests {
         symlink("/usr/bin", root.join("usr/sbin")).unwrap();
         symlink("usr/sbin", root.join("sbin")).unwrap();
         symlink("xtables-legacy-multi", root.join("usr/bin/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4);
+        let links = read(&root, Family::Ipv4, false);
         assert_eq!(links.len(), 2, "{links:?}");
         assert!(links.iter().all(|l| l.mode == Some(Mode::Legacy)));
         std::fs::remove_dir_all(&root).unwrap();
@@ -164,6 +179,6 @@ mod tests {
 
     #[test]
     fn nothing_mounted() {
-        assert!(read(Path::new("/nonexistent-host-root"), Family::Ipv6).is_empty());
+        assert!(read(Path::new("/nonexistent-host-root"), Family::Ipv6, false).is_empty());
     }
 }

@@ -277,23 +277,35 @@ fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
 }
 
 #[test]
-fn disagreement_read_on_the_call_is_warned_on_stderr() {
+fn host_link_groups_that_disagree_show_in_detect_while_a_call_stops_at_its_own() {
     // ip6tables follows the ip6tables group; the iptables group says otherwise.
     let node = Node::new("disagree");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    // A wrapped call reads no further than the link that decides it.
     let out = node.version_with_warnings("ip6tables");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
-    assert_eq!(stderr.lines().count(), 1, "one warning line: {stderr}");
-    assert!(
-        stderr.contains("warn") && stderr.contains("etc/alternatives/iptables"),
-        "stderr: {stderr}"
-    );
-    // Agreeing evidence: no warning at all.
-    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
-    let out = node.version_with_warnings("ip6tables");
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    // detect reads every link and names the disagreeing one.
+    let detect_warnings = |node: &Node| {
+        let out = node
+            .wrapper()
+            .args(["detect", "--json", "--for", "ip6tables"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["mode"], "nft", "{report}");
+        report["warnings"].as_array().unwrap().clone()
+    };
+    let warnings = detect_warnings(&node);
+    assert!(
+        warnings.len() == 1 && warnings[0].as_str().unwrap().contains("etc/alternatives/iptables"),
+        "{warnings:?}"
+    );
+    // Agreeing links: no warning at all.
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    assert!(detect_warnings(&node).is_empty());
 }
 
 #[test]
