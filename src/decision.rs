@@ -549,6 +549,25 @@ fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) -> Option<R
         }
     }
 
+    // No legacy table at all: legacy holds no rule, so no count can favour
+    // it, and the lock file has no legacy table to stand beside. Whatever nft
+    // holds, the answer is nft, so a wrapped call skips counting nft's rules
+    // (a netlink round trip of lookups). `detect` still counts both.
+    // Only where nf_tables is known to be there (its lookups answered): where
+    // it may be lacking, the default below decides with that in mind.
+    if collector.depth == Depth::Decide
+        && nft_lookups.is_ok()
+        && matches!(kernel.nf_tables_presence(), Presence::Present(_) | Presence::Askable(_))
+        && kernel.legacy_has_no_tables()
+    {
+        collector.decide(
+            Mode::Nft,
+            Source::RuleCounts,
+            "no legacy table exists, so legacy holds no rules and nft holds at least as many".into(),
+        );
+        return None;
+    }
+
     match kernel.compare_rule_counts(collector.depth == Depth::Everything) {
         Ok(comparison) => {
             let counts = RuleCounts {

@@ -167,6 +167,15 @@ impl KernelReader {
         self.nf_tables.get_or_insert_with(modules::nf_tables)
     }
 
+    /// Whether both families' legacy table lists were read and are empty:
+    /// legacy then holds no rule and leaves no trace (no table for the lock
+    /// file to stand beside).
+    pub fn legacy_has_no_tables(&mut self) -> bool {
+        Family::BOTH.into_iter().all(|family| {
+            matches!(self.legacy_source(family), LegacySource::Sockopt { tables, .. } if tables.tables.is_empty())
+        })
+    }
+
     /// The hint chains and kube-proxy's tables in nf_tables, all in one
     /// round trip.
     pub fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String> {
