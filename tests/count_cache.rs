@@ -111,8 +111,10 @@ fn generation() -> u32 {
     NftSocket::open().unwrap().generation().unwrap()
 }
 
-/// The wrapped call counts (a tie needs every nft rule), `detect` then
-/// reads the count from the cache: both equal the save tools' `-A` lines.
+/// The wrapped call counts (a tie needs every nft rule) and stores the
+/// count pending; `detect` counts again, which confirms it; the next
+/// `detect` reads it from the cache. Every figure equals the save tools'
+/// `-A` lines.
 fn assert_cached_count_is_exact(node: &Node) {
     let expected = saved(NFT_SAVES);
     assert_eq!(saved(LEGACY_SAVES), expected, "the setup is a tie");
@@ -122,10 +124,15 @@ fn assert_cached_count_is_exact(node: &Node) {
     assert_eq!((low, exact), (expected, true));
     assert_eq!(
         method,
+        format!("netlink GETRULE dumps, generation {generation}"),
+        "a count seen once is not served"
+    );
+    let (low, _, exact, method) = nft_count(&node.detect());
+    assert_eq!((low, exact), (expected, true), "the cached figure stays the same");
+    assert_eq!(
+        method,
         format!("count cache, generation {generation}, counted by netlink GETRULE dumps")
     );
-    let (low, _, exact, _) = nft_count(&node.detect());
-    assert_eq!((low, exact), (expected, true), "the cached figure stays the same");
 }
 
 #[test]
@@ -169,6 +176,8 @@ fn a_changed_ruleset_is_counted_again() {
         "ip6tables-nft -D INPUT -j ACCEPT; iptables-nft -I INPUT -j DROP; iptables-legacy -I INPUT -j DROP",
     );
     assert_eq!(node.version_mode("iptables"), "nft");
+    let (low, _, exact, _) = nft_count(&node.detect());
+    assert_eq!((low, exact), (saved(NFT_SAVES), true));
     let (low, _, exact, method) = nft_count(&node.detect());
     assert_eq!((low, exact), (saved(NFT_SAVES), true));
     assert_eq!(low, 701);
@@ -228,6 +237,7 @@ fn a_cache_file_is_used_only_when_private_and_not_linked() {
         Entry {
             generation: generation(),
             rules: RuleBounds::exact(7777),
+            confirmed: true,
         },
     )]);
     let file = run_dir(&node).join(count_cache::FILE_NAME);
@@ -259,6 +269,7 @@ fn a_count_from_another_network_namespace_is_not_used() {
     tie(&node, &long_builtin_chain(300, false), &long_builtin_chain(100, true));
     let first_generation = generation();
     assert_eq!(nft_count(&node.detect()).0, 400);
+    assert_eq!(nft_count(&node.detect()).0, 400, "confirmed");
 
     let second = std::thread::scope(|scope| {
         scope
@@ -267,6 +278,7 @@ fn a_count_from_another_network_namespace_is_not_used() {
                 tie(&node, &long_builtin_chain(301, false), &long_builtin_chain(100, true));
                 assert_eq!(generation(), first_generation, "the same generation id in both");
                 let (low, _, _, method) = nft_count(&node.detect());
+                assert_eq!(nft_count(&node.detect()).0, 401, "confirmed");
                 let again = nft_count(&node.detect());
                 (low, method, again.0, again.3, generation())
             })

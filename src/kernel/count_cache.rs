@@ -8,7 +8,13 @@
 //! namespace's inode number) and the nf_tables generation id (GETGEN, bumped
 //! by every commit). Without a boot id or a cookie there is no cache. The
 //! counts stored come from GETGEN-bracketed dumps ([`super::nft`]), so each
-//! is the count of exactly the generation it is stored under.
+//! is the count of exactly the generation it is stored under, but for one
+//! window the bracket cannot see (a commit bumps the generation just before
+//! it makes the new ruleset visible). So a count is stored *pending* and is
+//! served only once a second count of the same namespace and generation
+//! agreed with it (*confirmed*): a count torn in that window would otherwise
+//! be reused for as long as the ruleset stays unchanged, which on a quiet
+//! node is hours. Each generation is counted twice, then never again.
 //!
 //! The file is `counts` in the wrapper's runtime directory
 //! ([`crate::run_dir`]: private to the effective user, never followed
@@ -47,7 +53,7 @@ pub const MAX_ENTRIES: usize = 16;
 /// Most bytes read: the header and `MAX_ENTRIES` entries fit with room.
 pub const MAX_FILE_LEN: usize = 4096;
 
-const HEADER: &str = "iptables-wrapper nft rule counts v1";
+const HEADER: &str = "iptables-wrapper nft rule counts v2";
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// `8-4-4-4-12` hex digits.
 const BOOT_ID_LEN: usize = 36;
@@ -78,21 +84,25 @@ pub struct Entry {
     pub generation: u32,
     /// Both families together; `high == u64::MAX` for "at least `low`".
     pub rules: RuleBounds,
+    /// A second count of this generation agreed with it.
+    pub confirmed: bool,
 }
 
-/// The count stored for `namespace` at `generation`, if any.
+/// The confirmed count stored for `namespace` at `generation`, if any.
 pub fn lookup(namespace: &Namespace, generation: u32) -> Option<RuleBounds> {
     let dir = RunDir::open()?;
     let entries = parse(&dir.read(FILE_NAME, MAX_FILE_LEN)?)?;
     entries
         .into_iter()
-        .find(|(ns, entry)| ns == namespace && entry.generation == generation)
+        .find(|(ns, entry)| ns == namespace && entry.generation == generation && entry.confirmed)
         .map(|(_, entry)| entry.rules)
 }
 
-/// Remembers `entry` as `namespace`'s count, replacing its earlier one.
-/// Failing to store costs only speed: it is logged at debug level.
-pub fn store(namespace: &Namespace, entry: Entry) {
+/// Remembers `rules`, counted at `generation`, as `namespace`'s count,
+/// replacing its earlier one: confirmed if that earlier one was the same
+/// count of the same generation, pending otherwise. Failing to store costs
+/// only speed: it is logged at debug level.
+pub fn store(namespace: &Namespace, generation: u32, rules: RuleBounds) {
     let Some(dir) = RunDir::open_or_create() else {
         return;
     };
@@ -100,6 +110,14 @@ pub fn store(namespace: &Namespace, entry: Entry) {
         .read(FILE_NAME, MAX_FILE_LEN)
         .and_then(|contents| parse(&contents))
         .unwrap_or_default();
+    let confirmed = entries
+        .iter()
+        .any(|(ns, earlier)| ns == namespace && earlier.generation == generation && earlier.rules == rules);
+    let entry = Entry {
+        generation,
+        rules,
+        confirmed,
+    };
     entries.retain(|(ns, _)| ns.boot_id == namespace.boot_id && ns.netns_cookie != namespace.netns_cookie);
     entries.push((namespace.clone(), entry));
     let keep_from = entries.len().saturating_sub(MAX_ENTRIES);
@@ -116,9 +134,10 @@ pub fn format(entries: &[(Namespace, Entry)]) -> String {
             u64::MAX => "-".to_string(),
             high => high.to_string(),
         };
+        let state = if entry.confirmed { "confirmed" } else { "pending" };
         let _ = writeln!(
             text,
-            "{} {} {} {} {high}",
+            "{} {} {} {} {high} {state}",
             ns.boot_id, ns.netns_cookie, entry.generation, entry.rules.low
         );
     }
@@ -139,8 +158,13 @@ pub fn parse(contents: &[u8]) -> Option<Vec<(Namespace, Entry)>> {
 
 fn parse_line(line: &str) -> Option<(Namespace, Entry)> {
     let fields: Vec<&str> = line.split(' ').collect();
-    let [boot_id, cookie, generation, low, high] = fields[..] else {
+    let [boot_id, cookie, generation, low, high, state] = fields[..] else {
         return None;
+    };
+    let confirmed = match state {
+        "confirmed" => true,
+        "pending" => false,
+        _ => return None,
     };
     let low: u64 = parse_number(low)?;
     let high = match high {
@@ -156,6 +180,7 @@ fn parse_line(line: &str) -> Option<(Namespace, Entry)> {
         Entry {
             generation: parse_number(generation)?,
             rules: RuleBounds { low, high },
+            confirmed,
         },
     ))
 }
@@ -191,6 +216,7 @@ mod tests {
         Entry {
             generation,
             rules: RuleBounds { low, high },
+            confirmed: low % 2 == 1,
         }
     }
 
@@ -206,7 +232,8 @@ mod tests {
     fn damage_makes_it_empty() {
         let good = format(&[(ns(1), entry(7, 5, 5)), (ns(2), entry(9, 3, 3))]);
         let damaged = [
-            good.replacen("v1", "v2", 1),
+            good.replacen("v2", "v3", 1),
+            good.replacen("confirmed", "sure", 1),
             good[..good.len() - 1].to_string(),
             good[..good.len() - 4].to_string(),
             good.replace(" 5 5", " 5 4"),

@@ -405,8 +405,9 @@ impl KernelReader {
         self.nft_settled_count()
     }
 
-    /// The nft count remembered for the current generation of this network
-    /// namespace, if any (one GETGEN round trip and a small file read).
+    /// The nft count remembered, and confirmed by a second count, for the
+    /// current generation of this network namespace, if any (one GETGEN
+    /// round trip and a small file read).
     fn nft_cached(&mut self) -> Option<Reading<RuleBounds>> {
         let NftSource::Netlink(socket) = self.nft_source() else {
             return None;
@@ -427,11 +428,7 @@ impl KernelReader {
                 Ok(count) => {
                     let reading = counted(count, bounds);
                     if let Some(ns) = namespace_of(socket) {
-                        let entry = count_cache::Entry {
-                            generation: count.generation,
-                            rules: reading.value,
-                        };
-                        count_cache::store(&ns, entry);
+                        count_cache::store(&ns, count.generation, reading.value);
                     }
                     return Ok(reading);
                 }
