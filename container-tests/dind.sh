@@ -36,11 +36,13 @@ STORAGE_DRIVER=auto
 BASES=load
 MATRIX_ARGS=()
 FLAVOURS=("${ALL_FLAVOURS[@]}")
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --storage-driver) STORAGE_DRIVER="$2"; shift 2 ;;
     --bases) BASES="$2"; shift 2 ;;
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; MATRIX_ARGS+=("$1" "$2"); shift 2 ;;
+    --scenarios) IFS=, read -r -a SCENARIOS <<<"$2"; MATRIX_ARGS+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) MATRIX_ARGS+=("$1"); shift ;;
   esac
@@ -72,6 +74,9 @@ LOAD_IMAGES=()
 if [[ "$BASES" == load ]]; then
   names=("${FLAVOURS[@]}")
   [[ " ${FLAVOURS[*]} " == *" distroless "* ]] && names+=(distroless-src)
+  # Scenarios 9 and 10 run in images of their own (see run-matrix.sh).
+  [[ " ${SCENARIOS[*]} " == *" 9 "* ]] && names+=(dind)
+  [[ " ${SCENARIOS[*]} " == *" 10 "* ]] && names+=(nonroot)
   while read -r _ image; do LOAD_IMAGES+=("$image"); done < <("$CT_DIR/build-base.sh" "${names[@]}")
 fi
 PREPARED=$SECONDS
