@@ -82,19 +82,16 @@ fn updated(previous: &str, current: &[String], now: u64) -> Option<String> {
     }
     let seen_now = utc_time(now);
     let mut out = format!("{HEADER}{now}\n");
-    let mut kept = 0;
+    let mut written: Vec<&String> = Vec::new();
     for warning in current {
-        if kept < MAX_WARNINGS && !current[..kept].contains(warning) {
+        if written.len() < MAX_WARNINGS && !written.contains(&warning) {
             out.push_str(&format!("{seen_now} {warning}\n"));
-            kept += 1;
+            written.push(warning);
         }
     }
-    for (seen, warning) in entries.iter().filter(|(_, w)| !current.iter().any(|c| c == w)) {
-        if kept == MAX_WARNINGS {
-            break;
-        }
+    let earlier = entries.iter().filter(|(_, w)| !current.iter().any(|c| c == w));
+    for (seen, warning) in earlier.take(MAX_WARNINGS - written.len()) {
         out.push_str(&format!("{seen} {warning}\n"));
-        kept += 1;
     }
     Some(out)
 }
@@ -172,6 +169,14 @@ mod tests {
         );
         // A clock that went back does not freeze the record.
         assert!(updated(&both, &a, 10).is_some());
+    }
+
+    #[test]
+    fn a_warning_repeated_in_one_call_is_written_once() {
+        let current: Vec<String> = ["a", "a", "b", "b"].iter().map(|w| w.to_string()).collect();
+        let record = updated("", &current, 1000).unwrap();
+        let lines: Vec<&str> = record.lines().skip(1).collect();
+        assert_eq!(lines.len(), 2, "{record}");
     }
 
     #[test]
