@@ -3,8 +3,8 @@
 //! network namespace per test.
 
 mod common;
-use common::{legacy_tables, Node, WRAPPER};
-use std::os::unix::fs::PermissionsExt;
+use common::{copy_program, legacy_tables, write_program, Node, WRAPPER};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -63,12 +63,10 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
     let sbin = node.path("sbin");
     std::fs::create_dir_all(&sbin).unwrap();
     let fake = sbin.join("xtables-legacy-multi");
-    std::fs::write(
+    write_program(
         &fake,
         "#!/bin/sh\necho \"pid=$$ argv0=$(basename $0) args=$* probe=$PROBE\"\nexit 7\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let child = node
         .command("iptables-save")
         .env("IPTABLES_MODE", "legacy")
@@ -439,7 +437,7 @@ fn install_never_replaces_the_wrappers_own_file() {
     let dir = node.path("image-sbin");
     std::fs::create_dir_all(&dir).unwrap();
     // The wrapper's file is itself one of the six names, run under another name.
-    std::fs::copy(WRAPPER, dir.join("iptables-save")).unwrap();
+    copy_program(Path::new(WRAPPER), &dir.join("iptables-save"));
     std::os::unix::fs::symlink("iptables-save", dir.join("iptables-wrapper")).unwrap();
     std::os::unix::fs::symlink("xtables-nft-multi", dir.join("iptables")).unwrap();
     let before = snapshot(&dir);

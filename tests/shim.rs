@@ -6,7 +6,7 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{Node, WRAPPER};
+use common::{copy_program, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -45,8 +45,8 @@ impl Shim {
         let direct = node.path("direct/iptables");
         std::fs::create_dir_all(&sbin).unwrap();
         std::fs::create_dir_all(direct.parent().unwrap()).unwrap();
-        std::fs::copy(stub(), sbin.join("xtables-nft-multi")).unwrap();
-        std::fs::copy(stub(), &direct).unwrap();
+        copy_program(stub(), &sbin.join("xtables-nft-multi"));
+        copy_program(stub(), &direct);
         let report = node.path("report");
         Shim {
             node,
@@ -355,7 +355,7 @@ fn empty_and_relative_search_entries_are_ignored() {
     let cwd = shim.node.path("cwd");
     std::fs::create_dir_all(cwd.join("rel")).unwrap();
     for dir in [cwd.clone(), cwd.join("rel")] {
-        std::fs::copy(stub(), dir.join("xtables-nft-multi")).unwrap();
+        copy_program(stub(), &dir.join("xtables-nft-multi"));
     }
     for sbin in ["/nonexistent:", ":/nonexistent", "rel", "."] {
         let _ = std::fs::remove_file(&shim.report);
@@ -379,7 +379,7 @@ fn candidates_that_cannot_run_are_skipped() {
     let shim = Shim::new("unrunnable");
     let first = shim.node.path("first");
     std::fs::create_dir_all(first.join("iptables-nft")).unwrap();
-    std::fs::copy(stub(), first.join("xtables-nft-multi")).unwrap();
+    copy_program(stub(), &first.join("xtables-nft-multi"));
     std::fs::set_permissions(first.join("xtables-nft-multi"), std::fs::Permissions::from_mode(0o644)).unwrap();
     let sbin = format!("{}:{}", first.display(), shim.sbin.display());
     let out = shim

@@ -33,6 +33,33 @@ pub fn save_rule_lines(save_tool: &str) -> u64 {
 
 use std::path::{Path, PathBuf};
 
+/// Copies a program to `to` in a child process (`cp`), never through a
+/// descriptor of this test process. Tests run in parallel threads, and a
+/// thread that forks while another holds a freshly copied file open for
+/// writing hands that descriptor to its child until the child's exec: the
+/// kernel then refuses to run the file (ETXTBSY, "Text file busy", exit 126
+/// from a shell), a race seen in CI.
+pub fn copy_program(from: &Path, to: &Path) {
+    let out = Command::new("cp").arg("--").arg(from).arg(to).output().expect("run cp");
+    assert!(
+        out.status.success(),
+        "cp {} {}: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes a script and makes it executable, by way of [`copy_program`]: the
+/// text goes to a file that is never run, and `cp` makes the one that is.
+pub fn write_program(to: &Path, text: &str) {
+    let draft = to.with_extension("draft");
+    std::fs::write(&draft, text).unwrap();
+    copy_program(&draft, to);
+    std::fs::remove_file(&draft).unwrap();
+    std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
 /// The wrapper under test.
 pub const WRAPPER: &str = env!("CARGO_BIN_EXE_iptables-wrapper");
 
