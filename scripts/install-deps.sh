@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Installs what building and testing the wrapper needs on a Debian-like
-# machine: the distribution's iptables (both backends) and nftables, and the
+# machine: the distribution's iptables (both backends) and nftables, strace
+# (a test checks what a call looks at), and the
 # Rust musl targets of both shipped architectures (.cargo/config.toml builds
 # for musl by default, so `cargo test` needs the machine's own).
 set -euo pipefail
 
 missing=()
-for tool in iptables-legacy iptables-nft xtables-legacy-multi nft unshare; do
+for tool in iptables-legacy iptables-nft xtables-legacy-multi nft unshare strace; do
     command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if ((${#missing[@]})); then
-    echo "installing iptables and nftables (missing: ${missing[*]})" >&2
+    echo "installing iptables, nftables and strace (missing: ${missing[*]})" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq iptables nftables util-linux >/dev/null
+    apt-get install -y -qq iptables nftables util-linux strace >/dev/null
 fi
 command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
 sysroot=$(rustc --print sysroot)

@@ -4,8 +4,11 @@
 //! First match wins: the `IPTABLES_MODE` override; the host's alternatives
 //! link; the kernel's state (the hint chains, nft kube-proxy tables, rule
 //! counts); the `/run/xtables.lock` tie-breaker; otherwise nft. On the hot
-//! path reading stops at the first source that decides; `detect` reads
-//! everything so it can show where sources disagree.
+//! path reading stops at the first source that decides, and what could only
+//! add a warning (stale legacy tables under an nft host link, whether the
+//! kernel has the backend the override or the link picked) is read only when
+//! the caller will show or record warnings ([`Depth::DecideAndWarn`]);
+//! `detect` reads everything so it can show where sources disagree.
 //!
 //! Evidence that cannot be read is unknown, and an unknown side never loses
 //! a comparison: rule counts decide only when both are known. The lock file
@@ -35,10 +38,27 @@ const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 16 * 1024;
 /// How much to read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Depth {
-    /// Stop at the first source that decides (every wrapped call).
+    /// Stop at the first source that decides, and skip the reads that could
+    /// only add a warning (a wrapped call whose warnings nobody will see).
     Decide,
+    /// Stop at the first source that decides, then read what could add a
+    /// warning about that decision (a wrapped call whose warnings go to
+    /// stderr or are due in the warnings record).
+    DecideAndWarn,
     /// Read every source, with exact counts (the `detect` report).
     Everything,
+}
+
+impl Depth {
+    /// Whether reading stops at the first source that decides.
+    fn stops_early(self) -> bool {
+        self != Depth::Everything
+    }
+
+    /// Whether the reads that could only add a warning are made.
+    fn warns(self) -> bool {
+        self != Depth::Decide
+    }
 }
 
 /// The sources of evidence, in the order they are consulted.
@@ -197,7 +217,7 @@ impl Collector {
 
     /// Whether reading can stop here.
     fn done(&self) -> bool {
-        self.depth == Depth::Decide && self.decided.is_some()
+        self.depth.stops_early() && self.decided.is_some()
     }
 }
 
@@ -254,28 +274,29 @@ fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
 }
 
 /// Which backends the running kernel has: all of them for `detect`; on a
-/// call only what can change the outcome, namely the backend the override or
-/// the host link picked (to warn if the kernel lacks it) or, with nothing
-/// decided yet, nf_tables (the default must not be a backend the kernel
-/// lacks), and legacy only if nf_tables is lacking. Hint chains, counts and
-/// the lock need state in the backend they pick, so they cannot pick a
-/// missing one. Returns the backends the kernel lacks.
+/// call only what can change the outcome or a warning: with nothing decided
+/// yet, nf_tables (the default must not be a backend the kernel lacks), and
+/// legacy only if nf_tables is lacking; when the override or the host link
+/// decided and warnings are wanted, the backend it picked (to warn that the
+/// kernel lacks it). Hint chains, counts and the lock need state in the
+/// backend they pick, so they cannot pick a missing one. Returns the
+/// backends the kernel lacks.
 fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, family: Family) -> Vec<(Mode, String)> {
     let wanted: Vec<Mode> = match (collector.depth, &collector.decided) {
-        (Depth::Everything, _) | (Depth::Decide, None) => vec![Mode::Nft, Mode::Legacy],
-        (Depth::Decide, Some((mode, Source::Override | Source::HostLink, _))) => vec![*mode],
-        (Depth::Decide, Some(_)) => Vec::new(),
+        (Depth::Everything, _) | (_, None) => vec![Mode::Nft, Mode::Legacy],
+        (depth, Some((mode, Source::Override | Source::HostLink, _))) if depth.warns() => vec![*mode],
+        (_, Some(_)) => Vec::new(),
     };
     let mut lacking = Vec::new();
     for mode in wanted {
         let default_needs_it = mode == Mode::Nft || !lacking.is_empty();
-        if collector.depth == Depth::Decide && collector.decided.is_none() && !default_needs_it {
+        if collector.depth.stops_early() && collector.decided.is_none() && !default_needs_it {
             continue;
         }
         let families: &[Family] = match (mode, collector.depth) {
             (Mode::Nft, _) => &[family],
             (Mode::Legacy, Depth::Everything) => &Family::BOTH,
-            (Mode::Legacy, Depth::Decide) => &[family],
+            (Mode::Legacy, _) => &[family],
         };
         for &each in families {
             let (module, presence) = match mode {
@@ -332,7 +353,7 @@ fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
 
 fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
     let root = host_link::host_root();
-    let links = host_link::read(&root, command.family, collector.depth == Depth::Decide);
+    let links = host_link::read(&root, command.family, collector.depth.stops_early());
     for link in &links {
         let value = match link.mode {
             Some(_) => format!("-> {}", link.target.display()),
@@ -354,7 +375,7 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
                 Source::HostLink,
                 format!("host link {} -> {}", link.path.display(), link.target.display()),
             );
-            if mode == Mode::Nft {
+            if mode == Mode::Nft && collector.depth.warns() {
                 read_stale_legacy_tables(collector);
             }
         }
@@ -555,7 +576,7 @@ fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) -> Option<R
     // (a netlink round trip of lookups). `detect` still counts both.
     // Only where nf_tables is known to be there (its lookups answered): where
     // it may be lacking, the default below decides with that in mind.
-    if collector.depth == Depth::Decide
+    if collector.depth.stops_early()
         && nft_lookups.is_ok()
         && matches!(kernel.nf_tables_presence(), Presence::Present(_) | Presence::Askable(_))
         && kernel.legacy_has_no_tables()

@@ -9,8 +9,10 @@
 //! wrapper's own messages (`standard_fds`), the `detect` report (`report`),
 //! link installation (`install`), the wrapper's runtime directory for state
 //! kept between calls (`run_dir`), the record of warnings kept there
-//! (`warnings_record`) and the command line (`cli`).
+//! (`warnings_record`), the command line (`cli`) and the binary's memory
+//! allocator (`allocator`).
 
+pub mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod command;

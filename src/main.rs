@@ -13,6 +13,7 @@
 //! to stderr.
 #![no_main]
 
+use iptables_wrapper::allocator::{BumpArena, CALL_ARENA_BYTES};
 use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
@@ -23,6 +24,10 @@ use iptables_wrapper::warnings_record;
 use log::LevelFilter;
 use std::ffi::{c_char, c_int, CStr};
 use std::io::Write;
+
+/// Every allocation of a wrapped call, see `allocator`.
+#[global_allocator]
+static ALLOCATOR: BumpArena<CALL_ARENA_BYTES> = BumpArena::new();
 
 /// The log level variable.
 const LOG_VAR: &str = "IPTABLES_WRAPPER_LOG";
@@ -110,7 +115,19 @@ fn init_logger(level: LevelFilter) {
 
 /// Decides, then replaces this process with the backend. Returns only on failure.
 fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i32 {
-    let decision = match decision::decide(command, Depth::Decide) {
+    let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
+    let on_stderr = match logging {
+        Logging::Requested(level) => *level >= LevelFilter::Warn && standard_fds::stderr_open(),
+        Logging::Quiet => to_terminal,
+    };
+    // Warnings that need reads of their own are looked for only when they
+    // will be seen: on stderr, or in the warnings record when it is due.
+    let depth = if on_stderr || warnings_record::due() {
+        Depth::DecideAndWarn
+    } else {
+        Depth::Decide
+    };
+    let decision = match decision::decide(command, depth) {
         Ok(decision) => decision,
         Err(invalid) => {
             say(&format!("{}; nothing was run", printable(&invalid.to_string())));
@@ -118,15 +135,14 @@ fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i
         }
     };
     let warnings = decision.warnings();
-    if !warnings.is_empty() {
+    if depth == Depth::DecideAndWarn {
         warnings_record::record(&warnings);
-        let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
-        for warning in &warnings {
-            if to_terminal {
-                say(&format!("warn: {}", printable(warning)));
-            } else {
-                log::warn!("{}", printable(warning));
-            }
+    }
+    for warning in &warnings {
+        if to_terminal {
+            say(&format!("warn: {}", printable(warning)));
+        } else {
+            log::warn!("{}", printable(warning));
         }
     }
     let failure = backend::run(command, decision.mode, args, &|backend| {

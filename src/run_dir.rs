@@ -12,8 +12,8 @@
 //! correctness: every caller must work without it.
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, OFlag};
-use nix::sys::stat::{fstat, mkdirat, FileStat, Mode, SFlag};
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::{geteuid, unlinkat, UnlinkatFlags};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -95,6 +95,14 @@ impl RunDir {
         (contents.len() <= max_len).then_some(contents)
     }
 
+    /// When file `name` was last modified (seconds since the Unix epoch), if
+    /// it is a private regular file of this user; one `fstatat`, not
+    /// following a link.
+    pub fn modified(&self, name: &str) -> Option<i64> {
+        let stat = fstatat(Some(self.fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        is_private(&stat, SFlag::S_IFREG).then_some(stat.st_mtime)
+    }
+
     /// Replaces file `name` with `contents` in one rename (mode 0600), so a
     /// reader sees the old file or the new one, never a part.
     pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<()> {
@@ -160,6 +168,9 @@ mod tests {
         dir.replace("state", b"two").unwrap();
         assert_eq!(dir.read("state", 64).as_deref(), Some(&b"two"[..]));
         assert_eq!(dir.read("state", 2), None, "larger than allowed");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert!((now - 5..=now + 5).contains(&dir.modified("state").unwrap()));
+        assert_eq!(dir.modified("absent"), None);
         let mode = std::fs::metadata(path.join("state")).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::remove_dir_all(&path).unwrap();
@@ -182,6 +193,8 @@ mod tests {
         assert_eq!(dir.read("open", 64), None, "a file others can read");
         symlink(path.join("open"), path.join("linked")).unwrap();
         assert_eq!(dir.read("linked", 64), None, "a symlinked file");
+        assert_eq!(dir.modified("open"), None, "a file others can read");
+        assert_eq!(dir.modified("linked"), None, "a symlinked file");
         std::fs::remove_file(&link).unwrap();
         std::fs::remove_dir_all(&path).unwrap();
     }

@@ -9,14 +9,24 @@
 //! per distinct warning, the UTC time it was last seen first, most recent
 //! first, with control characters escaped.
 //!
-//! Every call on a busy node may have warnings, so writes are bounded: a
-//! call whose warnings are all in the record already leaves it alone unless
-//! it is a minute old (then the times are refreshed); a new warning is added
-//! at once, unless the record was written less than a second ago (a later
-//! call adds it). The record keeps at most 32 warnings, each cut at 1 KiB, so
-//! it stays under 40 KiB. Calls without warnings never touch it; a call that
-//! has some reads it (one small file) and rewrites it by a rename. When the
-//! runtime directory is unusable the record is simply not kept.
+//! Some warnings need reads of their own, which the decision does not make
+//! (stale legacy tables under an nft host link: two procfs files, about
+//! 30 us a call; whether the kernel has the backend the override or the link
+//! picked). A call makes them only when its warnings will be seen: on stderr,
+//! or here when the record is [`due`], that is missing or last written a
+//! minute ago. So on a busy node one call a minute looks, and the others
+//! pay one `fstatat`; calls whose warnings nobody would see (no usable
+//! runtime directory, stderr not showing them) never look. A warning may
+//! therefore reach the record up to a minute after its cause appears.
+//!
+//! Writes are bounded: a call that looked rewrites the record when it is a
+//! minute old (the times are refreshed, and the file's age says when a call
+//! last looked, even with no warning at all) or when it has a warning the
+//! record lacks, unless the record was written less than a second ago. The
+//! record keeps at most 32 warnings, each cut at 1 KiB, so it stays under
+//! 40 KiB. Calls that did not look never touch it; a call that looked reads
+//! it (one small file) and rewrites it by a rename. When the runtime
+//! directory is unusable the record is simply not kept.
 //!
 //! Not syslog: on a node every container has its own `/dev/log` or none,
 //! the host's journal would need a socket round trip per call, and the
@@ -40,19 +50,33 @@ pub const MAX_WARNING_BYTES: usize = 1024;
 const MAX_FILE_BYTES: usize = 64 * 1024;
 const HEADER: &str = "# iptables-wrapper warnings, most recently seen first (UTC); written at unix time ";
 
-/// Records `warnings` (unescaped texts), bounded as the module says.
-pub fn record(warnings: &[String]) {
-    if warnings.is_empty() {
-        return;
+/// Whether a call should look for every warning for the record's sake:
+/// the record can be kept here, and it is missing or was last written
+/// [`REFRESH_SECONDS`] ago (or in the future: a clock set back).
+pub fn due() -> bool {
+    let Some(dir) = RunDir::open_or_create() else {
+        return false;
+    };
+    match dir.modified(FILE_NAME) {
+        None => true,
+        Some(written) => {
+            let now = unix_now() as i64;
+            !(0..REFRESH_SECONDS as i64).contains(&(now - written))
+        }
     }
+}
+
+/// Records the `warnings` (unescaped texts) of a call that looked for every
+/// warning, bounded as the module says.
+pub fn record(warnings: &[String]) {
     let Some(dir) = RunDir::open_or_create() else { return };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
+    let now = unix_now();
     let previous = dir.read(FILE_NAME, MAX_FILE_BYTES).unwrap_or_default();
     let previous = String::from_utf8_lossy(&previous);
+    // The file's own time, as `due` reads it (the header repeats it for people).
+    let written_at = dir.modified(FILE_NAME).and_then(|at| u64::try_from(at).ok());
     let current: Vec<String> = warnings.iter().map(|w| one_line(w)).collect();
-    let Some(contents) = updated(&previous, &current, now) else {
+    let Some(contents) = updated(&previous, written_at, &current, now) else {
         return;
     };
     if let Err(e) = dir.replace(FILE_NAME, contents.as_bytes()) {
@@ -60,13 +84,17 @@ pub fn record(warnings: &[String]) {
     }
 }
 
-/// The record's new contents, or None when it should be left as it is.
-fn updated(previous: &str, current: &[String], now: u64) -> Option<String> {
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// The new contents of a record that holds `previous` and was written at
+/// `written_at` (Unix seconds), or None when it should be left as it is.
+fn updated(previous: &str, written_at: Option<u64>, current: &[String], now: u64) -> Option<String> {
     let mut lines = previous.lines();
-    let written_at = lines
-        .next()
-        .and_then(|header| header.strip_prefix(HEADER))
-        .and_then(|time| time.parse::<u64>().ok());
+    let written_at = written_at.filter(|_| lines.next().is_some_and(|header| header.starts_with(HEADER)));
     // (time last seen, warning) of the record's lines.
     let entries: Vec<(&str, &str)> = lines.filter_map(|line| line.split_once(' ')).collect();
     let all_recorded = current.iter().all(|w| entries.iter().any(|(_, known)| known == w));
@@ -151,16 +179,17 @@ mod tests {
     #[test]
     fn rewrites_only_when_needed() {
         let a = vec!["a warning".to_string()];
-        let first = updated("", &a, 1000).expect("a new record is written");
+        let first = updated("", None, &a, 1000).expect("a new record is written");
         assert!(first.ends_with(" a warning\n"), "{first}");
-        assert_eq!(updated(&first, &a, 1030), None, "same warnings, fresh record");
+        let at = Some(1000);
+        assert_eq!(updated(&first, at, &a, 1030), None, "same warnings, fresh record");
         assert!(
-            updated(&first, &a, 1000 + REFRESH_SECONDS).is_some(),
+            updated(&first, at, &a, 1000 + REFRESH_SECONDS).is_some(),
             "refreshed after a minute"
         );
         let b = vec!["another".to_string()];
-        assert_eq!(updated(&first, &b, 1000), None, "at most one write a second");
-        let both = updated(&first, &b, 1001).expect("a new warning is added");
+        assert_eq!(updated(&first, at, &b, 1000), None, "at most one write a second");
+        let both = updated(&first, at, &b, 1001).expect("a new warning is added");
         let lines: Vec<&str> = both.lines().skip(1).collect();
         assert_eq!(lines.len(), 2);
         assert!(
@@ -168,13 +197,26 @@ mod tests {
             "{both}"
         );
         // A clock that went back does not freeze the record.
-        assert!(updated(&both, &a, 10).is_some());
+        assert!(updated(&both, Some(1001), &a, 10).is_some());
+        // Nor does a file that is not a record.
+        assert!(updated("something else\n", Some(1000), &a, 1001).is_some());
+    }
+
+    #[test]
+    fn a_look_without_warnings_is_recorded_once_a_minute() {
+        let first = updated("", None, &[], 1000).expect("a missing record is written, empty");
+        assert_eq!(first.lines().count(), 1, "{first}");
+        assert_eq!(updated(&first, Some(1000), &[], 1059), None);
+        assert!(updated(&first, Some(1000), &[], 1060).is_some());
+        let with = updated(&first, Some(1000), &["w".to_string()], 1010).unwrap();
+        let kept = updated(&with, Some(1010), &[], 2000).expect("refreshed");
+        assert!(kept.lines().nth(1).unwrap().ends_with(" w"), "earlier warnings stay: {kept}");
     }
 
     #[test]
     fn a_warning_repeated_in_one_call_is_written_once() {
         let current: Vec<String> = ["a", "a", "b", "b"].iter().map(|w| w.to_string()).collect();
-        let record = updated("", &current, 1000).unwrap();
+        let record = updated("", None, &current, 1000).unwrap();
         let lines: Vec<&str> = record.lines().skip(1).collect();
         assert_eq!(lines.len(), 2, "{record}");
     }
@@ -184,7 +226,8 @@ mod tests {
         let mut record = String::new();
         for round in 0..(MAX_WARNINGS as u64 + 5) {
             let warning = vec![format!("warning {round}")];
-            record = updated(&record, &warning, 1000 + 2 * round).unwrap();
+            let written_at = (round > 0).then_some(1000 + 2 * (round - 1));
+            record = updated(&record, written_at, &warning, 1000 + 2 * round).unwrap();
         }
         assert_eq!(record.lines().count(), MAX_WARNINGS + 1);
         assert!(record

@@ -221,6 +221,84 @@ fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
     }
 }
 
+/// What a wrapped `iptables -V` looked at before it ran the backend: its
+/// file-name system calls, traced (the backend's own are cut off).
+fn looked_at(node: &Node, customize: &dyn Fn(&mut Command)) -> String {
+    let trace = node.path("trace");
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-qq", "-e", "trace=%file", "-o"])
+        .arg(&trace)
+        .arg(node.bin.join("iptables"))
+        .arg("-V");
+    node.isolate(&mut command);
+    customize(&mut command);
+    let out = command.output().expect("strace runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let until_backend = trace
+        .lines()
+        .take_while(|line| !line.contains("execve(\"/usr/sbin/xtables-"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(until_backend.len() < trace.len(), "the backend ran: {trace}");
+    until_backend
+}
+
+#[test]
+fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
+    // Stale legacy rules while the host link says nft: seeing them takes
+    // the legacy table lists, which the decision itself does not need.
+    let node = Node::new("looks");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP");
+    let record = node.path("run/warnings");
+    let looked_for_stale_rules = |seen: &str| seen.contains("ip_tables_names");
+
+    let first = looked_at(&node, &|_| {});
+    assert!(looked_for_stale_rules(&first), "no record yet: a call looks\n{first}");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(recorded.contains("stale legacy rules may still apply"), "{recorded}");
+
+    let within_a_minute = looked_at(&node, &|_| {});
+    assert!(
+        !looked_for_stale_rules(&within_a_minute) && within_a_minute.contains("\"warnings\""),
+        "a fresh record: the call only checks its age\n{within_a_minute}"
+    );
+    // A warning asked for on stderr is always looked for.
+    let asked = looked_at(&node, &|command| {
+        command.env("IPTABLES_WRAPPER_LOG", "warn");
+    });
+    assert!(looked_for_stale_rules(&asked), "{asked}");
+
+    // A minute later the next call looks again and refreshes the record.
+    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
+    std::fs::File::options().write(true).open(&record).unwrap().set_modified(minute_ago).unwrap();
+    let later = looked_at(&node, &|_| {});
+    assert!(looked_for_stale_rules(&later), "{later}");
+    let age = std::fs::metadata(&record).unwrap().modified().unwrap().elapsed().unwrap_or_default();
+    assert!(age.as_secs() < 30, "refreshed: {age:?}");
+
+    // Where no record can be kept and stderr shows nothing, nobody would
+    // see the warning: no call looks.
+    let open_dir = node.path("open-run");
+    std::fs::create_dir_all(&open_dir).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let unseen = looked_at(&node, &|command| {
+        command.env("IPTABLES_WRAPPER_RUN_DIR", &open_dir);
+    });
+    assert!(!looked_for_stale_rules(&unseen), "{unseen}");
+
+    // Once the stale rules are gone, the next look leaves the record's
+    // earlier warning as it was seen, with its time, and adds nothing.
+    node.sh("iptables-legacy -F INPUT");
+    std::fs::File::options().write(true).open(&record).unwrap().set_modified(minute_ago).unwrap();
+    let before = std::fs::read_to_string(&record).unwrap();
+    assert!(looked_for_stale_rules(&looked_at(&node, &|_| {})));
+    let after = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(before.lines().skip(1).collect::<Vec<_>>(), after.lines().skip(1).collect::<Vec<_>>());
+}
+
 #[test]
 fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
     let shim = Shim::new("nostderr");

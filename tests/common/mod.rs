@@ -124,12 +124,11 @@ impl Node {
         command
     }
 
-    fn isolate(&self, command: &mut Command) {
+    pub fn isolate(&self, command: &mut Command) {
         command
             .env("IPTABLES_WRAPPER_HOST_ROOT", &self.host_root)
             .env("IPTABLES_WRAPPER_RUN_DIR", self.dir.join("run"))
             .env("XTABLES_LOCKFILE", &self.lockfile)
-            .env("IPTABLES_WRAPPER_RUN_DIR", self.dir.join("run"))
             .env_remove("IPTABLES_MODE")
             .env_remove("IPTABLES_WRAPPER_SBIN")
             .env_remove("IPTABLES_WRAPPER_LOG");
