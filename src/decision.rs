@@ -130,7 +130,10 @@ pub struct Decision {
     pub rule_counts: Option<RuleCounts>,
     /// Backends the running kernel lacks, and how that is known.
     pub lacking: Vec<(Mode, String)>,
-    pub took: Duration,
+    /// How long deciding took, when it was timed: for `detect` and for a
+    /// call that logs at debug level (reading the clock costs a wrapped call
+    /// two page faults of the vDSO otherwise).
+    pub took: Option<Duration>,
 }
 
 impl Decision {
@@ -223,7 +226,7 @@ impl Collector {
 
 /// Decides the mode for `command`. Fails only on an invalid override.
 pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidOverride> {
-    let started = Instant::now();
+    let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
     let mut collector = Collector {
         depth,
         evidence: Vec::new(),
@@ -252,7 +255,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         evidence: collector.evidence,
         rule_counts,
         lacking,
-        took: started.elapsed(),
+        took: started.map(|started| started.elapsed()),
     })
 }
 
@@ -511,7 +514,7 @@ fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) -> Option<R
         }
     }
 
-    let legacy_hints = kernel.legacy_hint_chains();
+    let legacy_hints = kernel.legacy_hint_chains(collector.depth.stops_early());
     record_hints(
         collector,
         Mode::Legacy,

@@ -112,6 +112,8 @@ fn read_link_within(root: &Path, relative: &Path) -> Option<PathBuf> {
                 parts.reverse();
                 pending.extend(parts);
             }
+            // Nothing below a missing directory exists either.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return None,
             Err(_) if part == Path::new("..") => {
                 directory.pop();
             }

@@ -147,14 +147,16 @@ fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i
     }
     let failure = backend::run(command, decision.mode, args, &|backend| {
         log::debug!(
-            "{}: mode={} source={} ({}); exec {} as {}; decided in {:.3} ms",
+            "{}: mode={} source={} ({}); exec {} as {}; decided in {}",
             command.name,
             decision.mode,
             decision.decided_by.key(),
             printable(&decision.reason),
             backend.path.display(),
             backend.argv0,
-            decision.took.as_secs_f64() * 1e3
+            decision
+                .took
+                .map_or("(not timed)".to_string(), |took| format!("{:.3} ms", took.as_secs_f64() * 1e3))
         )
     });
     say(&format!(

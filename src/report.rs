@@ -72,7 +72,9 @@ pub fn text(decision: &Decision) -> String {
             let _ = writeln!(out, "  {}", printable(&warning));
         }
     }
-    let _ = writeln!(out, "took:       {:.3} ms", decision.took.as_secs_f64() * 1e3);
+    if let Some(took) = decision.took {
+        let _ = writeln!(out, "took:       {:.3} ms", took.as_secs_f64() * 1e3);
+    }
     out
 }
 
@@ -111,7 +113,7 @@ pub fn json(decision: &Decision) -> String {
         ),
     };
     format!(
-        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{:.3}}}",
+        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{}}}",
         string(decision.mode.name()),
         string(decision.command),
         string(decision.decided_by.key()),
@@ -119,7 +121,9 @@ pub fn json(decision: &Decision) -> String {
         evidence.join(","),
         counts,
         warnings.join(","),
-        decision.took.as_secs_f64() * 1e3
+        decision
+            .took
+            .map_or("null".to_string(), |took| format!("{:.3}", took.as_secs_f64() * 1e3))
     )
 }
 

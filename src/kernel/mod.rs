@@ -240,11 +240,15 @@ impl KernelReader {
         }
     }
 
-    /// The hint chains in legacy mangle tables that already exist.
-    pub fn legacy_hint_chains(&mut self) -> Result<Reading<Vec<HintChain>>, String> {
+    /// The hint chains in legacy mangle tables that already exist; with
+    /// `first_family_found`, the other family is not read once one has some.
+    pub fn legacy_hint_chains(&mut self, first_family_found: bool) -> Result<Reading<Vec<HintChain>>, String> {
         let mut found = Vec::new();
         let mut methods = Vec::new();
         for family in Family::BOTH {
+            if first_family_found && !found.is_empty() {
+                break;
+            }
             let source = self.legacy_source(family);
             let chains = match source {
                 LegacySource::Sockopt { tables, exact } => match tables.table("mangle").cloned() {
@@ -268,7 +272,7 @@ impl KernelReader {
                 Ok(chains) => chains,
                 Err(e) => {
                     self.fall_back_legacy(family, e);
-                    return self.legacy_hint_chains();
+                    return self.legacy_hint_chains(first_family_found);
                 }
             };
             methods.push((family, self.legacy_method(family, "getsockopt GET_ENTRIES of mangle")));
