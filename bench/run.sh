@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: what a call through iptables-wrapper costs over calling the backend
-# directly, on kube-proxy-like rule sets of 0, 1,000 and 50,000 rules per backend,
-# and on one long chain of 50,000 and 100,000 rules per backend (first and
-# repeated calls).
+# directly, on kube-proxy-like rule sets of 0, 1,000, 50,000 and 100,000 rules
+# per backend, and on one long chain of 50,000 and 100,000 rules per backend
+# (first and repeated calls).
 #
 #   sudo bash bench/run.sh            # builds, measures, writes bench/results.md
 #
@@ -14,8 +14,9 @@
 #   BENCH_RUNS [400]       rounds per row for the -V comparisons
 #   BENCH_WARMUP [20]      discarded rounds before those
 #   BENCH_SLOW_RUNS [7]    rounds per row when save-and-count is measured
-#   BENCH_LONG_RUNS [3]    rounds (no warm-up) for the first call at BENCH_LONG rules
-#   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller)
+#   BENCH_LONG_RUNS [3]    rounds (no warm-up) for the first calls at BENCH_LONG rules
+#   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller),
+#                          and the larger kube-proxy-like tie
 #   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
 #   BENCH_RESULTS [bench/results.md]
 #   BENCH_WRAPPER          use this binary instead of building with cargo
@@ -118,7 +119,7 @@ prepare_workdir() {
     : > "$WORK/no-run-dir"
 
     local n chain chain_n
-    for n in "$SMALL" "$LARGE"; do
+    for n in "$SMALL" "$LARGE" "$LONG"; do
         awk -v N="$n" -f "$BENCH_DIR/gen-rules.awk" > "$WORK/rules-$n.v4"
         [[ $(grep -c '^-A' "$WORK/rules-$n.v4") == "$n" ]] || die "generator did not make $n rules"
     done
@@ -216,8 +217,8 @@ probe_call() {  # ns setup
 # the ratio); cases E and F compare with save-and-count on the same state and
 # show the backend's -V for scale; case G (a repeated call) compares with the
 # save-and-count time of the E or F row just before it, on the same state.
-measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
-    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 rounds=${7:-$SLOW_RUNS}
+measure() {  # case ns state setup expected target [rounds [warm-up rounds [nft-save]]]
+    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 rounds=${7:-$SLOW_RUNS} nft_save=${9:-}
     local got execs before after debug line result notes=()
     log "case $case: $state, $setup"
 
@@ -234,6 +235,8 @@ measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
         E* | F*)
             local save_count='for t in iptables-legacy iptables-nft ip6tables-legacy ip6tables-nft; do "$t-save" | grep -c "^-A"; done; exit 0'
             cmds+=(::: /bin/bash -c "$save_count")
+            # "nft-save": iptables-nft-save alone, to show what its dump costs.
+            [[ -n $nft_save ]] && cmds+=(::: "$SBIN/iptables-nft-save")
             runs=$rounds warmup=${8:-1}
             ;;
         G*) runs=$rounds warmup=1 ;;
@@ -247,6 +250,7 @@ measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
     if [[ $case == [EF]* ]]; then
         save_us=${t[2]}
         LAST_SAVE_US=$save_us
+        LAST_NFT_SAVE_US=${t[3]:-}
         r=$(ratio "$wrapper_us" "$save_us")
     elif [[ $case == G* ]]; then
         save_us=$LAST_SAVE_US
@@ -347,6 +351,7 @@ scenario_large() {
     load_rules "$ns" legacy "$LARGE"
     case_a "$ns" "$l + $l"
     measure E "$ns" "$l L + $l N (tie)" first nft "$E_TARGET"
+    local tie_us=$LAST_WRAPPER_US
     measure G "$ns" "$l L + $l N (tie), repeated" auto nft "$G_TARGET"
     measure_memory "$ns" "$l L + $l N (tie)" first
 
@@ -355,6 +360,17 @@ scenario_large() {
     hint_chain "$ns" nft -X
     hint_chain "$ns" legacy -N
     measure C "$ns" "$l + $l, hint in legacy" auto legacy "$BCD_TARGET"
+
+    # The kube-proxy shape at LONG rules per backend: the first call, and how
+    # it grows over the LARGE tie (reported; the growth target is the long
+    # chain's).
+    local long
+    long=$(k "$LONG")
+    hint_chain "$ns" legacy -X
+    load_rules "$ns" legacy "$LONG"
+    load_rules "$ns" nft "$LONG"
+    measure E "$ns" "$long L + $long N (tie)" first nft "$E_TARGET" "$LONG_RUNS" 0
+    KP_GROWTH=$(ratio "$LAST_WRAPPER_US" "$tie_us")
 }
 
 # Namespace 3: one long chain per backend (IPv4), a tie, so the nft rules must
@@ -372,8 +388,9 @@ scenario_long() {
     half_us=$LAST_WRAPPER_US
 
     for backend in legacy nft; do load_rules "$ns" "$backend" "$LONG" "$WORK/long-LONG-$LONG.v4"; done
-    measure F "$ns" "$long + $long (tie), one long user chain" first nft "$F_TARGET" "$LONG_RUNS" 0
+    measure F "$ns" "$long + $long (tie), one long user chain" first nft "$F_TARGET" "$LONG_RUNS" 0 nft-save
     GROWTH=$(ratio "$LAST_WRAPPER_US" "$half_us")
+    LONG_WRAPPER_US=$LAST_WRAPPER_US LONG_NFT_SAVE_US=$LAST_NFT_SAVE_US
     if le "$GROWTH" "$F_GROWTH"; then GROWTH_RESULT=pass; else GROWTH_RESULT="**FAIL**"; FAILURES=$((FAILURES + 1)); fi
     measure G "$ns" "$long + $long (tie), one long user chain, repeated" auto nft "$G_TARGET" "$SLOW_RUNS"
 }
@@ -434,8 +451,8 @@ write_report() {
         echo "E and F are first calls (*first*: no runtime directory, so nothing is cached and"
         echo "every round counts afresh); G repeats the call on an unchanged ruleset with the"
         echo "count cache (*auto*: a private runtime directory; the warm-up round fills it)."
-        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`): $LONG_RUNS rounds without warm-up for"
-        echo "the first call at $(k "$LONG"); G reuses the save-and-count time of the row before it."
+        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`). $LONG_RUNS rounds without warm-up for"
+        echo "the first calls at $(k "$LONG") (both shapes); G reuses the save-and-count time of the row before it."
         echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
         echo
@@ -444,6 +461,12 @@ write_report() {
         printf '%s\n' "${ROWS[@]}" | sort -s -t$'\t' -k1,1 | cut -f2-
         echo
         echo "First call, one long user chain, $(k "$LONG") over $(k "$LONG_HALF"): ${GROWTH}x (target ≤ ${F_GROWTH}x): $GROWTH_RESULT"
+        echo
+        echo "First call, kube-proxy-like tie, $(k "$LONG") over $(k "$LARGE"): ${KP_GROWTH}x (reported)"
+        echo
+        echo "First call, one long user chain, $(k "$LONG") + $(k "$LONG"): the wrapper $(ms "$LONG_WRAPPER_US") ms against"
+        echo "$(ms "$LONG_NFT_SAVE_US") ms for \`iptables-nft-save\` alone in the same rounds ($(ratio "$LONG_WRAPPER_US" "$LONG_NFT_SAVE_US")x): both pay the kernel's"
+        echo "GETRULE dump, whose every batch walks the chain from its start."
         echo
         echo "Setups: *override-M* sets \`IPTABLES_MODE=M\`; *link-M* points the fake host"
         echo "root's \`etc/alternatives/iptables\` at \`iptables-M\`; *auto* has neither (no host"
