@@ -193,6 +193,9 @@ pub struct TableInfo {
     pub num_entries: u32,
     /// Bytes in the blob.
     pub size: u32,
+    /// Blob offsets where the builtin chains start (`hook_entry` of the
+    /// valid hooks).
+    pub hook_entries: Vec<u32>,
 }
 
 impl TableInfo {
@@ -297,7 +300,7 @@ impl LegacyFamily {
         )?;
         let tables = names
             .iter()
-            .map(|name| Ok(get_info(&socket, &layout, name)?.0))
+            .map(|name| get_info(&socket, &layout, name))
             .collect::<io::Result<_>>()?;
         Ok(LegacyFamily {
             family,
@@ -313,9 +316,11 @@ impl LegacyFamily {
 
     /// Walks a listed table's entries (GET_ENTRIES) for the exact count.
     ///
-    /// An empty table is answered from `table` alone. Otherwise GET_INFO is
-    /// read afresh and then GET_ENTRIES; if the table changed in between, both
-    /// are retried a few times before giving up with an error.
+    /// An empty table is answered from `table` alone. Otherwise GET_ENTRIES
+    /// is read for `table`'s size and checked against it; if the table
+    /// changed since (another size, or entries that do not add up to
+    /// `table`'s counts), GET_INFO is read afresh and both are retried a few
+    /// times before giving up with an error.
     pub fn entries(&self, table: &TableInfo) -> io::Result<TableEntries> {
         let socket = match &self.socket {
             Some(socket) if self.table(&table.name).is_some() => socket,
@@ -330,8 +335,11 @@ impl LegacyFamily {
             return Ok(TableEntries::default());
         }
         let layout = Layout::of(self.family);
-        for _ in 0..MAX_TRIES {
-            let (info, hook_entries) = get_info(socket, &layout, &table.name)?;
+        let mut info = table.clone();
+        for attempt in 0..MAX_TRIES {
+            if attempt > 0 {
+                info = get_info(socket, &layout, &table.name)?;
+            }
             if info.is_empty() {
                 return Ok(TableEntries::default());
             }
@@ -343,7 +351,7 @@ impl LegacyFamily {
             };
             // A same-sized replacement in between shows up as a mismatch.
             let blob = &reply[layout.get_entries_header..];
-            if let Some(entries) = walk(&layout, blob, &info, &hook_entries)? {
+            if let Some(entries) = walk(&layout, blob, &info)? {
                 return Ok(entries);
             }
         }
@@ -354,25 +362,23 @@ impl LegacyFamily {
     }
 }
 
-/// `*_SO_GET_INFO` of one table (which creates it if it did not exist), with
-/// the blob offsets where its builtin chains start (`hook_entry` of the valid
-/// hooks).
-fn get_info(socket: &OwnedFd, layout: &Layout, name: &str) -> io::Result<(TableInfo, Vec<u32>)> {
+/// `*_SO_GET_INFO` of one table (which creates it if it did not exist).
+fn get_info(socket: &OwnedFd, layout: &Layout, name: &str) -> io::Result<TableInfo> {
     let mut buf = [0u8; size_of::<GetInfo>()];
     put_table_name(&mut buf[offset_of!(GetInfo, name)..], name)?;
     getsockopt_exact(socket, layout.sockopt_level, SO_GET_INFO, &mut buf)?;
     let valid_hooks = read_u32(&buf, offset_of!(GetInfo, valid_hooks));
-    let hooks = (0..NUM_HOOKS)
+    let hook_entries = (0..NUM_HOOKS)
         .filter(|hook| valid_hooks & (1 << hook) != 0)
         .map(|hook| read_u32(&buf, offset_of!(GetInfo, hook_entry) + hook * size_of::<u32>()))
         .collect();
-    let info = TableInfo {
+    Ok(TableInfo {
         name: name.to_owned(),
         valid_hooks,
         num_entries: read_u32(&buf, offset_of!(GetInfo, num_entries)),
         size: read_u32(&buf, offset_of!(GetInfo, size)),
-    };
-    Ok((info, hooks))
+        hook_entries,
+    })
 }
 
 /// `*_SO_GET_ENTRIES` for a blob of `info.size` bytes; the reply holds the
@@ -395,7 +401,7 @@ fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Resul
 /// Returns None if the blob does not match `info` (the table was replaced by
 /// one of the same size between the two reads) and an error if it is
 /// malformed.
-fn walk(layout: &Layout, blob: &[u8], info: &TableInfo, hook_entries: &[u32]) -> io::Result<Option<TableEntries>> {
+fn walk(layout: &Layout, blob: &[u8], info: &TableInfo) -> io::Result<Option<TableEntries>> {
     let mut result = TableEntries::default();
     let mut entries = 0u32;
     let mut chains = 0u64;
@@ -406,7 +412,7 @@ fn walk(layout: &Layout, blob: &[u8], info: &TableInfo, hook_entries: &[u32]) ->
         let entry = Entry::parse(layout, blob, offset)?;
         entries += 1;
         let is_error = entry.target_name() == ERROR_TARGET;
-        let starts_chain = is_error || hook_entries.contains(&(offset as u32));
+        let starts_chain = is_error || info.hook_entries.contains(&(offset as u32));
         if starts_chain {
             // The previous chain's last entry was its policy or tail.
             result.rules += in_chain_entries.saturating_sub(1);
