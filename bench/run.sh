@@ -88,6 +88,7 @@ prepare_workdir() {
 
     gcc -static -O2 -o "$WORK/abtime" "$BENCH_DIR/abtime.c"
     gcc -static -nostdlib -Os -fno-stack-protector -o "$WORK/stub/xtables-nft-multi" "$BENCH_DIR/stub-backend.c"
+    gcc -static -nostdlib -Os -fno-stack-protector -o "$WORK/exec-hop" "$BENCH_DIR/exec-hop.c"
     ln "$WORK/stub/xtables-nft-multi" "$WORK/stub/xtables-legacy-multi"
     echo 'int main(void) { return 0; }' | gcc -static -O2 -x c -o "$WORK/empty-glibc" -
 
@@ -289,14 +290,19 @@ measure_memory() {  # ns state setup
 }
 
 # What starting a process costs here, whatever it then does: the stand-in (no
-# libc), an empty static glibc program, the backend's -V.
+# libc), the stand-in reached through one extra exec (exec-hop.c, no libc),
+# an empty static glibc program, the backend's -V.
 measure_floor() {
     local ns=$1 t
     log "process start-up floor"
     t=$(run_as "$ns" auto "$WORK/abtime" -w "$WARMUP" -n "$RUNS" -- "$WORK/stub/xtables-nft-multi" \
+        ::: "$WORK/exec-hop" "$WORK/stub/xtables-nft-multi" \
         ::: "$WORK/empty-glibc" ::: "$SBIN/iptables-nft" -V ::: "$SBIN/iptables-legacy" -V)
     mapfile -t t < <(cut -f1 <<<"$t")
-    FLOOR="| $(ms "${t[0]}") | $(ms "${t[1]}") | $(ms "$(awk -v a="${t[1]}" -v b="${t[0]}" 'BEGIN { print a - b }')") | $(ms "${t[2]}") | $(ms "${t[3]}") |"
+    local hop glibc
+    hop=$(awk -v a="${t[1]}" -v b="${t[0]}" 'BEGIN { print a - b }')
+    glibc=$(awk -v a="${t[2]}" -v b="${t[0]}" 'BEGIN { print a - b }')
+    FLOOR="| $(ms "${t[0]}") | $(ms "$hop") | $(ms "${t[2]}") | $(ms "$glibc") | $(ms "${t[3]}") | $(ms "${t[4]}") |"
 }
 
 # ------------------------------------------------------------ scenarios ----
@@ -475,8 +481,8 @@ write_report() {
         echo
         echo "## Process start-up on this machine (median ms, same method)"
         echo
-        echo "| stand-in (static, no libc) | empty static glibc program | difference: glibc start-up | iptables-nft -V | iptables-legacy -V |"
-        echo "|---:|---:|---:|---:|---:|"
+        echo "| stand-in (static, no libc) | one more exec before it | empty static glibc program | difference: glibc start-up | iptables-nft -V | iptables-legacy -V |"
+        echo "|---:|---:|---:|---:|---:|---:|"
         echo "$FLOOR"
         echo
         echo "Before \`main\`, every glibc program (static or dynamic) runs glibc's CPU"
@@ -484,6 +490,9 @@ write_report() {
         echo "traps CPUID this is the glibc start-up above: the backends pay it once, and a"
         echo "wrapper built on static glibc would pay it a second time on every call. That is"
         echo "why the crate's default build (\`cargo build --release\`) is static musl."
+        echo "*One more exec before it*: the stand-in started through \`bench/exec-hop.c\`, a"
+        echo "program that only execs, minus the stand-in alone: the floor under any wrapper"
+        echo "that decides and then execs."
         echo
         echo "## Peak memory (max RSS, KiB)"
         echo

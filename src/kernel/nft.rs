@@ -47,12 +47,16 @@
 //! Hence exact counts pay the kernel's GETRULE dump, which costs more than
 //! linearly in one chain's rules: each batch (at most about 32 KiB, whatever
 //! the reader's buffer) resumes by walking the chain from its start. Measured
-//! (bench/run.sh, IPv4 tie, first call, wrapper / all four save-and-counts):
-//! one long user chain 50k + 50k 0.48-0.63, 100k + 100k 0.92 (15 s against
-//! 16 s: both are the same dump); kube-proxy-like 50k + 50k 0.25-0.35.
-//! Per-chain dumps (`NFTA_RULE_CHAIN`) resume the same way and cannot help one
-//! long chain. Repeated calls on an unchanged ruleset take the count from
-//! [`super::count_cache`].
+//! (bench/run.sh, IPv4 tie, first call, wrapper / all four save-and-counts,
+//! several runs): one long user chain 50k + 50k 0.50-0.70, 100k + 100k
+//! 0.62-1.01 and 6.7-18x the 50k figure; `iptables-nft-save` alone, which
+//! pays the same dump in smaller batches, took 1.07-1.14x the wrapper's
+//! first call at 100k. Kube-proxy-like 50k + 50k 0.24-0.26, 100k + 100k
+//! 0.32-0.45 (4-6x the 50k figure). Per-chain dumps (`NFTA_RULE_CHAIN`)
+//! resume the same way and cannot help one long chain; for many short
+//! chains they would scale better, but they filter by table name and so
+//! miss a table being replaced (see [`NftSocket::count_rules`]). Repeated
+//! calls on an unchanged ruleset take the count from [`super::count_cache`].
 //!
 //! One more window, of a few instructions (longer when the committing thread
 //! is preempted inside it): the commit bumps the generation just before it
