@@ -34,7 +34,6 @@
 
 use crate::report::printable;
 use crate::run_dir::RunDir;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The record's file name in the runtime directory.
 pub const FILE_NAME: &str = "warnings";
@@ -51,26 +50,26 @@ const MAX_FILE_BYTES: usize = 64 * 1024;
 const HEADER: &str = "# iptables-wrapper warnings, most recently seen first (UTC); written at unix time ";
 
 /// Whether a call should look for every warning for the record's sake:
-/// the record can be kept here, and it is missing or was last written
-/// [`REFRESH_SECONDS`] ago (or in the future: a clock set back).
+/// the record can be kept here (a directory, and a clock to date it), and
+/// it is missing or was last written [`REFRESH_SECONDS`] ago (or in the
+/// future: a clock set back).
 pub fn due() -> bool {
     let Some(dir) = RunDir::open_or_create() else {
         return false;
     };
-    match dir.modified(FILE_NAME) {
-        None => true,
-        Some(written) => {
-            let now = unix_now() as i64;
-            !(0..REFRESH_SECONDS as i64).contains(&(now - written))
-        }
+    match (dir.modified(FILE_NAME), unix_now()) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(written), Some(now)) => !(0..REFRESH_SECONDS as i64).contains(&(now as i64 - written)),
     }
 }
 
 /// Records the `warnings` (unescaped texts) of a call that looked for every
 /// warning, bounded as the module says.
 pub fn record(warnings: &[String]) {
-    let Some(dir) = RunDir::open_or_create() else { return };
-    let now = unix_now();
+    let (Some(dir), Some(now)) = (RunDir::open_or_create(), unix_now()) else {
+        return;
+    };
     let previous = dir.read(FILE_NAME, MAX_FILE_BYTES).unwrap_or_default();
     let previous = String::from_utf8_lossy(&previous);
     // The file's own time, as `due` reads it (the header repeats it for people).
@@ -84,20 +83,19 @@ pub fn record(warnings: &[String]) {
     }
 }
 
-/// The time in Unix seconds. Asked of the kernel by a plain system call:
-/// the vDSO route (`SystemTime::now`) costs a call that only checks the
-/// record's age two page faults, about 5 us here, more than the syscall. The
-/// vDSO answers where the syscall is refused (a seccomp filter).
-fn unix_now() -> u64 {
+/// The time in Unix seconds, None when no clock answers. Asked of the
+/// kernel by a plain system call: the vDSO route costs a call that only
+/// checks the record's age two page faults, about 5 us here, more than the
+/// syscall. Where the syscall is refused (a seccomp filter), libc's
+/// `clock_gettime` answers from the vDSO.
+fn unix_now() -> Option<u64> {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into `now`, which outlives the call.
-    let asked = unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_REALTIME, &mut now) };
-    match u64::try_from(now.tv_sec) {
-        Ok(seconds) if asked == 0 => seconds,
-        _ => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs()),
-    }
+    // SAFETY: both write one timespec into `now`, which outlives the calls.
+    let answered = unsafe {
+        libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_REALTIME, &mut now) == 0
+            || libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) == 0
+    };
+    answered.then(|| u64::try_from(now.tv_sec).ok()).flatten()
 }
 
 /// The new contents of a record that holds `previous` and was written at

@@ -6,9 +6,8 @@
 //! legacy tables, host link names and the hint chains.
 
 mod common;
-use common::{Node, WRAPPER};
+use common::{refuse_syscall, Node, WRAPPER};
 use serde_json::Value;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
 /// How a run sees the kernel through its own mount namespace.
@@ -218,58 +217,14 @@ fn built_in_nf_tables_without_sysfs_entry_is_found() {
 /// (plain `SOCK_RAW`, close-on-exec set later): the wrapper's getsockopt
 /// reads fail and it falls back to `iptables-legacy-save`, which works.
 fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
-    const SECCOMP_DATA_NR: u32 = 0;
-    const SECCOMP_DATA_ARCH: u32 = 4;
-    const SECCOMP_DATA_ARG1: u32 = 16 + 8;
-    const SECCOMP_DATA_ARG2: u32 = 16 + 16;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-    let load = |offset| libc::sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k: offset,
-    };
-    // Jump to `ret allow` (the last instruction) unless equal.
-    let equal_or_allow = |value, from: u8| libc::sock_filter {
-        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 8 - from,
-        k: value,
-    };
-    let ret = |value| libc::sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k: value,
-    };
-    let filter = [
-        load(SECCOMP_DATA_ARCH),
-        equal_or_allow(AUDIT_ARCH_X86_64, 1),
-        load(SECCOMP_DATA_NR),
-        equal_or_allow(libc::SYS_socket as u32, 3),
-        load(SECCOMP_DATA_ARG1),
-        equal_or_allow((libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32, 5),
-        load(SECCOMP_DATA_ARG2),
-        equal_or_allow(libc::IPPROTO_RAW as u32, 7),
-        ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
-        ret(libc::SECCOMP_RET_ALLOW),
-    ];
-    // SAFETY: prctl only affects the child between fork and exec; the
-    // filter array outlives the call (moved into the closure).
-    unsafe {
-        command.pre_exec(move || {
-            let program = libc::sock_fprog {
-                len: filter.len() as u16,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
+    refuse_syscall(
+        command,
+        libc::SYS_socket,
+        &[
+            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
+            (2, libc::IPPROTO_RAW as u32),
+        ],
+    )
 }
 
 #[test]

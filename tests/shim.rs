@@ -6,7 +6,7 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{copy_program, Node, WRAPPER};
+use common::{copy_program, refuse_syscall, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -297,6 +297,32 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
     assert!(looked_for_stale_rules(&looked_at(&node, &|_| {})));
     let after = std::fs::read_to_string(&record).unwrap();
     assert_eq!(before.lines().skip(1).collect::<Vec<_>>(), after.lines().skip(1).collect::<Vec<_>>());
+}
+
+#[test]
+fn the_record_keeps_true_times_where_the_clock_syscall_is_refused() {
+    // The record's clock is a plain clock_gettime syscall; under a seccomp
+    // filter that refuses it, the vDSO's answer dates the record instead.
+    let node = Node::new("clock");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP");
+    let mut command = node.command("iptables");
+    command.arg("-V");
+    let out = refuse_syscall(&mut command, libc::SYS_clock_gettime, &[]).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let recorded = std::fs::read_to_string(node.path("run/warnings")).unwrap();
+    let written_at: u64 = recorded
+        .lines()
+        .next()
+        .and_then(|header| header.rsplit(' ').next())
+        .and_then(|time| time.parse().ok())
+        .unwrap_or_else(|| panic!("{recorded}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(now.abs_diff(written_at) < 60, "{recorded}");
+    assert!(recorded.contains("stale legacy rules may still apply"), "{recorded}");
 }
 
 #[test]

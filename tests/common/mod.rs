@@ -50,6 +50,61 @@ pub fn copy_program(from: &Path, to: &Path) {
     );
 }
 
+/// Makes `command`'s child refuse one system call with EPERM (a seccomp
+/// filter, x86_64), when each `(argument index, value)` in `when` matches the
+/// low 32 bits of that argument; every other call is allowed.
+pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: &[(u32, u32)]) -> &'a mut Command {
+    const SECCOMP_DATA_NR: u32 = 0;
+    const SECCOMP_DATA_ARCH: u32 = 4;
+    const SECCOMP_DATA_ARGS: u32 = 16;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let load = |offset| libc::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k: offset,
+    };
+    let ret = |value| libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: value,
+    };
+    let mut checks = vec![(SECCOMP_DATA_ARCH, AUDIT_ARCH_X86_64), (SECCOMP_DATA_NR, number as u32)];
+    checks.extend(when.iter().map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index, value)));
+    // Each check loads a word and jumps to the final `allow` unless it is
+    // equal; past all of them, `refuse`.
+    let last = 2 * checks.len() + 1;
+    let mut filter = Vec::new();
+    for (offset, value) in checks {
+        filter.push(load(offset));
+        filter.push(libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: (last - filter.len() - 1) as u8,
+            k: value,
+        });
+    }
+    filter.push(ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
+    filter.push(ret(libc::SECCOMP_RET_ALLOW));
+    // SAFETY: prctl only affects the child between fork and exec; the
+    // filter outlives the call (moved into the closure).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, move || {
+            let program = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Writes a script and makes it executable, by way of [`copy_program`]: the
 /// text goes to a file that is never run, and `cp` makes the one that is.
 pub fn write_program(to: &Path, text: &str) {
