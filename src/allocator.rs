@@ -5,8 +5,9 @@
 //! backend, which discards the whole address space. musl's allocator spends
 //! most of that call's user-space instructions keeping memory reusable
 //! (measured with callgrind on a wrapped `iptables -V`: 48k instructions with
-//! the host link, 96k in the empty-namespace decision; 22k and 57k with this
-//! arena), and touches pages of its own bookkeeping. Here an allocation is a
+//! the override, 96k with the host link, 138k in the empty-namespace
+//! decision; 22k, 39k and 57k with this arena), and touches pages of its own
+//! bookkeeping. Here an allocation is a
 //! pointer bump in a zero-filled static array (`.bss`, so only the pages
 //! actually used are ever faulted in), freeing inside the arena does nothing,
 //! and the last allocation grows in place. Memory past the bump pointer has

@@ -134,10 +134,14 @@ fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i
             return 2;
         }
     };
-    let warnings = decision.warnings();
-    if depth == Depth::DecideAndWarn {
+    // A call that did not look has no reader for its warnings either.
+    let warnings = if depth == Depth::DecideAndWarn {
+        let warnings = decision.warnings();
         warnings_record::record(&warnings);
-    }
+        warnings
+    } else {
+        Vec::new()
+    };
     for warning in &warnings {
         if to_terminal {
             say(&format!("warn: {}", printable(warning)));
