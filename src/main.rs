@@ -94,27 +94,15 @@ fn logging_requested() -> Result<Logging, String> {
         .map_err(|_| format!("invalid {LOG_VAR}={:?}: {expected}", printable(name)))
 }
 
-/// Logs to stderr at `level`, if the caller gave the wrapper a stderr.
+/// Logs to stderr at `level`, if the caller gave the wrapper a stderr; a
+/// stderr whose reader has gone costs the lines, never the call.
 fn init_logger(level: LevelFilter) {
-    if !standard_fds::stderr_open() {
-        return;
-    }
-    env_logger::Builder::new()
-        .filter_level(level)
-        .format(|out, record| {
-            writeln!(
-                out,
-                "iptables-wrapper: {}: {}",
-                record.level().as_str().to_lowercase(),
-                record.args()
-            )
-        })
-        .target(env_logger::Target::Stderr)
-        .init();
+    standard_fds::log_to_stderr(level);
 }
 
-/// Decides, then replaces this process with the backend. Returns only on failure.
-fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i32 {
+/// Decides, then replaces this process with the backend, which gets `argv0`
+/// (the caller's, as given) and `args`. Returns only on failure.
+fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: &Logging) -> i32 {
     let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
     let on_stderr = match logging {
         Logging::Requested(level) => *level >= LevelFilter::Warn && standard_fds::stderr_open(),
