@@ -69,10 +69,10 @@ fn run(args: &[&CStr]) -> i32 {
     }
     let (argv0, rest) = args
         .split_first()
-        .map_or((&[][..], &[][..]), |(first, rest)| (first.to_bytes(), rest));
-    let invoked = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        .map_or((c"", &[][..]), |(first, rest)| (*first, rest));
+    let invoked = argv0.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
     match std::str::from_utf8(invoked).ok().and_then(WrappedCommand::from_name) {
-        Some(command) => run_backend(&command, rest, &logging),
+        Some(command) => run_backend(&command, argv0, rest, &logging),
         None => cli::run(rest),
     }
 }
@@ -137,7 +137,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             log::warn!("{}", printable(warning));
         }
     }
-    let failure = backend::run(command, decision.mode, args, &|backend| {
+    let failure = backend::run(command, decision.mode, argv0, args, &|backend| {
         log::debug!(
             "{}: mode={} source={} ({}); exec {} as {}; decided in {}",
             command.name,
@@ -145,7 +145,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             decision.decided_by.key(),
             printable(&decision.reason),
             backend.path.display(),
-            backend.argv0,
+            printable(&argv0.to_string_lossy()),
             decision
                 .took
                 .map_or("(not timed)".to_string(), |took| format!("{:.3} ms", took.as_secs_f64() * 1e3))
