@@ -106,33 +106,10 @@ impl Shim {
         wrapped
     }
 
-    /// Wrapped and direct reports are equal but for argv[0], which is the
-    /// program each was run by, exactly as given, and the process name
-    /// (see `comm`).
+    /// Wrapped and direct reports are equal but for argv[0], the program
+    /// each was run by (see `argv0`), and the process name (`comm`).
     fn assert_same(&self, wrapped: &str, direct: &str, via: &[&str]) {
-        let argv = |report: &str| {
-            let argv = report
-                .lines()
-                .find_map(|l| l.strip_prefix("argv "))
-                .unwrap()
-                .to_string();
-            argv.split_once(", ")
-                .map(|(argv0, rest)| (argv0.to_string(), rest.to_string()))
-                .unwrap()
-        };
-        let (wrapped_argv0, wrapped_rest) = argv(wrapped);
-        let (direct_argv0, direct_rest) = argv(direct);
-        assert_eq!(
-            wrapped_argv0,
-            format!("[{:?}", self.wrapped().to_str().unwrap()),
-            "via {via:?}"
-        );
-        assert_eq!(
-            direct_argv0,
-            format!("[{:?}", self.direct.to_str().unwrap()),
-            "via {via:?}"
-        );
-        assert_eq!(wrapped_rest, direct_rest, "via {via:?}");
+        assert_eq!(argv0(wrapped).1, argv0(direct).1, "via {via:?}");
         let without_argv = |report: &str| {
             report
                 .lines()
@@ -142,6 +119,13 @@ impl Shim {
         };
         assert_eq!(without_argv(wrapped), without_argv(direct), "via {via:?}");
     }
+}
+
+/// A report's argv, split into argv[0] and the rest.
+fn argv0(report: &str) -> (String, String) {
+    let argv = report.lines().find_map(|l| l.strip_prefix("argv [")).unwrap();
+    let (argv0, rest) = argv.split_once(", ").unwrap();
+    (argv0.trim_matches('"').to_string(), rest.to_string())
 }
 
 fn status_bits(report: &str, key: &str) -> u64 {
@@ -829,21 +813,23 @@ fn o_path_standard_descriptors_are_open_for_the_backend() {
 #[test]
 fn argv0_reaches_the_backend_as_given_and_the_name_is_the_backends_command() {
     let shim = Shim::new("argv0");
-    let report = shim.same_both_ways(&[], &|_| {});
-    // same_both_ways: argv[0] is the path the caller ran, exactly. The
-    // process name is the backend's own link for the command, not the
-    // multi-call binary's file name (a direct call is named `iptables`).
-    assert!(report.contains("\ncomm iptables-nft\n"), "{report}");
-    let relative = shim.node.bin.join("iptables");
-    let out = shim
+    // argv[0] is the path the caller ran, exactly, through whatever execs it.
+    for via in [&[][..], &["nohup"], &["sh", "-c", "exec \"$@\"", "sh"]] {
+        let report = shim.same_both_ways(via, &|_| {});
+        assert_eq!(argv0(&report).0, shim.wrapped().to_str().unwrap(), "{report}");
+        // The process name is the backend's own link for the command, not
+        // the multi-call binary's file name (a direct call is `iptables`).
+        assert!(report.contains("\ncomm iptables-nft\n"), "{report}");
+    }
+    // A bare name found in PATH is argv[0] as the caller gave it, too.
+    let status = shim
         .command(&[], Path::new("iptables"), &["report", shim.report.to_str().unwrap()])
-        .current_dir(&shim.node.bin)
-        .env("PATH", shim.node.bin.to_str().unwrap())
+        .env("PATH", &shim.node.bin)
         .status()
         .unwrap();
-    assert!(out.success(), "{relative:?}");
+    assert!(status.success(), "{status:?}");
     let report = std::fs::read_to_string(&shim.report).unwrap();
-    assert!(report.contains("argv [\"iptables\", \"report\""), "{report}");
+    assert_eq!(argv0(&report).0, "iptables", "{report}");
 
     // The real backends: their getopt messages name argv[0], so a wrapped
     // call's error reads as a direct call's.
