@@ -12,6 +12,8 @@
 //! as `vfork` does) whose own SIGCHLD is at its default. The helper never
 //! execs and ends with exit signal 0, so its end raises no signal either:
 //! the wrapper's disposition, mask and pending signals are never touched.
+//! Only a stop of the helper (job control) still sends the wrapper a
+//! SIGCHLD, as any child's stop does.
 
 use crate::backend;
 use crate::command::WrappedCommand;
@@ -65,11 +67,11 @@ const HELPER_STACK_BYTES: usize = 512 * 1024;
 unsafe impl Sync for HelperStack {}
 static HELPER_STACK: HelperStack = HelperStack(UnsafeCell::new([0; HELPER_STACK_BYTES]));
 
-/// Runs `task` in a helper process: it shares the wrapper's memory and
-/// descriptors' numbers (a copy of its table), has its own signal
-/// dispositions (SIGCHLD at its default) and mask, and the wrapper waits
-/// until it has ended (`CLONE_VM | CLONE_VFORK`, as `vfork`), then reaps it
-/// (exit signal 0: no SIGCHLD, and no reaping by the kernel).
+/// Runs `task` in a helper process: it shares the wrapper's memory, has a
+/// copy of its descriptor table, its own signal dispositions (SIGCHLD at its
+/// default) and mask, and the wrapper waits until it has ended (`CLONE_VM |
+/// CLONE_VFORK`, as `vfork`), then reaps it (exit signal 0: no SIGCHLD, and
+/// no reaping by the kernel).
 fn in_helper<T, F: FnOnce() -> T>(task: F) -> Result<T, String> {
     struct Job<F, T> {
         task: Option<F>,
