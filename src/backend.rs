@@ -6,13 +6,22 @@
 //! execute and is not the wrapper itself (compared by device and inode,
 //! without `/proc`: see `own_file`); if the kernel still refuses to run it
 //! (a `noexec` mount), the search goes on. The exec passes the caller's
-//! environment, descriptors, signal state, working directory and limits
-//! untouched: the wrapper changes none of them.
+//! argv[0] as given, environment, descriptors, signal state, working
+//! directory and limits untouched: the wrapper changes none of them.
+//!
+//! The process name (`comm`, what `pgrep -x` matches) is the one thing the
+//! exec cannot keep: the kernel takes it from the file name executed, not
+//! from argv[0]. A direct call through `/usr/sbin/iptables` is named
+//! `iptables`; a wrapped one is named after the backend's own link for the
+//! command (`iptables-nft`; `iptables-nft-sa` for `iptables-nft-save`, the
+//! kernel keeps 15 bytes), which is why that link is run in preference to
+//! the `xtables-<mode>-multi` it leads to (the multi-call binary dispatches
+//! on argv[0], not on the name it was run by).
 
 use crate::command::WrappedCommand;
 use crate::mode::Mode;
 use crate::own_file::{self, OwnFile};
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -24,11 +33,11 @@ pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
 
 const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
 
-/// A backend program to exec, with the argv[0] it expects.
+/// A backend program to exec. It runs the command its argv[0]'s file name
+/// names (one of the six), whatever its own file is called.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
     pub path: PathBuf,
-    pub argv0: String,
 }
 
 /// Why no backend ran.
@@ -135,22 +144,22 @@ fn own_dir() -> Option<PathBuf> {
 }
 
 /// What a search looks for, and what it saw besides the candidates it offered.
-struct Search<'a> {
+struct Search {
     own_file: OwnFile,
-    command: &'a WrappedCommand,
+    /// `<family>-<mode>[-save|-restore]`: `iptables-nft`,
+    /// `ip6tables-legacy-save`, the backend's link for the command
+    single: String,
     /// `xtables-<mode>-multi`
     multi: String,
-    /// `<command>-<mode>`
-    single: String,
     tried: Vec<PathBuf>,
     skipped: Vec<(PathBuf, &'static str)>,
     wrapper_copies: Vec<PathBuf>,
 }
 
-impl Search<'_> {
+impl Search {
     /// Offers each runnable candidate in `dir` to `take`; true once taken.
     fn dir(&mut self, dir: &Path, take: &mut dyn FnMut(Backend) -> bool) -> bool {
-        for (file, argv0) in [(&self.multi, self.command.name), (&self.single, self.single.as_str())] {
+        for file in [&self.single, &self.multi] {
             let path = dir.join(file);
             let Ok(meta) = std::fs::metadata(&path) else {
                 self.tried.push(path);
@@ -164,10 +173,7 @@ impl Search<'_> {
                 self.skipped.push((path, "not executable"));
             } else if self.own_file.is(own_file::file_id(&meta)) {
                 self.wrapper_copies.push(path);
-            } else if take(Backend {
-                path,
-                argv0: argv0.to_string(),
-            }) {
+            } else if take(Backend { path }) {
                 return true;
             }
         }
@@ -176,15 +182,21 @@ impl Search<'_> {
 }
 
 /// Offers every runnable candidate for `command` in `mode` to `take`, in
-/// order (`xtables-<mode>-multi` given the command's name as argv[0], else
-/// `<command>-<mode>`, in each directory in turn; never the wrapper itself),
-/// until `take` returns true. Err when none was taken: why.
+/// order (the backend's link for the command, else `xtables-<mode>-multi`,
+/// in each directory in turn; never the wrapper itself), until `take`
+/// returns true. Err when none was taken: why.
 fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) -> bool) -> Result<(), BackendError> {
+    let (program, action) = command
+        .name
+        .split_once('-')
+        .map_or((command.name, None), |(p, a)| (p, Some(a)));
     let mut search = Search {
         own_file: OwnFile::identify(),
-        command,
+        single: match action {
+            Some(action) => format!("{program}-{mode}-{action}"),
+            None => format!("{program}-{mode}"),
+        },
         multi: format!("xtables-{mode}-multi"),
-        single: format!("{}-{mode}", command.name),
         tried: Vec::new(),
         skipped: Vec::new(),
         wrapper_copies: Vec::new(),
@@ -226,13 +238,20 @@ pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendEr
 }
 
 /// Execs the first program for `command` in `mode` that the kernel runs,
-/// with `args` (argv after argv[0]); `before_exec` sees each one about to be
-/// run. Returns only when nothing ran.
-pub fn run(command: &WrappedCommand, mode: Mode, args: &[&CStr], before_exec: &dyn Fn(&Backend)) -> BackendError {
+/// with `argv0` (the caller's, whose file name is `command`'s) and `args`;
+/// `before_exec` sees each one about to be run. Returns only when nothing
+/// ran.
+pub fn run(
+    command: &WrappedCommand,
+    mode: Mode,
+    argv0: &CStr,
+    args: &[&CStr],
+    before_exec: &dyn Fn(&Backend),
+) -> BackendError {
     let mut exec_error = None;
     let searched = search(command, mode, &mut |backend| {
         before_exec(&backend);
-        let error = exec(&backend, args);
+        let error = exec(&backend, argv0, args);
         log::debug!("{} not run: {error}", backend.path.display());
         exec_error = Some(BackendError::Exec {
             path: backend.path,
@@ -268,13 +287,11 @@ fn may_execute(meta: &std::fs::Metadata) -> bool {
     mode & 0o001 != 0
 }
 
-/// Replaces this process with the backend: same PID, arguments (after
-/// argv[0]), environment and file descriptors. Returns only on failure.
-fn exec(backend: &Backend, args: &[&CStr]) -> io::Error {
-    let to_c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let (path, argv0) = match (to_c(backend.path.as_os_str()), to_c(OsStr::new(&backend.argv0))) {
-        (Ok(path), Ok(argv0)) => (path, argv0),
-        (Err(e), _) | (_, Err(e)) => return e,
+/// Replaces this process with the backend: same PID, arguments (argv[0]
+/// included), environment and file descriptors. Returns only on failure.
+fn exec(backend: &Backend, argv0: &CStr, args: &[&CStr]) -> io::Error {
+    let Ok(path) = CString::new(backend.path.as_os_str().as_bytes()) else {
+        return io::Error::from(io::ErrorKind::InvalidInput);
     };
     let argv: Vec<*const libc::c_char> = std::iter::once(argv0.as_ptr())
         .chain(args.iter().map(|arg| arg.as_ptr()))

@@ -69,10 +69,10 @@ fn run(args: &[&CStr]) -> i32 {
     }
     let (argv0, rest) = args
         .split_first()
-        .map_or((&[][..], &[][..]), |(first, rest)| (first.to_bytes(), rest));
-    let invoked = argv0.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        .map_or((c"", &[][..]), |(first, rest)| (*first, rest));
+    let invoked = argv0.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
     match std::str::from_utf8(invoked).ok().and_then(WrappedCommand::from_name) {
-        Some(command) => run_backend(&command, rest, &logging),
+        Some(command) => run_backend(&command, argv0, rest, &logging),
         None => cli::run(rest),
     }
 }
@@ -94,27 +94,15 @@ fn logging_requested() -> Result<Logging, String> {
         .map_err(|_| format!("invalid {LOG_VAR}={:?}: {expected}", printable(name)))
 }
 
-/// Logs to stderr at `level`, if the caller gave the wrapper a stderr.
+/// Logs to stderr at `level`, if the caller gave the wrapper a stderr; a
+/// stderr whose reader has gone costs the lines, never the call.
 fn init_logger(level: LevelFilter) {
-    if !standard_fds::stderr_open() {
-        return;
-    }
-    env_logger::Builder::new()
-        .filter_level(level)
-        .format(|out, record| {
-            writeln!(
-                out,
-                "iptables-wrapper: {}: {}",
-                record.level().as_str().to_lowercase(),
-                record.args()
-            )
-        })
-        .target(env_logger::Target::Stderr)
-        .init();
+    standard_fds::log_to_stderr(level);
 }
 
-/// Decides, then replaces this process with the backend. Returns only on failure.
-fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i32 {
+/// Decides, then replaces this process with the backend, which gets `argv0`
+/// (the caller's, as given) and `args`. Returns only on failure.
+fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: &Logging) -> i32 {
     let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
     let on_stderr = match logging {
         Logging::Requested(level) => *level >= LevelFilter::Warn && standard_fds::stderr_open(),
@@ -149,7 +137,7 @@ fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i
             log::warn!("{}", printable(warning));
         }
     }
-    let failure = backend::run(command, decision.mode, args, &|backend| {
+    let failure = backend::run(command, decision.mode, argv0, args, &|backend| {
         log::debug!(
             "{}: mode={} source={} ({}); exec {} as {}; decided in {}",
             command.name,
@@ -157,7 +145,7 @@ fn run_backend(command: &WrappedCommand, args: &[&CStr], logging: &Logging) -> i
             decision.decided_by.key(),
             printable(&decision.reason),
             backend.path.display(),
-            backend.argv0,
+            printable(&argv0.to_string_lossy()),
             decision
                 .took
                 .map_or("(not timed)".to_string(), |took| format!("{:.3} ms", took.as_secs_f64() * 1e3))

@@ -146,7 +146,7 @@ fn missing_backend_names_mode_reason_paths_and_package() {
         "legacy",
         "host link",
         "xtables-legacy-multi",
-        "iptables-save-legacy",
+        "iptables-legacy-save",
         "iptables-legacy",
         "package",
     ] {

@@ -46,6 +46,8 @@ impl Shim {
         std::fs::create_dir_all(&sbin).unwrap();
         std::fs::create_dir_all(direct.parent().unwrap()).unwrap();
         copy_program(stub(), &sbin.join("xtables-nft-multi"));
+        // The backend's own link for the command, as packages install it.
+        std::os::unix::fs::symlink("xtables-nft-multi", sbin.join("iptables-nft")).unwrap();
         copy_program(stub(), &direct);
         let report = node.path("report");
         Shim {
@@ -100,23 +102,30 @@ impl Shim {
     fn same_both_ways(&self, via: &[&str], customize: &dyn Fn(&mut Command)) -> String {
         let wrapped = self.report(true, via, customize);
         let direct = self.report(false, via, customize);
-        let argv0 = |report: &str| {
-            report
-                .lines()
-                .find_map(|l| l.strip_prefix("argv "))
-                .map(|argv| argv.replace(self.direct.to_str().unwrap(), "iptables"))
-        };
-        assert_eq!(argv0(&wrapped), argv0(&direct));
+        self.assert_same(&wrapped, &direct, via);
+        wrapped
+    }
+
+    /// Wrapped and direct reports are equal but for argv[0], the program
+    /// each was run by (see `argv0`), and the process name (`comm`).
+    fn assert_same(&self, wrapped: &str, direct: &str, via: &[&str]) {
+        assert_eq!(argv0(wrapped).1, argv0(direct).1, "via {via:?}");
         let without_argv = |report: &str| {
             report
                 .lines()
-                .filter(|l| !l.starts_with("argv "))
+                .filter(|l| !l.starts_with("argv ") && !l.starts_with("comm "))
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        assert_eq!(without_argv(&wrapped), without_argv(&direct), "via {via:?}");
-        wrapped
+        assert_eq!(without_argv(wrapped), without_argv(direct), "via {via:?}");
     }
+}
+
+/// A report's argv, split into argv[0] and the rest.
+fn argv0(report: &str) -> (String, String) {
+    let argv = report.lines().find_map(|l| l.strip_prefix("argv [")).unwrap();
+    let (argv0, rest) = argv.split_once(", ").unwrap();
+    (argv0.trim_matches('"').to_string(), rest.to_string())
 }
 
 fn status_bits(report: &str, key: &str) -> u64 {
@@ -550,4 +559,299 @@ fn the_loop_guard_works_without_proc() {
     let out = without_proc(&command);
     assert!(out.status.success(), "{out:?}");
     assert!(shim.report.exists());
+}
+
+/// How a caller leaves one signal before it execs the wrapper (or the
+/// backend directly): ignored or not, blocked or not, and whether one is
+/// pending, for the process (`kill`) or for its thread (`raise`).
+#[derive(Clone, Copy, Debug)]
+struct CallerSignal {
+    signal: libc::c_int,
+    ignored: bool,
+    blocked: bool,
+    pending: Pending,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pending {
+    No,
+    Process,
+    Thread,
+}
+
+impl CallerSignal {
+    /// Every state a caller can exec in: a pending signal needs it blocked.
+    fn all(signal: libc::c_int) -> Vec<CallerSignal> {
+        let mut all = Vec::new();
+        for ignored in [false, true] {
+            for (blocked, pending) in [
+                (false, Pending::No),
+                (true, Pending::No),
+                (true, Pending::Process),
+                (true, Pending::Thread),
+            ] {
+                all.push(CallerSignal {
+                    signal,
+                    ignored,
+                    blocked,
+                    pending,
+                });
+            }
+        }
+        all
+    }
+
+    fn bit(&self) -> u64 {
+        1 << (self.signal - 1)
+    }
+
+    fn apply<'a>(&self, command: &'a mut Command) -> &'a mut Command {
+        let state = *self;
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if state.ignored {
+                    libc::signal(state.signal, libc::SIG_IGN);
+                }
+                if state.blocked {
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, state.signal);
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                }
+                match state.pending {
+                    Pending::No => {}
+                    Pending::Process => {
+                        libc::kill(libc::getpid(), state.signal);
+                    }
+                    Pending::Thread => {
+                        libc::raise(state.signal);
+                    }
+                }
+                Ok(())
+            })
+        }
+    }
+
+    /// The backend's report shows exactly this state.
+    fn assert_in(&self, report: &str) {
+        let has = |key| status_bits(report, key) & self.bit() != 0;
+        assert_eq!(has("SigIgn"), self.ignored, "{self:?}: {report}");
+        assert_eq!(has("SigBlk"), self.blocked, "{self:?}: {report}");
+        assert_eq!(has("ShdPnd"), self.pending == Pending::Process, "{self:?}: {report}");
+        assert_eq!(has("SigPnd"), self.pending == Pending::Thread, "{self:?}: {report}");
+    }
+}
+
+/// Refuses the wrapper's own raw IP sockets (`SOCK_RAW | SOCK_CLOEXEC`,
+/// `IPPROTO_RAW`) but not libiptc's (plain `SOCK_RAW`): the wrapper's legacy
+/// getsockopt reads fail and it falls back to `iptables-legacy-save`, which
+/// works (as in tests/kernel_evidence.rs).
+fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
+    refuse_syscall(
+        command,
+        libc::SYS_socket,
+        &[
+            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
+            (2, libc::IPPROTO_RAW as u32),
+        ],
+    )
+}
+
+#[test]
+fn the_save_tool_fallback_works_whatever_the_callers_sigchld() {
+    // A legacy host read through iptables-legacy-save: a caller that ignores
+    // SIGCHLD (the kernel would reap the save tool before the wrapper waits
+    // for it) or blocks it still gets legacy, by the counts.
+    let node = Node::new("sigchld-decides");
+    node.sh("for i in 1 2 3; do iptables-legacy -A INPUT -j ACCEPT; done");
+    for caller in CallerSignal::all(libc::SIGCHLD) {
+        let mut command = node.command("iptables");
+        command.env("IPTABLES_WRAPPER_LOG", "debug").arg("-V");
+        let out = refuse_wrapper_raw_sockets(caller.apply(&mut command)).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{caller:?}: {stderr}");
+        assert!(
+            stderr.contains("falling back to iptables-legacy-save")
+                && stderr.contains("mode=legacy source=rule-counts"),
+            "{caller:?}: {stderr}"
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("(legacy)"), "{caller:?}");
+    }
+}
+
+#[test]
+fn after_the_save_tool_fallback_the_backend_has_the_callers_sigchld_state() {
+    // The stand-in nft backend beside the real legacy one: legacy is read
+    // through its save tool, nft (more rules) decides, the stand-in reports
+    // what it inherited: the caller's disposition, mask and pending SIGCHLD,
+    // no more, as when the caller runs it directly.
+    let shim = Shim::new("sigchld-inherits");
+    std::os::unix::fs::symlink("/usr/sbin/xtables-legacy-multi", shim.sbin.join("xtables-legacy-multi")).unwrap();
+    shim.node
+        .sh("iptables-legacy -A INPUT -j ACCEPT\nfor i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done");
+    let log = shim.node.path("log");
+    for caller in CallerSignal::all(libc::SIGCHLD) {
+        let customize = |command: &mut Command| {
+            command
+                .env_remove("IPTABLES_MODE")
+                .env("IPTABLES_WRAPPER_HOST_ROOT", &shim.node.host_root)
+                .env("XTABLES_LOCKFILE", &shim.node.lockfile)
+                .env("IPTABLES_WRAPPER_LOG", "debug")
+                .stderr(std::fs::File::create(&log).unwrap());
+            refuse_wrapper_raw_sockets(caller.apply(command));
+        };
+        let wrapped = shim.report(true, &[], &customize);
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            logged.contains("falling back to iptables-legacy-save") && logged.contains("mode=nft source=rule-counts"),
+            "{caller:?}: {logged}"
+        );
+        let direct = shim.report(false, &[], &customize);
+        shim.assert_same(&wrapped, &direct, &[]);
+        caller.assert_in(&wrapped);
+    }
+}
+
+/// A pipe whose reader has gone (close-on-exec until the child's dup2, so
+/// no other test's child holds its reading end).
+fn pipe_without_reader() -> Stdio {
+    let mut ends = [-1; 2];
+    // SAFETY: pipe2 fills a live array; both ends are owned below.
+    assert_eq!(unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors nothing else owns.
+    let (read_end, write_end) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(ends[0]),
+            std::os::fd::OwnedFd::from_raw_fd(ends[1]),
+        )
+    };
+    drop(read_end);
+    Stdio::from(write_end)
+}
+
+/// A socket whose peer has gone.
+fn socket_without_peer() -> Stdio {
+    let (ours, peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(peer);
+    Stdio::from(std::os::fd::OwnedFd::from(ours))
+}
+
+#[test]
+fn logging_to_a_stderr_nobody_reads_never_costs_the_call() {
+    // IPTABLES_WRAPPER_LOG=debug with stderr a pipe (or socket) whose reader
+    // has gone: the wrapper's log lines are lost, the caller's rule is added.
+    let node = Node::new("deafstderr");
+    let mut rule = 0;
+    for caller in CallerSignal::all(libc::SIGPIPE) {
+        for stderr in [pipe_without_reader as fn() -> Stdio, socket_without_peer] {
+            rule += 1;
+            let source = format!("192.0.2.{rule}");
+            let mut command = node.command("iptables");
+            command
+                .env("IPTABLES_WRAPPER_LOG", "debug")
+                .args(["-A", "INPUT", "-s", &source, "-j", "ACCEPT"])
+                .stderr(stderr());
+            let status = caller.apply(&mut command).status().unwrap();
+            assert!(status.success(), "{caller:?}: {status:?}");
+            assert!(node.sh("iptables-nft -S INPUT").contains(&source), "{caller:?}");
+        }
+    }
+}
+
+#[test]
+fn logging_to_a_stderr_nobody_reads_leaves_no_sigpipe_for_the_backend() {
+    // A caller that blocks SIGPIPE: the wrapper's failed writes raise it,
+    // and the backend must not inherit one the caller did not have.
+    let shim = Shim::new("deafsigpipe");
+    for caller in CallerSignal::all(libc::SIGPIPE) {
+        for stderr in [pipe_without_reader as fn() -> Stdio, socket_without_peer] {
+            let customize = |command: &mut Command| {
+                command.env("IPTABLES_WRAPPER_LOG", "debug").stderr(stderr());
+                caller.apply(command);
+            };
+            let wrapped = shim.report(true, &[], &customize);
+            caller.assert_in(&wrapped);
+            // The direct call writes nothing to stderr: the same state.
+            caller.assert_in(&shim.report(false, &[], &customize));
+        }
+    }
+}
+
+#[test]
+fn o_path_standard_descriptors_are_open_for_the_backend() {
+    // An O_PATH descriptor cannot be read or written, and poll calls it
+    // invalid, but it is open: the backend gets it as the caller gave it.
+    let shim = Shim::new("opath");
+    for fd in 0..3 {
+        let report = shim.same_both_ways(&[], &|command| {
+            // SAFETY: only async-signal-safe calls between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let path = libc::open(c"/etc".as_ptr(), libc::O_PATH);
+                    libc::dup2(path, fd);
+                    libc::close(path);
+                    Ok(())
+                });
+            }
+        });
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("fd {fd} ")))
+            .unwrap_or_else(|| panic!("fd {fd} closed: {report}"));
+        let status_flags = line.rsplit("status_flags=").next().unwrap();
+        let o_path = libc::O_PATH as u32;
+        assert!(
+            line.starts_with(&format!("fd {fd} -> /etc "))
+                && u32::from_str_radix(status_flags, 8).unwrap() & o_path == o_path,
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn argv0_reaches_the_backend_as_given_and_the_name_is_the_backends_command() {
+    let shim = Shim::new("argv0");
+    // argv[0] is the path the caller ran, exactly, through whatever execs it.
+    for via in [&[][..], &["nohup"], &["sh", "-c", "exec \"$@\"", "sh"]] {
+        let report = shim.same_both_ways(via, &|_| {});
+        assert_eq!(argv0(&report).0, shim.wrapped().to_str().unwrap(), "{report}");
+        // The process name is the backend's own link for the command, not
+        // the multi-call binary's file name (a direct call is `iptables`).
+        assert!(report.contains("\ncomm iptables-nft\n"), "{report}");
+    }
+    // A bare name found in PATH is argv[0] as the caller gave it, too.
+    let status = shim
+        .command(&[], Path::new("iptables"), &["report", shim.report.to_str().unwrap()])
+        .env("PATH", &shim.node.bin)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let report = std::fs::read_to_string(&shim.report).unwrap();
+    assert_eq!(argv0(&report).0, "iptables", "{report}");
+
+    // The real backends: their getopt messages name argv[0], so a wrapped
+    // call's error reads as a direct call's.
+    let node = &shim.node;
+    for name in ["iptables-restore", "ip6tables-save"] {
+        let wrapped = node
+            .command(name)
+            .env("IPTABLES_MODE", "nft")
+            .arg("--no-such-option")
+            .output()
+            .unwrap();
+        let direct = Command::new("/usr/sbin/xtables-nft-multi")
+            .arg0(node.bin.join(name))
+            .arg("--no-such-option")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&wrapped.stderr);
+        assert!(
+            stderr.starts_with(&format!("{}: unrecognized option", node.bin.join(name).display())),
+            "{stderr}"
+        );
+        assert_eq!(wrapped.stderr, direct.stderr);
+        assert_eq!(wrapped.status.code(), direct.status.code());
+    }
 }

@@ -2,15 +2,29 @@
 //! seccomp, an old kernel): run the backend's own save tool and read its
 //! output line by line. `*-save` without `-t` only lists existing tables, so
 //! this creates nothing either.
+//!
+//! Whatever the caller did with SIGCHLD, which the wrapper inherits and must
+//! leave as it is for the backend: set to ignored, it would have the kernel
+//! reap the save tool before the wrapper waits for it (`No child process`);
+//! blocked, the save tool's end would leave a SIGCHLD pending for the
+//! backend. So the save tool is started, read and waited for by a helper
+//! process of the wrapper's (sharing its memory, while the wrapper waits,
+//! as `vfork` does) whose own SIGCHLD is at its default. The helper never
+//! execs and ends with exit signal 0, so its end raises no signal either:
+//! the wrapper's disposition, mask and pending signals are never touched.
+//! Only a stop of the helper (job control) still sends the wrapper a
+//! SIGCHLD, as any child's stop does.
 
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::kernel::HINT_CHAINS;
 use crate::mode::Mode;
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
 
 /// What one save tool printed, reduced to what the decision needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -23,22 +37,86 @@ pub struct SavedRules {
 
 /// Runs `<family>-save` of `mode` and summarises its output.
 pub fn read(mode: Mode, family: Family) -> Result<SavedRules, String> {
-    let tool = backend::locate(&WrappedCommand::save_tool(family), mode).map_err(|e| e.to_string())?;
-    let mut child = Command::new(&tool.path)
-        .arg0(&tool.argv0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let summary = summarise(BufReader::new(stdout));
-    let status = child.wait().map_err(|e| e.to_string())?;
-    match summary {
-        Ok(summary) if status.success() => Ok(summary),
-        Ok(_) => Err(format!("{} {}", tool.path.display(), status)),
-        Err(e) => Err(format!("reading {}: {e}", tool.path.display())),
+    let command = WrappedCommand::save_tool(family);
+    let tool = backend::locate(&command, mode).map_err(|e| e.to_string())?;
+    in_helper(|| {
+        let mut child = Command::new(&tool.path)
+            .arg0(command.name)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let summary = summarise(BufReader::new(stdout));
+        let status = child.wait().map_err(|e| e.to_string())?;
+        match summary {
+            Ok(summary) if status.success() => Ok(summary),
+            Ok(_) => Err(format!("{} {}", tool.path.display(), status)),
+            Err(e) => Err(format!("reading {}: {e}", tool.path.display())),
+        }
+    })?
+}
+
+/// The helper's stack: untouched pages of it cost nothing (`.bss`), and it
+/// is far larger than the save tool's reading needs (no recursion).
+#[repr(align(16))]
+struct HelperStack(UnsafeCell<[u8; HELPER_STACK_BYTES]>);
+const HELPER_STACK_BYTES: usize = 512 * 1024;
+// SAFETY: used by one helper at a time, while the only thread waits.
+unsafe impl Sync for HelperStack {}
+static HELPER_STACK: HelperStack = HelperStack(UnsafeCell::new([0; HELPER_STACK_BYTES]));
+
+/// Runs `task` in a helper process: it shares the wrapper's memory, has a
+/// copy of its descriptor table, its own signal dispositions (SIGCHLD at its
+/// default) and mask, and the wrapper waits until it has ended (`CLONE_VM |
+/// CLONE_VFORK`, as `vfork`), then reaps it (exit signal 0: no SIGCHLD, and
+/// no reaping by the kernel).
+fn in_helper<T, F: FnOnce() -> T>(task: F) -> Result<T, String> {
+    struct Job<F, T> {
+        task: Option<F>,
+        result: Option<T>,
     }
+    extern "C" fn helper<F: FnOnce() -> T, T>(job: *mut c_void) -> c_int {
+        // SAFETY: `in_helper` passes its live Job and waits until this ends.
+        let job = unsafe { &mut *job.cast::<Job<F, T>>() };
+        // SAFETY: changes this helper's own copy of the disposition only.
+        unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+        job.result = job.task.take().map(|task| task());
+        0
+    }
+    let mut job = Job {
+        task: Some(task),
+        result: None,
+    };
+    let stack_top = HELPER_STACK.0.get() as usize + HELPER_STACK_BYTES;
+    // SAFETY: the helper runs on its own stack, unused by anyone else, with
+    // `job`, which outlives it: with CLONE_VFORK, clone returns once the
+    // helper has ended, and this thread is the only one.
+    let pid = unsafe {
+        libc::clone(
+            helper::<F, T>,
+            stack_top as *mut c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK,
+            std::ptr::addr_of_mut!(job).cast(),
+        )
+    };
+    if pid < 0 {
+        return Err(format!(
+            "cannot start a helper process: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut status = 0;
+    // SAFETY: waits for this process's own child, writing a live integer.
+    while unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("waiting for the helper process: {error}"));
+        }
+    }
+    job.result
+        .ok_or_else(|| format!("the helper process ended early ({})", ExitStatus::from_raw(status)))
 }
 
 /// Counts `-A` lines and spots hint chains in `*mangle`, streaming. Lines

@@ -2,8 +2,9 @@
 //! It starts from the C entry point, so nothing runs before it looks at what
 //! it inherited (Rust's usual start-up would change the very things tested).
 //!
-//!   stub report FILE   writes its argv, descriptor table, signal state,
-//!                      umask, working directory, limits and environment
+//!   stub report FILE   writes its argv, descriptor table, signal state
+//!                      (pending signals too), process name, umask,
+//!                      working directory, limits and environment
 //!   stub flood         writes lines to stdout until stopped (exit 3 if a
 //!                      write fails instead of the process being killed)
 #![no_main]
@@ -49,12 +50,20 @@ unsafe fn report(args: &[String]) -> c_int {
     let _ = writeln!(out, "argv {args:?}");
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     for line in status.lines() {
-        if ["SigIgn", "SigBlk", "SigCgt", "Umask", "NoNewPrivs"].iter().any(|k| line.starts_with(k)) {
+        let kept = ["SigPnd", "ShdPnd", "SigIgn", "SigBlk", "SigCgt", "Umask", "NoNewPrivs"];
+        if kept.iter().any(|k| line.starts_with(k)) {
             let _ = writeln!(out, "{line}");
         }
     }
+    // The process name the kernel gave at exec (from the file name run).
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let _ = writeln!(out, "comm {}", comm.trim_end());
     let _ = writeln!(out, "cwd {:?}", std::env::current_dir().ok());
-    let _ = writeln!(out, "{}", std::fs::read_to_string("/proc/self/limits").unwrap_or_default());
+    let _ = writeln!(
+        out,
+        "{}",
+        std::fs::read_to_string("/proc/self/limits").unwrap_or_default()
+    );
     for (name, value) in std::env::vars_os() {
         let _ = writeln!(out, "env {name:?}={value:?}");
     }
