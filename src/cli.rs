@@ -63,9 +63,9 @@ pub fn run(args: &[&CStr]) -> i32 {
     match (first, extra) {
         (Some("detect"), _) => detect(args),
         (Some("install"), _) => run_install(args),
-        (Some(option @ ("--version" | "-V" | "version" | "--help" | "-h" | "help")), Some(extra)) => {
-            usage_error(&format!("{option} takes no arguments, got {}", quoted(extra.as_bytes())))
-        }
+        (Some(option @ ("--version" | "-V" | "version" | "--help" | "-h" | "help")), Some(extra)) => usage_error(
+            &format!("{option} takes no arguments, got {}", quoted(extra.as_bytes())),
+        ),
         (Some("--version" | "-V" | "version"), None) => print_out(&format!(
             "iptables-wrapper {} commit {} target {}\n",
             env!("CARGO_PKG_VERSION"),

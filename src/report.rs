@@ -19,9 +19,9 @@ use crate::kernel::RuleBounds;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::run_dir::{DEFAULT_RUN_DIR, RUN_DIR_VAR};
 use crate::settings::{Origin, Settings};
-use std::os::unix::ffi::OsStrExt;
 use std::borrow::Cow;
 use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
 
 /// `text` with backslashes and control characters escaped (`\\`, `\n`,
 /// `\t`, `\r`, `\u{1b}`): one line, nothing a terminal or a log reader
@@ -122,10 +122,7 @@ fn settings_text(out: &mut String, settings: &Settings) {
 fn settings_json(settings: &Settings) -> String {
     let value = |value: &[u8]| string(&with_bytes_shown(value, |text| Cow::Borrowed(text)));
     let location = |origin: &Origin| match origin {
-        Origin::File { path, line } => format!(
-            "\"file\":{},\"line\":{line}",
-            value(path.as_os_str().as_bytes())
-        ),
+        Origin::File { path, line } => format!("\"file\":{},\"line\":{line}", value(path.as_os_str().as_bytes())),
         _ => "\"file\":null,\"line\":null".to_string(),
     };
     let entries: Vec<String> = settings
@@ -148,7 +145,10 @@ fn settings_json(settings: &Settings) -> String {
             format!(
                 "{{\"name\":{},\"value\":{},\"source\":{},{},\"default\":{},\"unused\":[{}]}}",
                 string(setting.name),
-                setting.value.as_deref().map_or("null".to_string(), |v| value(v.as_bytes())),
+                setting
+                    .value
+                    .as_deref()
+                    .map_or("null".to_string(), |v| value(v.as_bytes())),
                 string(setting.origin.key()),
                 location(&setting.origin),
                 string(&default_in_words(setting.name)),

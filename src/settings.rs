@@ -33,8 +33,8 @@
 //! wrapper must look at the lock file the backend will use.
 //!
 //! Cost: read once per call, on first use. Without the directory that is one
-//! failed `open`; with it, the directory listing and one `open` and `read`
-//! per file. What it cannot see: a ConfigMap update that lands between the
+//! failed `openat`; with it, the directory listing (two `getdents64`) and
+//! `openat`, two `read`s and `close` per file. What it cannot see: a ConfigMap update that lands between the
 //! reads of two files gives one call the old value of one and the new value
 //! of the other.
 
@@ -43,9 +43,12 @@ use crate::host_link::HOST_ROOT_VAR;
 use crate::mode::{self, Mode, OVERRIDE_VAR};
 use crate::report::{printable_bytes, quoted};
 use crate::run_dir::RUN_DIR_VAR;
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -180,24 +183,23 @@ struct FileValue {
 /// Reads the settings directory: absent is no files.
 fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
     let shown = |path: &Path| printable_bytes(path.as_os_str().as_bytes()).into_owned();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+    let cannot_list = |e: Errno| InvalidSetting(format!("cannot read the settings directory {}: {e}", shown(dir)));
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let opened = match openat(None, dir, flags, nix::sys::stat::Mode::empty()) {
+        Ok(raw) => raw,
+        Err(Errno::ENOENT) => return Ok(Vec::new()),
+        Err(Errno::ENOTDIR) => {
             return Err(InvalidSetting(format!(
                 "{} is not a directory: settings are files in the directory {SETTINGS_DIR}, one per setting, named as its variable",
                 shown(dir)
             )))
         }
-        Err(e) => return Err(InvalidSetting(format!("cannot read the settings directory {}: {e}", shown(dir)))),
+        Err(e) => return Err(cannot_list(e)),
     };
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let dir_fd = unsafe { OwnedFd::from_raw_fd(opened) };
     let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| InvalidSetting(format!("cannot read the settings directory {}: {e}", shown(dir))))?;
-        let file_name = entry.file_name();
-        if file_name.as_bytes().starts_with(b".") {
-            continue;
-        }
+    for file_name in names(&dir_fd).map_err(cannot_list)? {
         let path = dir.join(&file_name);
         let Some(name) = FILE_SETTINGS.iter().copied().find(|name| OsStr::new(name) == file_name) else {
             let problem = match ENVIRONMENT_ONLY.iter().find(|(name, _)| OsStr::new(name) == file_name) {
@@ -209,8 +211,11 @@ fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
             };
             return Err(InvalidSetting(format!("{}: {problem}", shown(&path))));
         };
-        let contents = read_small(&path).map_err(|e| InvalidSetting(format!("cannot read {}: {e}", shown(&path))))?;
-        if let Some((line, value)) = parse_file(&contents).map_err(|problem| InvalidSetting(format!("{} {problem}", shown(&path))))? {
+        let contents = read_small(&dir_fd, &file_name)
+            .map_err(|e| InvalidSetting(format!("cannot read {}: {e}", shown(&path))))?;
+        if let Some((line, value)) =
+            parse_file(&contents).map_err(|problem| InvalidSetting(format!("{} {problem}", shown(&path))))?
+        {
             files.push(FileValue {
                 name,
                 path,
@@ -222,16 +227,62 @@ fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
     Ok(files)
 }
 
-/// A file's contents, refused when longer than [`MAX_FILE_BYTES`].
-fn read_small(path: &Path) -> io::Result<Vec<u8>> {
-    let mut contents = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut contents)?;
-    if contents.len() > MAX_FILE_BYTES {
+/// The names in the directory `dir`, but those starting with `.`, by
+/// `getdents64` into a buffer of its own (no `opendir`: libc's allocation
+/// for it costs system calls of its own).
+fn names(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
+    // struct linux_dirent64: u64 inode, i64 offset, u16 record length, u8 type, name.
+    const NAME_AT: usize = 19;
+    let mut buffer = [0u8; 2048];
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: the kernel writes at most buffer.len() bytes into it.
+        let filled = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buffer.as_mut_ptr(), buffer.len()) };
+        let filled = match filled {
+            0 => return Ok(names),
+            n if n > 0 => n as usize,
+            _ => match Errno::last() {
+                Errno::EINTR => continue,
+                e => return Err(e),
+            },
+        };
+        let mut at = 0;
+        while at + NAME_AT < filled {
+            let length = u16::from_ne_bytes([buffer[at + 16], buffer[at + 17]]) as usize;
+            let record = &buffer[at + NAME_AT..(at + length).min(filled)];
+            let name = record.split(|&b| b == 0).next().unwrap_or_default();
+            if !name.starts_with(b".") {
+                names.push(OsString::from_vec(name.to_vec()));
+            }
+            at += length.max(1);
+        }
+    }
+}
+
+/// The file `name` in `dir`, refused when longer than [`MAX_FILE_BYTES`].
+fn read_small(dir: &OwnedFd, name: &OsStr) -> io::Result<Vec<u8>> {
+    let raw = openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let mut buffer = [0u8; MAX_FILE_BYTES + 1];
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if filled > MAX_FILE_BYTES {
         return Err(io::Error::other(format!("longer than {MAX_FILE_BYTES} bytes")));
     }
-    Ok(contents)
+    Ok(buffer[..filled].to_vec())
 }
 
 /// The value line of a setting file and its number; `None` when it has none.
@@ -368,10 +419,15 @@ mod tests {
     #[test]
     fn file_values() {
         assert_eq!(parse_file(b"nft\n"), Ok(Some((1, &b"nft"[..]))));
-        assert_eq!(parse_file(b"# pinned for firewalld\n\n  legacy \r\n"), Ok(Some((3, &b"legacy"[..]))));
+        assert_eq!(
+            parse_file(b"# pinned for firewalld\n\n  legacy \r\n"),
+            Ok(Some((3, &b"legacy"[..])))
+        );
         assert_eq!(parse_file(b""), Ok(None));
         assert_eq!(parse_file(b"# nothing\n"), Ok(None));
-        assert!(parse_file(b"nft\nlegacy\n").unwrap_err().starts_with("line 2: a second value \"legacy\""));
+        assert!(parse_file(b"nft\nlegacy\n")
+            .unwrap_err()
+            .starts_with("line 2: a second value \"legacy\""));
         assert!(parse_file(b"n\0ft").unwrap_err().starts_with("line 1: a NUL byte"));
     }
 
@@ -381,12 +437,18 @@ mod tests {
         let settings = resolve(&env(&[(OVERRIDE_VAR, "legacy")]), &files);
         assert_eq!(settings.mode, Some(Mode::Legacy));
         assert_eq!(settings.get(OVERRIDE_VAR).origin, Origin::Environment);
-        assert_eq!(settings.get(OVERRIDE_VAR).unused[0].why, "the environment wins over the file");
+        assert_eq!(
+            settings.get(OVERRIDE_VAR).unused[0].why,
+            "the environment wins over the file"
+        );
         assert_eq!(settings.value(HOST_ROOT_VAR), Some(OsStr::new("/mnt/host")));
         // An empty variable is no value: the file's applies.
         let settings = resolve(&env(&[(OVERRIDE_VAR, "")]), &files);
         assert_eq!(settings.mode, Some(Mode::Nft));
-        assert!(matches!(settings.get(OVERRIDE_VAR).origin, Origin::File { line: 1, .. }));
+        assert!(matches!(
+            settings.get(OVERRIDE_VAR).origin,
+            Origin::File { line: 1, .. }
+        ));
         // "auto" is a value: it overrides the file's pin.
         let settings = resolve(&env(&[(OVERRIDE_VAR, "auto")]), &files);
         assert_eq!(settings.mode, None);
