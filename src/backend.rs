@@ -2,8 +2,8 @@
 //!
 //! Only absolute directories are searched: an empty or relative entry in
 //! `IPTABLES_WRAPPER_SBIN` (environment or settings file) would mean the
-//! caller's working directory, so it is ignored, and an error names it. A candidate runs only if it is a regular file someone may
-//! execute and is not the wrapper itself (compared by device and inode,
+//! caller's working directory, so it is ignored, and an error names it. A
+//! candidate runs only if it is a regular file someone may execute and is not the wrapper itself (compared by device and inode,
 //! without `/proc`: see `own_file`); if the kernel still refuses to run it
 //! (a `noexec` mount), the search goes on. The exec passes the caller's
 //! environment, descriptors, signal state, working directory and limits
@@ -45,6 +45,8 @@ pub enum BackendError {
         skipped: Vec<(PathBuf, &'static str)>,
         /// `IPTABLES_WRAPPER_SBIN`'s entries that were not searched.
         ignored: Vec<PathBuf>,
+        /// Where `IPTABLES_WRAPPER_SBIN` came from (`Default`: not given).
+        sbin_origin: Origin,
     },
     /// Every runnable candidate is the wrapper itself.
     Loop {
@@ -78,10 +80,10 @@ impl fmt::Display for BackendError {
                 tried,
                 skipped,
                 ignored,
+                sbin_origin,
             } => {
-                let origin = settings::current().get(SBIN_VAR).origin.clone();
-                let given = match origin {
-                    Origin::File { .. } => format!("{SBIN_VAR} (from {origin})"),
+                let given = match sbin_origin {
+                    Origin::File { .. } => format!("{SBIN_VAR} (from {sbin_origin})"),
                     _ => SBIN_VAR.to_string(),
                 };
                 if tried.is_empty() && skipped.is_empty() {
@@ -101,7 +103,7 @@ impl fmt::Display for BackendError {
                     write!(f, "; skipped {} ({why})", shown(path))?;
                 }
                 if tried.is_empty() && skipped.is_empty() {
-                    write!(f, "; give absolute directories, as /usr/sbin")
+                    write!(f, "; give it absolute directories (as /usr/sbin)")
                 } else {
                     write!(
                         f,
@@ -238,6 +240,7 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
             tried: search.tried,
             skipped: search.skipped,
             ignored,
+            sbin_origin: settings::current().get(SBIN_VAR).origin.clone(),
         })
     } else {
         Err(BackendError::Loop {
