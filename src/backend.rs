@@ -1,11 +1,12 @@
 //! Finds the chosen backend's program and execs it in place of the wrapper.
 //!
 //! Only absolute directories are searched: an empty or relative entry in
-//! `IPTABLES_WRAPPER_SBIN` would mean the caller's working directory, so it
-//! is ignored. A candidate runs only if it is a regular file someone may
-//! execute and is not the wrapper itself (compared by device and inode,
-//! without `/proc`: see `own_file`); if the kernel still refuses to run it
-//! (a `noexec` mount), the search goes on. The exec passes the caller's
+//! `IPTABLES_WRAPPER_SBIN` (environment or settings file) would mean the
+//! caller's working directory, so it is ignored, and an error names it. A
+//! candidate runs only if it is a regular file someone may execute and is
+//! not the wrapper itself (compared by device and inode, without `/proc`:
+//! see `own_file`); if the kernel still refuses to run it (a `noexec`
+//! mount), the search goes on. The exec passes the caller's
 //! argv[0] as given, environment, descriptors, signal state, working
 //! directory and limits untouched: the wrapper changes none of them.
 //!
@@ -21,6 +22,8 @@
 use crate::command::WrappedCommand;
 use crate::mode::Mode;
 use crate::own_file::{self, OwnFile};
+use crate::report::{printable_bytes, quoted};
+use crate::settings::{self, Origin};
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
@@ -31,7 +34,8 @@ use std::path::{Path, PathBuf};
 /// Overrides the directories backends are looked up in.
 pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
 
-const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
+/// Where backends are looked for when `IPTABLES_WRAPPER_SBIN` gives no value.
+pub const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
 
 /// A backend program to exec. It runs the command its argv[0]'s file name
 /// names (one of the six), whatever its own file is called.
@@ -49,6 +53,10 @@ pub enum BackendError {
         command: &'static str,
         tried: Vec<PathBuf>,
         skipped: Vec<(PathBuf, &'static str)>,
+        /// `IPTABLES_WRAPPER_SBIN`'s entries that were not searched.
+        ignored: Vec<PathBuf>,
+        /// Where `IPTABLES_WRAPPER_SBIN` came from (`Default`: not given).
+        sbin_origin: Origin,
     },
     /// Every runnable candidate is the wrapper itself.
     Loop {
@@ -71,6 +79,8 @@ impl BackendError {
     }
 }
 
+/// Paths are shown escaped (`report::printable_bytes`): the text is shown
+/// as it is.
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -79,16 +89,38 @@ impl fmt::Display for BackendError {
                 command,
                 tried,
                 skipped,
+                ignored,
+                sbin_origin,
             } => {
-                write!(f, "no {mode} backend for {command}: tried {}", join_paths(tried))?;
-                for (path, why) in skipped {
-                    write!(f, "; skipped {} ({why})", path.display())?;
+                let given = match sbin_origin {
+                    Origin::File { .. } => format!("{SBIN_VAR} (from {sbin_origin})"),
+                    _ => SBIN_VAR.to_string(),
+                };
+                if tried.is_empty() && skipped.is_empty() {
+                    write!(f, "no {mode} backend for {command}: {given} names no absolute directory")?;
+                } else {
+                    write!(f, "no {mode} backend for {command}: tried {}", join_paths(tried))?;
                 }
-                write!(
-                    f,
-                    "; install the iptables package that provides it ({})",
-                    providing_package(*mode)
-                )
+                if !ignored.is_empty() {
+                    let entries: Vec<String> = ignored.iter().map(|entry| quoted(entry.as_os_str().as_bytes())).collect();
+                    write!(
+                        f,
+                        "; ignored {given} entries {} (not absolute paths: they would mean the caller's working directory)",
+                        entries.join(", ")
+                    )?;
+                }
+                for (path, why) in skipped {
+                    write!(f, "; skipped {} ({why})", shown(path))?;
+                }
+                if tried.is_empty() && skipped.is_empty() {
+                    write!(f, "; give it absolute directories (as /usr/sbin)")
+                } else {
+                    write!(
+                        f,
+                        "; install the iptables package that provides it ({})",
+                        providing_package(*mode)
+                    )
+                }
             }
             BackendError::Loop {
                 mode,
@@ -99,17 +131,17 @@ impl fmt::Display for BackendError {
                 "no {mode} backend for {command}: {} would run the wrapper itself (a loop); point them at the real xtables-{mode}-multi or set {SBIN_VAR}",
                 join_paths(wrapper_copies)
             ),
-            BackendError::Exec { path, error } => write!(f, "cannot exec {}: {error}", path.display()),
+            BackendError::Exec { path, error } => write!(f, "cannot exec {}: {error}", shown(path)),
         }
     }
 }
 
+fn shown(path: &Path) -> std::borrow::Cow<'_, str> {
+    printable_bytes(path.as_os_str().as_bytes())
+}
+
 fn join_paths(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    paths.iter().map(|p| shown(p)).collect::<Vec<_>>().join(", ")
 }
 
 fn providing_package(mode: Mode) -> &'static str {
@@ -119,22 +151,21 @@ fn providing_package(mode: Mode) -> &'static str {
     }
 }
 
-/// The directories searched for backends: the absolute entries of
-/// `IPTABLES_WRAPPER_SBIN` when it is set and not empty, otherwise the usual
-/// system ones, then the wrapper's own directory (the resolved one, looked up
-/// only when the system directories hold no backend).
-fn configured_dirs() -> Option<Vec<PathBuf>> {
-    let value = std::env::var_os(SBIN_VAR).filter(|v| !v.is_empty())?;
-    let dirs = std::env::split_paths(&value)
-        .filter(|dir| {
-            let usable = dir.is_absolute();
-            if !usable {
-                log::debug!("{SBIN_VAR} entry {:?} ignored: not an absolute path", dir.as_os_str());
-            }
-            usable
-        })
-        .collect();
-    Some(dirs)
+/// The directories `IPTABLES_WRAPPER_SBIN` names, from the environment or
+/// the settings file, when it gives any value: its absolute entries to
+/// search, and the others, ignored. `None`: the usual system directories,
+/// then the wrapper's own directory (the resolved one, looked up only when
+/// the system directories hold no backend).
+fn configured_dirs() -> Option<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let value = settings::current().value(SBIN_VAR)?;
+    let (dirs, ignored): (Vec<PathBuf>, Vec<PathBuf>) = std::env::split_paths(value).partition(|dir| dir.is_absolute());
+    for dir in &ignored {
+        log::debug!(
+            "{SBIN_VAR} entry {} ignored: not an absolute path",
+            quoted(dir.as_os_str().as_bytes())
+        );
+    }
+    Some((dirs, ignored))
 }
 
 /// The wrapper's own directory, if it is not one of the system ones.
@@ -201,8 +232,12 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
         skipped: Vec::new(),
         wrapper_copies: Vec::new(),
     };
+    let mut ignored = Vec::new();
     let taken = match configured_dirs() {
-        Some(dirs) => dirs.iter().any(|dir| search.dir(dir, take)),
+        Some((dirs, not_absolute)) => {
+            ignored = not_absolute;
+            dirs.iter().any(|dir| search.dir(dir, take))
+        }
         None => {
             SYSTEM_DIRS.iter().any(|dir| search.dir(Path::new(dir), take))
                 || own_dir().is_some_and(|dir| search.dir(&dir, take))
@@ -217,6 +252,8 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
             command,
             tried: search.tried,
             skipped: search.skipped,
+            ignored,
+            sbin_origin: settings::current().get(SBIN_VAR).origin.clone(),
         })
     } else {
         Err(BackendError::Loop {

@@ -6,7 +6,8 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Depth};
 use crate::install::{self, LinkOutcome};
 use crate::own_file;
-use crate::report::{self, printable};
+use crate::report::{self, printable, quoted};
+use crate::settings;
 use crate::standard_fds::say;
 use std::ffi::CStr;
 use std::io::Write;
@@ -15,10 +16,12 @@ use std::path::PathBuf;
 const USAGE: &str = "\
 usage: iptables-wrapper detect [--json] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
+       iptables-wrapper COMMAND [ARGS...]
        iptables-wrapper --version | --help
 
 Invoked as iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save
-or ip6tables-restore, it decides on every call whether this host uses
+or ip6tables-restore, or given one of them as COMMAND (as xtables-nft-multi
+and xtables-legacy-multi are), it decides on every call whether this host uses
 iptables-nft or iptables-legacy and execs that backend.
 
   detect     print the mode (first line: nft or legacy), the source that
@@ -28,9 +31,13 @@ iptables-nft or iptables-legacy and execs that backend.
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
 
-Environment:
+Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
+XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,
+which reach callers that clear the environment (a variable set and not empty
+wins over its file; detect shows where each came from):
   IPTABLES_MODE               nft, legacy or auto (default): overrides detection
-  IPTABLES_WRAPPER_HOST_ROOT  where the host's filesystem is mounted (/host)
+  IPTABLES_WRAPPER_HOST_ROOT  where the host's filesystem is mounted (/host;
+                              a relative path is ignored)
   IPTABLES_WRAPPER_SBIN       directories to find the backends in (absolute
                               paths; others are ignored)
   IPTABLES_WRAPPER_LOG        log to stderr at this level: off, error, warn, info,
@@ -43,26 +50,31 @@ Environment:
 
 /// Runs the command line (`args` after argv[0]); returns the exit status.
 pub fn run(args: &[&CStr]) -> i32 {
-    let args: Vec<String> = match args.iter().map(|arg| arg.to_str().map(str::to_string)).collect() {
-        Ok(args) => args,
-        Err(_) => return usage_error("an argument is not valid UTF-8"),
-    };
-    let mut args = args.iter().map(String::as_str);
-    match args.next() {
-        Some("detect") => detect(args),
-        Some("install") => run_install(args),
-        Some("--version" | "-V" | "version") => {
-            println!(
-                "iptables-wrapper {} commit {} target {}",
-                env!("CARGO_PKG_VERSION"),
-                env!("IPTW_GIT_COMMIT"),
-                env!("IPTW_BUILD_TARGET")
-            );
-            0
+    let mut utf8_args = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg.to_str() {
+            Ok(arg) => utf8_args.push(arg),
+            Err(_) => return usage_error(&format!("argument {} is not valid UTF-8", quoted(arg.to_bytes()))),
         }
-        Some("--help" | "-h" | "help") => print_out(&format!("{USAGE}\n")),
-        Some(other) => usage_error(&format!("unknown command or option {:?}", printable(other))),
-        None => usage_error("a command is required (detect or install)"),
+    }
+    let mut args = utf8_args.into_iter();
+    let first = args.next();
+    let extra = args.clone().next();
+    match (first, extra) {
+        (Some("detect"), _) => detect(args),
+        (Some("install"), _) => run_install(args),
+        (Some(option @ ("--version" | "-V" | "version" | "--help" | "-h" | "help")), Some(extra)) => usage_error(
+            &format!("{option} takes no arguments, got {}", quoted(extra.as_bytes())),
+        ),
+        (Some("--version" | "-V" | "version"), None) => print_out(&format!(
+            "iptables-wrapper {} commit {} target {}\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("IPTW_GIT_COMMIT"),
+            env!("IPTW_BUILD_TARGET")
+        )),
+        (Some("--help" | "-h" | "help"), None) => print_out(&format!("{USAGE}\n")),
+        (Some(other), _) => usage_error(&format!("unknown command or option {}", quoted(other.as_bytes()))),
+        (None, _) => usage_error("a command is required (detect, install or one of the six iptables commands)"),
     }
 }
 
@@ -93,20 +105,21 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 Some(named) => command = named,
                 None => return usage_error("--for needs one of: iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save, ip6tables-restore"),
             },
-            other => return usage_error(&format!("unknown detect option {:?}", printable(other))),
+            other => return usage_error(&format!("unknown detect option {}", quoted(other.as_bytes()))),
         }
     }
     let decision = match decision::decide(&command, Depth::Everything) {
         Ok(decision) => decision,
         Err(invalid) => {
-            say(&printable(&invalid.to_string()));
+            say(&invalid.to_string());
             return 2;
         }
     };
+    let settings = settings::current();
     if json {
-        print_out(&format!("{}\n", report::json(&decision)))
+        print_out(&format!("{}\n", report::json(&decision, settings)))
     } else {
-        print_out(&report::text(&decision))
+        print_out(&report::text(&decision, settings))
     }
 }
 
@@ -121,7 +134,7 @@ fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 Some(value) => dir = Some(PathBuf::from(value)),
                 None => return usage_error("--dir needs a directory"),
             },
-            other => return usage_error(&format!("unknown install option {:?}", printable(other))),
+            other => return usage_error(&format!("unknown install option {}", quoted(other.as_bytes()))),
         }
     }
     let Some(wrapper) = own_file::resolved_path() else {

@@ -1,7 +1,8 @@
 //! The decision, made afresh on every call: which backend this call goes to,
 //! which source decided, and every piece of evidence read on the way.
 //!
-//! First match wins: the `IPTABLES_MODE` override; the host's alternatives
+//! First match wins: the `IPTABLES_MODE` override (from the environment or
+//! the settings directory, see `settings`); the host's alternatives
 //! link; the kernel's state (the hint chains, nft kube-proxy tables, rule
 //! counts); the `/run/xtables.lock` tie-breaker; otherwise nft. On the hot
 //! path reading stops at the first source that decides, and what could only
@@ -24,7 +25,8 @@ use crate::host_link::{self, DEFAULT_HOST_ROOT};
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::{CountVerdict, HintChain, KernelReader, RuleBounds, HINT_CHAINS};
-use crate::mode::{self, InvalidOverride, Mode, OVERRIDE_VAR};
+use crate::mode::{Mode, OVERRIDE_VAR};
+use crate::settings::{self, InvalidSetting, Origin};
 use crate::xtables_lock;
 use std::time::{Duration, Instant};
 
@@ -224,8 +226,11 @@ impl Collector {
     }
 }
 
-/// Decides the mode for `command`. Fails only on an invalid override.
-pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidOverride> {
+/// Decides the mode for `command`. Fails only on invalid settings.
+pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidSetting> {
+    if let Some(invalid) = &settings::current().invalid {
+        return Err(invalid.clone());
+    }
     let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
     let mut collector = Collector {
         depth,
@@ -235,7 +240,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
     let mut rule_counts = None;
     let mut kernel = KernelReader::new();
 
-    read_override(&mut collector)?;
+    read_override(&mut collector);
     if !collector.done() {
         read_host_link(&mut collector, command);
     }
@@ -328,30 +333,31 @@ fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, f
     lacking
 }
 
-fn read_override(collector: &mut Collector) -> Result<(), InvalidOverride> {
-    let value = match std::env::var(OVERRIDE_VAR) {
-        Ok(value) => Some(value),
-        Err(std::env::VarError::NotPresent) => None,
-        Err(std::env::VarError::NotUnicode(raw)) => return Err(InvalidOverride(raw.to_string_lossy().into_owned())),
+fn read_override(collector: &mut Collector) {
+    let settings = settings::current();
+    let Some(mode) = settings.mode else { return };
+    let setting = settings.get(OVERRIDE_VAR);
+    let value = setting.value.as_deref().unwrap_or_default().to_string_lossy();
+    let (location, method, reason) = match &setting.origin {
+        Origin::File { path, .. } => (
+            path.display().to_string(),
+            "settings file",
+            format!("pinned by the settings file {}: {value}", setting.origin),
+        ),
+        _ => (
+            OVERRIDE_VAR.to_string(),
+            "environment",
+            format!("overridden by environment variable {OVERRIDE_VAR}={value}"),
+        ),
     };
-    if let Some(mode) = mode::parse_override(value.as_deref())? {
-        collector.add(Evidence {
-            source: Source::Override,
-            location: OVERRIDE_VAR.to_string(),
-            value: value.clone().unwrap_or_default(),
-            method: "environment".into(),
-            points_to: Some(mode),
-        });
-        collector.decide(
-            mode,
-            Source::Override,
-            format!(
-                "overridden by environment variable {OVERRIDE_VAR}={}",
-                value.unwrap_or_default()
-            ),
-        );
-    }
-    Ok(())
+    collector.add(Evidence {
+        source: Source::Override,
+        location,
+        value: value.to_string(),
+        method: method.into(),
+        points_to: Some(mode),
+    });
+    collector.decide(mode, Source::Override, reason);
 }
 
 fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {

@@ -1,7 +1,7 @@
 //! The host's own choice, read from its alternatives link through a mount.
 //!
 //! The host's filesystem may be mounted at `IPTABLES_WRAPPER_HOST_ROOT`
-//! (default `/host`). Debian-style hosts record their choice in
+//! (an absolute path; default `/host`). Debian-style hosts record their choice in
 //! `/etc/alternatives/iptables`; hosts without alternatives link
 //! `/usr/sbin/iptables` straight to `xtables-nft-multi` or
 //! `xtables-legacy-multi`. Link targets are only strings to classify, by the
@@ -11,16 +11,19 @@
 
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
+use crate::settings;
 use std::path::{Component, Path, PathBuf};
 
 pub const HOST_ROOT_VAR: &str = "IPTABLES_WRAPPER_HOST_ROOT";
 pub const DEFAULT_HOST_ROOT: &str = "/host";
 
-/// Where the host's filesystem is mounted: `IPTABLES_WRAPPER_HOST_ROOT`, or
-/// `/host` when that is unset or empty.
+/// Where the host's filesystem is mounted: the `IPTABLES_WRAPPER_HOST_ROOT`
+/// setting (environment or settings file), or `/host` when neither gives
+/// one. A relative value is ignored (`settings` logs it at debug level): it
+/// would make the decision depend on the caller's working directory.
 pub fn host_root() -> PathBuf {
-    std::env::var_os(HOST_ROOT_VAR)
-        .filter(|v| !v.is_empty())
+    settings::current()
+        .value(HOST_ROOT_VAR)
         .map_or(PathBuf::from(DEFAULT_HOST_ROOT), PathBuf::from)
 }
 

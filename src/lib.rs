@@ -9,8 +9,8 @@
 //! wrapper's own messages (`standard_fds`), the `detect` report (`report`),
 //! link installation (`install`), the wrapper's runtime directory for state
 //! kept between calls (`run_dir`), the record of warnings kept there
-//! (`warnings_record`), the command line (`cli`) and the binary's memory
-//! allocator (`allocator`).
+//! (`warnings_record`), where each setting comes from (`settings`), the
+//! command line (`cli`) and the binary's memory allocator (`allocator`).
 
 pub mod allocator;
 pub mod backend;
@@ -25,6 +25,7 @@ pub mod mode;
 pub mod own_file;
 pub mod report;
 pub mod run_dir;
+pub mod settings;
 pub mod standard_fds;
 pub mod warnings_record;
 pub mod xtables_lock;

@@ -1,5 +1,7 @@
 //! Entry point: invoked as one of the six iptables commands, decide and exec
-//! the backend; under any other name, run the wrapper's own command line.
+//! the backend; under any other name, the same with one of the six as the
+//! first argument (the multi-call form of `xtables-*-multi`), else run the
+//! wrapper's own command line.
 //!
 //! `main` is the C entry point (`#![no_main]`): Rust's usual start-up would
 //! set SIGPIPE to ignored and put `/dev/null` on closed standard descriptors
@@ -18,7 +20,7 @@ use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
 use iptables_wrapper::decision::{self, Depth};
-use iptables_wrapper::report::printable;
+use iptables_wrapper::report::{printable, quoted};
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
 use log::LevelFilter;
@@ -70,11 +72,25 @@ fn run(args: &[&CStr]) -> i32 {
     let (argv0, rest) = args
         .split_first()
         .map_or((c"", &[][..]), |(first, rest)| (*first, rest));
-    let invoked = argv0.to_bytes().rsplit(|&b| b == b'/').next().unwrap_or_default();
-    match std::str::from_utf8(invoked).ok().and_then(WrappedCommand::from_name) {
-        Some(command) => run_backend(&command, argv0, rest, &logging),
+    if let Some(command) = wrapped_command(argv0.to_bytes()) {
+        return run_backend(&command, argv0, rest, &logging);
+    }
+    // The multi-call form, as xtables-*-multi take it: `iptables-wrapper
+    // iptables -L` is a call of `iptables -L`, and the backend's argv[0] is
+    // the name given (as xtables-*-multi pass it on).
+    match rest.split_first() {
+        Some((name, args)) => match wrapped_command(name.to_bytes()) {
+            Some(command) => run_backend(&command, name, args, &logging),
+            None => cli::run(rest),
+        },
         None => cli::run(rest),
     }
+}
+
+/// The command a program name (its basename) is, if one of the six.
+fn wrapped_command(name: &[u8]) -> Option<WrappedCommand> {
+    let basename = name.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    std::str::from_utf8(basename).ok().and_then(WrappedCommand::from_name)
 }
 
 /// Reads `IPTABLES_WRAPPER_LOG`: unset or empty means quiet.
@@ -83,15 +99,13 @@ fn logging_requested() -> Result<Logging, String> {
         return Ok(Logging::Quiet);
     };
     let expected = "expected off, error, warn, info, debug or trace";
+    let shown = quoted(requested.as_encoded_bytes());
     let Some(name) = requested.to_str() else {
-        return Err(format!(
-            "invalid {LOG_VAR}=\"{}\": not valid UTF-8; {expected}",
-            requested.as_encoded_bytes().escape_ascii()
-        ));
+        return Err(format!("invalid {LOG_VAR}={shown}: not valid UTF-8; {expected}"));
     };
     name.parse()
         .map(Logging::Requested)
-        .map_err(|_| format!("invalid {LOG_VAR}={:?}: {expected}", printable(name)))
+        .map_err(|_| format!("invalid {LOG_VAR}={shown}: {expected}"))
 }
 
 /// Logs to stderr at `level`, if the caller gave the wrapper a stderr; a
@@ -118,7 +132,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
     let decision = match decision::decide(command, depth) {
         Ok(decision) => decision,
         Err(invalid) => {
-            say(&format!("{}; nothing was run", printable(&invalid.to_string())));
+            say(&format!("{invalid}; nothing was run"));
             return 2;
         }
     };
@@ -152,8 +166,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
         )
     });
     say(&format!(
-        "{} ({} was chosen because: {})",
-        printable(&failure.to_string()),
+        "{failure} ({} was chosen because: {})",
         decision.mode,
         printable(&decision.reason)
     ));

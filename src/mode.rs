@@ -1,5 +1,7 @@
-//! The two iptables backends, and the `IPTABLES_MODE` override that picks one.
+//! The two iptables backends, and the `IPTABLES_MODE` override that picks one
+//! (where the override's value comes from is `settings`' concern).
 
+use crate::report::quoted;
 use std::fmt;
 
 /// Which iptables backend a call goes to.
@@ -31,31 +33,36 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The environment variable that overrides detection.
+/// The setting that overrides detection (environment variable, or the file
+/// of that name in the settings directory: see `settings`).
 pub const OVERRIDE_VAR: &str = "IPTABLES_MODE";
 
-/// An `IPTABLES_MODE` value that is none of the accepted ones.
+/// An `IPTABLES_MODE` value that is none of the accepted ones, as given.
 #[derive(Debug, PartialEq, Eq)]
-pub struct InvalidOverride(pub String);
+pub struct InvalidOverride(pub Vec<u8>);
 
 impl fmt::Display for InvalidOverride {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let not_utf8 = if std::str::from_utf8(&self.0).is_err() {
+            "not valid UTF-8; "
+        } else {
+            ""
+        };
         write!(
             f,
-            "invalid {OVERRIDE_VAR}={:?}: expected nft, nf_tables, legacy, auto or empty (case-insensitive)",
-            self.0
+            "invalid {OVERRIDE_VAR}={}: {not_utf8}expected nft, nf_tables, legacy, auto or empty (case-insensitive)",
+            quoted(&self.0)
         )
     }
 }
 
 /// Parses an `IPTABLES_MODE` value: `Ok(None)` means "detect".
-pub fn parse_override(value: Option<&str>) -> Result<Option<Mode>, InvalidOverride> {
-    let Some(value) = value else { return Ok(None) };
-    match value.to_ascii_lowercase().as_str() {
-        "" | "auto" => Ok(None),
-        "nft" | "nf_tables" => Ok(Some(Mode::Nft)),
-        "legacy" => Ok(Some(Mode::Legacy)),
-        _ => Err(InvalidOverride(value.to_string())),
+pub fn parse_override(value: &[u8]) -> Result<Option<Mode>, InvalidOverride> {
+    match value.to_ascii_lowercase().as_slice() {
+        b"" | b"auto" => Ok(None),
+        b"nft" | b"nf_tables" => Ok(Some(Mode::Nft)),
+        b"legacy" => Ok(Some(Mode::Legacy)),
+        _ => Err(InvalidOverride(value.to_vec())),
     }
 }
 
@@ -90,14 +97,18 @@ mod tests {
 
     #[test]
     fn override_values() {
-        assert_eq!(parse_override(None), Ok(None));
-        assert_eq!(parse_override(Some("")), Ok(None));
-        assert_eq!(parse_override(Some("AUTO")), Ok(None));
-        assert_eq!(parse_override(Some("nft")), Ok(Some(Mode::Nft)));
-        assert_eq!(parse_override(Some("NF_TABLES")), Ok(Some(Mode::Nft)));
-        assert_eq!(parse_override(Some("Legacy")), Ok(Some(Mode::Legacy)));
-        assert_eq!(parse_override(Some("bogus")), Err(InvalidOverride("bogus".into())));
-        assert_eq!(parse_override(Some(" nft")), Err(InvalidOverride(" nft".into())));
+        assert_eq!(parse_override(b""), Ok(None));
+        assert_eq!(parse_override(b"AUTO"), Ok(None));
+        assert_eq!(parse_override(b"nft"), Ok(Some(Mode::Nft)));
+        assert_eq!(parse_override(b"NF_TABLES"), Ok(Some(Mode::Nft)));
+        assert_eq!(parse_override(b"Legacy"), Ok(Some(Mode::Legacy)));
+        assert_eq!(parse_override(b"bogus"), Err(InvalidOverride(b"bogus".to_vec())));
+        assert_eq!(parse_override(b" nft"), Err(InvalidOverride(b" nft".to_vec())));
+        assert_eq!(parse_override(b"nft\xff"), Err(InvalidOverride(b"nft\xff".to_vec())));
+        assert_eq!(
+            InvalidOverride(b"n\x1b[31mft\xff".to_vec()).to_string(),
+            "invalid IPTABLES_MODE=\"n\\u{1b}[31mft\\xff\": not valid UTF-8; expected nft, nf_tables, legacy, auto or empty (case-insensitive)"
+        );
     }
 
     #[test]

@@ -5,12 +5,23 @@
 //! name): every text shown to a person, in the report, on stderr or in the
 //! warnings record, goes through `printable`, so it stays one line and cannot
 //! carry terminal escapes or forged log lines.
+//!
+//! Each text is escaped once, in one way: reasons, evidence and warnings are
+//! kept raw and escaped where they are shown; an error that names a value
+//! from outside (an environment variable, a settings file, an argument)
+//! escapes that value itself with `quoted`, which also shows bytes that are
+//! not UTF-8 as `\xNN`, and is shown as it is.
 
+use crate::backend::{SBIN_VAR, SYSTEM_DIRS};
 use crate::decision::{Decision, Evidence};
+use crate::host_link::{DEFAULT_HOST_ROOT, HOST_ROOT_VAR};
 use crate::kernel::RuleBounds;
-use crate::mode::Mode;
+use crate::mode::{Mode, OVERRIDE_VAR};
+use crate::run_dir::{DEFAULT_RUN_DIR, RUN_DIR_VAR};
+use crate::settings::{Origin, Settings};
 use std::borrow::Cow;
 use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
 
 /// `text` with backslashes and control characters escaped (`\\`, `\n`,
 /// `\t`, `\r`, `\u{1b}`): one line, nothing a terminal or a log reader
@@ -35,8 +46,127 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The human-readable report.
-pub fn text(decision: &Decision) -> String {
+/// `bytes` as `printable` shows text, each byte that is not part of valid
+/// UTF-8 shown as `\xNN`.
+pub fn printable_bytes(bytes: &[u8]) -> Cow<'_, str> {
+    with_bytes_shown(bytes, printable)
+}
+
+/// `bytes` as text, each byte that is not part of valid UTF-8 shown as
+/// `\xNN` and the valid parts passed through `show`.
+fn with_bytes_shown<'a>(bytes: &'a [u8], show: fn(&str) -> Cow<'_, str>) -> Cow<'a, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => show(text),
+        Err(_) => {
+            let mut out = String::with_capacity(bytes.len() + 8);
+            for chunk in bytes.utf8_chunks() {
+                out.push_str(&show(chunk.valid()));
+                for byte in chunk.invalid() {
+                    let _ = write!(out, "\\x{byte:02x}");
+                }
+            }
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// What each setting is when nothing gives it a value.
+fn default_in_words(name: &str) -> String {
+    match name {
+        OVERRIDE_VAR => "auto: detect".to_string(),
+        HOST_ROOT_VAR => DEFAULT_HOST_ROOT.to_string(),
+        SBIN_VAR => format!("{}, then the wrapper's own directory", SYSTEM_DIRS.join(":")),
+        RUN_DIR_VAR => DEFAULT_RUN_DIR.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Where a value came from, in words: "environment", the file and line, or
+/// "default".
+fn origin_in_words(origin: &Origin) -> String {
+    match origin {
+        Origin::File { path, line } => format!("file {} line {line}", path.display()),
+        other => other.key().to_string(),
+    }
+}
+
+/// The settings section of the text report: each setting's value and where
+/// it came from, and values given but not used.
+fn settings_text(out: &mut String, settings: &Settings) {
+    let _ = writeln!(out, "settings:");
+    for setting in &settings.settings {
+        let value = setting.value.as_deref().map_or_else(
+            || default_in_words(setting.name).into(),
+            |value| printable_bytes(value.as_bytes()),
+        );
+        let _ = writeln!(
+            out,
+            "  {}: {}  ({})",
+            setting.name,
+            value,
+            printable(&origin_in_words(&setting.origin))
+        );
+        for unused in &setting.unused {
+            let _ = writeln!(
+                out,
+                "    not used: {} from {}: {}",
+                quoted(unused.value.as_bytes()),
+                printable(&origin_in_words(&unused.origin)),
+                unused.why
+            );
+        }
+    }
+}
+
+/// The settings as a JSON array.
+fn settings_json(settings: &Settings) -> String {
+    let value = |value: &[u8]| string(&with_bytes_shown(value, |text| Cow::Borrowed(text)));
+    let location = |origin: &Origin| match origin {
+        Origin::File { path, line } => format!("\"file\":{},\"line\":{line}", value(path.as_os_str().as_bytes())),
+        _ => "\"file\":null,\"line\":null".to_string(),
+    };
+    let entries: Vec<String> = settings
+        .settings
+        .iter()
+        .map(|setting| {
+            let unused: Vec<String> = setting
+                .unused
+                .iter()
+                .map(|unused| {
+                    format!(
+                        "{{\"value\":{},\"source\":{},{},\"why\":{}}}",
+                        value(unused.value.as_bytes()),
+                        string(unused.origin.key()),
+                        location(&unused.origin),
+                        string(unused.why)
+                    )
+                })
+                .collect();
+            format!(
+                "{{\"name\":{},\"value\":{},\"source\":{},{},\"default\":{},\"unused\":[{}]}}",
+                string(setting.name),
+                setting
+                    .value
+                    .as_deref()
+                    .map_or("null".to_string(), |v| value(v.as_bytes())),
+                string(setting.origin.key()),
+                location(&setting.origin),
+                string(&default_in_words(setting.name)),
+                unused.join(",")
+            )
+        })
+        .collect();
+    format!("[{}]", entries.join(","))
+}
+
+/// A value from outside, for an error message: in double quotes, escaped
+/// as `printable_bytes` does, with `"` as `\"`.
+pub fn quoted(bytes: &[u8]) -> String {
+    format!("\"{}\"", printable_bytes(bytes).replace('"', "\\\""))
+}
+
+/// The human-readable report of `decision`, made with `settings`.
+pub fn text(decision: &Decision, settings: &Settings) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", decision.mode);
     let _ = writeln!(out, "command:    {}", decision.command);
@@ -46,6 +176,7 @@ pub fn text(decision: &Decision) -> String {
         decision.decided_by.key(),
         printable(&decision.reason)
     );
+    settings_text(&mut out, settings);
     let _ = writeln!(out, "evidence:");
     for evidence in &decision.evidence {
         let _ = writeln!(
@@ -87,7 +218,7 @@ fn pointer(evidence: &Evidence, chosen: Mode) -> String {
 }
 
 /// The same content as one JSON object on one line.
-pub fn json(decision: &Decision) -> String {
+pub fn json(decision: &Decision, settings: &Settings) -> String {
     let evidence: Vec<String> = decision
         .evidence
         .iter()
@@ -113,11 +244,12 @@ pub fn json(decision: &Decision) -> String {
         ),
     };
     format!(
-        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{}}}",
+        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"settings\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{}}}",
         string(decision.mode.name()),
         string(decision.command),
         string(decision.decided_by.key()),
         string(&decision.reason),
+        settings_json(settings),
         evidence.join(","),
         counts,
         warnings.join(","),
@@ -164,7 +296,7 @@ fn string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{printable, string};
+    use super::{printable, quoted, string};
 
     #[test]
     fn json_strings_escape() {
@@ -179,5 +311,12 @@ mod tests {
             printable("a\nb\r\tc\u{1b}[31m\u{7f}\u{9b}d\\"),
             "a\\nb\\r\\tc\\u{1b}[31m\\u{7f}\\u{9b}d\\\\"
         );
+    }
+
+    #[test]
+    fn quoted_escapes_once_and_shows_bytes() {
+        assert_eq!(quoted(b"n\x1b[31mft"), "\"n\\u{1b}[31mft\"");
+        assert_eq!(quoted(b"legacy\xff"), "\"legacy\\xff\"");
+        assert_eq!(quoted(b"a\"b\\c\xc3\xa9\n\xff"), "\"a\\\"b\\\\c\u{e9}\\n\\xff\"");
     }
 }

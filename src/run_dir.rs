@@ -129,9 +129,9 @@ impl RunDir {
 /// The configured directory: absolute paths only (a relative one would
 /// depend on the caller's working directory).
 fn configured_path() -> Option<PathBuf> {
-    let path = match std::env::var_os(RUN_DIR_VAR) {
-        Some(value) if !value.is_empty() => PathBuf::from(value),
-        _ => PathBuf::from(DEFAULT_RUN_DIR),
+    let path = match crate::settings::current().value(RUN_DIR_VAR) {
+        Some(value) => PathBuf::from(value),
+        None => PathBuf::from(DEFAULT_RUN_DIR),
     };
     if path.is_absolute() {
         Some(path)

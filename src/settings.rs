@@ -1,0 +1,471 @@
+//! The wrapper's settings, and where each one comes from: the caller's
+//! environment where the variable is set and not empty, else the settings
+//! directory `/etc/iptables-wrapper`, else the default.
+//!
+//! Many callers run iptables with an environment of their own: firewalld
+//! gives its backend only `LANG=C`, podman's conmon runs the network
+//! teardown with only `PATH` and a few variables of its own, sudo's
+//! `env_reset` and systemd units do the same. A setting that an image or a
+//! pod gives by environment never reaches those calls; a file does. So every
+//! setting an image or a pod may need to pin can also be a file in the
+//! settings directory, named exactly as the variable and holding its value
+//! (`echo nft > /etc/iptables-wrapper/IPTABLES_MODE` in a Dockerfile). That
+//! is also what a Kubernetes ConfigMap mounted as a volume is, one file per
+//! key through its `..data` link, updated in place; a ConfigMap whose keys
+//! are the variable names works as a volume and as `envFrom` alike.
+//!
+//! A file holds one value on one line; blank lines and lines starting with
+//! `#` are skipped, spaces and tabs around the value are dropped, and an
+//! empty value is no value (as an empty variable is). Names starting with
+//! `.` (the ConfigMap's own `..data` entries) are skipped. Anything else is
+//! bad input that names the file, the line and what would be right, and
+//! nothing runs: an unknown name (a typo would otherwise pin nothing
+//! silently), an invalid value (even where the environment overrides it, so
+//! a broken file does not go unnoticed until a caller without the variable
+//! comes), a file that cannot be read.
+//!
+//! Which settings: `IPTABLES_MODE`, `IPTABLES_WRAPPER_HOST_ROOT`,
+//! `IPTABLES_WRAPPER_SBIN` and `IPTABLES_WRAPPER_RUN_DIR`. Not
+//! `IPTABLES_WRAPPER_LOG`: the log goes to the caller's stderr, which callers
+//! read (kube-proxy parses `iptables-restore`'s, Docker takes any output as a
+//! failure), so a file must not switch it on for every caller. Not
+//! `XTABLES_LOCKFILE`: the backend reads that variable itself, and the
+//! wrapper must look at the lock file the backend will use.
+//!
+//! Cost: read once per call, on first use. Without the directory that is one
+//! failed `openat`; with it, the directory listing (two `getdents64`) and
+//! `openat`, two `read`s and `close` per file. What it cannot see: a ConfigMap update that lands between the
+//! reads of two files gives one call the old value of one and the new value
+//! of the other.
+
+use crate::backend::SBIN_VAR;
+use crate::host_link::HOST_ROOT_VAR;
+use crate::mode::{self, Mode, OVERRIDE_VAR};
+use crate::report::{printable_bytes, quoted};
+use crate::run_dir::RUN_DIR_VAR;
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The settings directory: one file per setting, named as its variable.
+pub const SETTINGS_DIR: &str = "/etc/iptables-wrapper";
+
+/// The settings that can be given by file, in the order `detect` shows them.
+pub const FILE_SETTINGS: [&str; 4] = [OVERRIDE_VAR, HOST_ROOT_VAR, SBIN_VAR, RUN_DIR_VAR];
+
+/// Settings that are read from the environment only, and why.
+const ENVIRONMENT_ONLY: [(&str, &str); 2] = [
+    (
+        "IPTABLES_WRAPPER_LOG",
+        "the log goes to the caller's stderr, so only the caller's environment may ask for it",
+    ),
+    (
+        "XTABLES_LOCKFILE",
+        "the backend reads it from its environment itself, so only the caller's environment may set it",
+    ),
+];
+
+/// The longest setting file read.
+const MAX_FILE_BYTES: usize = 4096;
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    Environment,
+    File { path: PathBuf, line: usize },
+    Default,
+}
+
+impl Origin {
+    /// A stable key for machine-readable output.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Origin::Environment => "environment",
+            Origin::File { .. } => "file",
+            Origin::Default => "default",
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Environment => f.write_str("environment"),
+            Origin::File { path, line } => write!(f, "{} line {line}", printable_bytes(path.as_os_str().as_bytes())),
+            Origin::Default => f.write_str("default"),
+        }
+    }
+}
+
+/// A value given for a setting but not used, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unused {
+    pub origin: Origin,
+    pub value: OsString,
+    pub why: &'static str,
+}
+
+/// One setting: the value in effect, where it came from, what was not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    /// `None`: the default applies.
+    pub value: Option<OsString>,
+    pub origin: Origin,
+    pub unused: Vec<Unused>,
+}
+
+/// Settings that cannot be used: one line naming where, what and what
+/// would be right, with outside text escaped (shown as it is).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidSetting(pub String);
+
+impl fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Every setting, and the first problem found, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// In the order of [`FILE_SETTINGS`].
+    pub settings: Vec<Setting>,
+    /// The override, parsed (`None`: detect).
+    pub mode: Option<Mode>,
+    /// Bad input: nothing may run while this is set.
+    pub invalid: Option<InvalidSetting>,
+}
+
+impl Settings {
+    pub fn get(&self, name: &str) -> &Setting {
+        self.settings
+            .iter()
+            .find(|setting| setting.name == name)
+            .expect("one of FILE_SETTINGS")
+    }
+
+    /// The value in effect, if any (`None`: the default).
+    pub fn value(&self, name: &str) -> Option<&OsStr> {
+        self.get(name).value.as_deref()
+    }
+}
+
+/// This call's settings, read on first use.
+pub fn current() -> &'static Settings {
+    static SETTINGS: OnceLock<Settings> = OnceLock::new();
+    SETTINGS.get_or_init(|| {
+        let (files, invalid) = match read_dir(Path::new(SETTINGS_DIR)) {
+            Ok(files) => (files, None),
+            Err(invalid) => (Vec::new(), Some(invalid)),
+        };
+        let mut settings = resolve(&|name| std::env::var_os(name), &files);
+        settings.invalid = invalid.or(settings.invalid);
+        settings
+    })
+}
+
+/// A value read from a setting file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileValue {
+    name: &'static str,
+    path: PathBuf,
+    line: usize,
+    value: Vec<u8>,
+}
+
+/// Reads the settings directory: absent is no files.
+fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
+    let shown = |path: &Path| printable_bytes(path.as_os_str().as_bytes()).into_owned();
+    let cannot_list = |e: Errno| InvalidSetting(format!("cannot read the settings directory {}: {e}", shown(dir)));
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let opened = match openat(None, dir, flags, nix::sys::stat::Mode::empty()) {
+        Ok(raw) => raw,
+        Err(Errno::ENOENT) => return Ok(Vec::new()),
+        Err(Errno::ENOTDIR) => {
+            return Err(InvalidSetting(format!(
+                "{} is not a directory: settings are files in the directory {SETTINGS_DIR}, one per setting, named as its variable",
+                shown(dir)
+            )))
+        }
+        Err(e) => return Err(cannot_list(e)),
+    };
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let dir_fd = unsafe { OwnedFd::from_raw_fd(opened) };
+    let mut files = Vec::new();
+    for file_name in names(&dir_fd).map_err(cannot_list)? {
+        let path = dir.join(&file_name);
+        let Some(name) = FILE_SETTINGS.iter().copied().find(|name| OsStr::new(name) == file_name) else {
+            let problem = match ENVIRONMENT_ONLY.iter().find(|(name, _)| OsStr::new(name) == file_name) {
+                Some((name, why)) => format!("{name} cannot be set by file ({why})"),
+                None => format!(
+                    "not a setting: expected files named {} (names starting with \".\" are skipped)",
+                    FILE_SETTINGS.join(", ")
+                ),
+            };
+            return Err(InvalidSetting(format!("{}: {problem}", shown(&path))));
+        };
+        let contents = read_small(&dir_fd, &file_name)
+            .map_err(|e| InvalidSetting(format!("cannot read {}: {e}", shown(&path))))?;
+        if let Some((line, value)) =
+            parse_file(&contents).map_err(|problem| InvalidSetting(format!("{} {problem}", shown(&path))))?
+        {
+            files.push(FileValue {
+                name,
+                path,
+                line,
+                value: value.to_vec(),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// The names in the directory `dir`, but those starting with `.`, by
+/// `getdents64` into a buffer of its own (no `opendir`: libc's allocation
+/// for it costs system calls of its own).
+fn names(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
+    // struct linux_dirent64: u64 inode, i64 offset, u16 record length, u8 type, name.
+    const NAME_AT: usize = 19;
+    let mut buffer = [0u8; 2048];
+    let mut names = Vec::new();
+    loop {
+        // SAFETY: the kernel writes at most buffer.len() bytes into it.
+        let filled = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buffer.as_mut_ptr(), buffer.len()) };
+        let filled = match filled {
+            0 => return Ok(names),
+            n if n > 0 => n as usize,
+            _ => match Errno::last() {
+                Errno::EINTR => continue,
+                e => return Err(e),
+            },
+        };
+        let mut at = 0;
+        while at + NAME_AT < filled {
+            let length = u16::from_ne_bytes([buffer[at + 16], buffer[at + 17]]) as usize;
+            let record = &buffer[at + NAME_AT..(at + length).min(filled)];
+            let name = record.split(|&b| b == 0).next().unwrap_or_default();
+            if !name.starts_with(b".") {
+                names.push(OsString::from_vec(name.to_vec()));
+            }
+            at += length.max(1);
+        }
+    }
+}
+
+/// The file `name` in `dir`, refused when longer than [`MAX_FILE_BYTES`].
+fn read_small(dir: &OwnedFd, name: &OsStr) -> io::Result<Vec<u8>> {
+    let raw = openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+    let mut buffer = [0u8; MAX_FILE_BYTES + 1];
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if filled > MAX_FILE_BYTES {
+        return Err(io::Error::other(format!("longer than {MAX_FILE_BYTES} bytes")));
+    }
+    Ok(buffer[..filled].to_vec())
+}
+
+/// The value line of a setting file and its number; `None` when it has none.
+/// Err: "line N: what is wrong and what would be right".
+fn parse_file(contents: &[u8]) -> Result<Option<(usize, &[u8])>, String> {
+    let mut found = None;
+    for (index, line) in contents.split(|&b| b == b'\n').enumerate() {
+        let value = line.trim_ascii();
+        if value.is_empty() || value.starts_with(b"#") {
+            continue;
+        }
+        let number = index + 1;
+        if value.contains(&0) {
+            return Err(format!("line {number}: a NUL byte; the file holds one value"));
+        }
+        if let Some((first, _)) = found {
+            return Err(format!(
+                "line {number}: a second value {} (the first is on line {first}); the file holds one value, on one line",
+                quoted(value)
+            ));
+        }
+        found = Some((number, value));
+    }
+    Ok(found)
+}
+
+/// Each setting from the environment (`env`), else the files, else the
+/// default; every value given is checked.
+fn resolve(env: &dyn Fn(&str) -> Option<OsString>, files: &[FileValue]) -> Settings {
+    let mut invalid = None;
+    let mut mode = None;
+    let mut settings = Vec::new();
+    for name in FILE_SETTINGS {
+        let given = env(name)
+            .filter(|value| !value.is_empty())
+            .map(|value| (Origin::Environment, value.into_vec()))
+            .into_iter()
+            .chain(files.iter().filter(|file| file.name == name).map(|file| {
+                (
+                    Origin::File {
+                        path: file.path.clone(),
+                        line: file.line,
+                    },
+                    file.value.clone(),
+                )
+            }));
+        let mut setting = Setting {
+            name,
+            value: None,
+            origin: Origin::Default,
+            unused: Vec::new(),
+        };
+        for (origin, value) in given {
+            let why_unused = match check(name, &value) {
+                Err(problem) => {
+                    let whole = match &origin {
+                        Origin::File { .. } => format!("{origin}: {problem}"),
+                        _ => problem,
+                    };
+                    invalid.get_or_insert(InvalidSetting(whole));
+                    continue;
+                }
+                Ok(_) if setting.value.is_some() => "the environment wins over the file",
+                Ok(Checked::Ignored(why)) => why,
+                Ok(Checked::Usable(parsed_mode)) => {
+                    if name == OVERRIDE_VAR {
+                        mode = parsed_mode;
+                    }
+                    setting.value = Some(OsString::from_vec(value));
+                    setting.origin = origin;
+                    continue;
+                }
+            };
+            setting.unused.push(Unused {
+                origin,
+                value: OsString::from_vec(value),
+                why: why_unused,
+            });
+        }
+        settings.push(setting);
+    }
+    Settings {
+        settings,
+        mode,
+        invalid,
+    }
+}
+
+/// What a given value is good for.
+enum Checked {
+    /// Used; for `IPTABLES_MODE`, the mode it pins (`None`: detect).
+    Usable(Option<Mode>),
+    /// Not used, as if not given, for this reason (logged at debug level).
+    Ignored(&'static str),
+}
+
+/// Checks a value of setting `name`. Err: bad input, in one line.
+fn check(name: &str, value: &[u8]) -> Result<Checked, String> {
+    match name {
+        OVERRIDE_VAR => mode::parse_override(value)
+            .map(Checked::Usable)
+            .map_err(|invalid| invalid.to_string()),
+        HOST_ROOT_VAR if !value.starts_with(b"/") => {
+            let why = "not an absolute path (it would mean the caller's working directory)";
+            log::debug!("{HOST_ROOT_VAR}={} ignored: {why}", quoted(value));
+            Ok(Checked::Ignored(why))
+        }
+        _ => Ok(Checked::Usable(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &'static str, value: &str) -> FileValue {
+        FileValue {
+            name,
+            path: Path::new(SETTINGS_DIR).join(name),
+            line: 1,
+            value: value.as_bytes().to_vec(),
+        }
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, value)| OsString::from(value))
+        }
+    }
+
+    #[test]
+    fn file_values() {
+        assert_eq!(parse_file(b"nft\n"), Ok(Some((1, &b"nft"[..]))));
+        assert_eq!(
+            parse_file(b"# pinned for firewalld\n\n  legacy \r\n"),
+            Ok(Some((3, &b"legacy"[..])))
+        );
+        assert_eq!(parse_file(b""), Ok(None));
+        assert_eq!(parse_file(b"# nothing\n"), Ok(None));
+        assert!(parse_file(b"nft\nlegacy\n")
+            .unwrap_err()
+            .starts_with("line 2: a second value \"legacy\""));
+        assert!(parse_file(b"n\0ft").unwrap_err().starts_with("line 1: a NUL byte"));
+    }
+
+    #[test]
+    fn environment_wins_where_set_and_not_empty() {
+        let files = [file(OVERRIDE_VAR, "nft"), file(HOST_ROOT_VAR, "/mnt/host")];
+        let settings = resolve(&env(&[(OVERRIDE_VAR, "legacy")]), &files);
+        assert_eq!(settings.mode, Some(Mode::Legacy));
+        assert_eq!(settings.get(OVERRIDE_VAR).origin, Origin::Environment);
+        assert_eq!(
+            settings.get(OVERRIDE_VAR).unused[0].why,
+            "the environment wins over the file"
+        );
+        assert_eq!(settings.value(HOST_ROOT_VAR), Some(OsStr::new("/mnt/host")));
+        // An empty variable is no value: the file's applies.
+        let settings = resolve(&env(&[(OVERRIDE_VAR, "")]), &files);
+        assert_eq!(settings.mode, Some(Mode::Nft));
+        assert!(matches!(
+            settings.get(OVERRIDE_VAR).origin,
+            Origin::File { line: 1, .. }
+        ));
+        // "auto" is a value: it overrides the file's pin.
+        let settings = resolve(&env(&[(OVERRIDE_VAR, "auto")]), &files);
+        assert_eq!(settings.mode, None);
+        assert_eq!(settings.get(OVERRIDE_VAR).origin, Origin::Environment);
+        assert_eq!(settings.get(SBIN_VAR).origin, Origin::Default);
+        assert!(settings.invalid.is_none());
+    }
+
+    #[test]
+    fn a_relative_host_root_is_ignored_and_an_invalid_file_is_an_error() {
+        let files = [file(HOST_ROOT_VAR, "/mnt/host"), file(OVERRIDE_VAR, "bogus")];
+        let settings = resolve(&env(&[(HOST_ROOT_VAR, "host"), (OVERRIDE_VAR, "nft")]), &files);
+        assert_eq!(settings.value(HOST_ROOT_VAR), Some(OsStr::new("/mnt/host")));
+        assert_eq!(settings.get(HOST_ROOT_VAR).unused[0].value, "host");
+        assert_eq!(
+            settings.invalid.unwrap().0,
+            "/etc/iptables-wrapper/IPTABLES_MODE line 1: invalid IPTABLES_MODE=\"bogus\": expected nft, nf_tables, legacy, auto or empty (case-insensitive)"
+        );
+    }
+}
