@@ -9,6 +9,7 @@ pub mod count_cache;
 pub mod legacy;
 pub mod modules;
 pub mod nft;
+pub mod procfs;
 pub mod save_tools;
 
 use crate::family::Family;
