@@ -605,3 +605,55 @@ fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
     assert!(!sockets.contains("AF_NETLINK"), "no netlink socket: {sockets}");
     assert!(sockets.contains("AF_INET"), "the trace saw the legacy reads: {sockets}");
 }
+
+#[test]
+fn a_backend_this_process_cannot_use_is_never_the_default() {
+    // A seccomp filter refuses every netlink socket: the nft backend, run
+    // by this process, would fail the same way. With 1,000 legacy rules the
+    // call goes to legacy, and detect says why.
+    let node = Node::new("seccompnl");
+    let rules: String = (0..1000).map(|i| format!("-A INPUT -s 10.0.{}.{} -j ACCEPT\n", i / 250, i % 250 + 1)).collect();
+    std::fs::write(node.path("rules"), format!("*filter\n{rules}COMMIT\n")).unwrap();
+    node.sh(&format!("iptables-legacy-restore < {}", node.path("rules").display()));
+    let refuse_netlink = |command: &mut Command| {
+        refuse_syscall(command, libc::SYS_socket, &[(0, libc::AF_NETLINK as u32)]);
+    };
+    let mut call = node.command("iptables");
+    call.arg("-V");
+    refuse_netlink(&mut call);
+    let out = call.output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(legacy)"), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    let mut detect = node.wrapper();
+    detect.args(["detect", "--json"]);
+    refuse_netlink(&mut detect);
+    let report = parse_detect(&detect.output().unwrap());
+    assert_eq!(mode_and_source(&report), ("legacy", "default"), "{report}");
+    let unusable = values(&report, "backend-presence", "nft from this process");
+    assert!(unusable.len() == 1 && unusable[0].contains("seccomp"), "{report}");
+
+    // The override is obeyed, with a warning.
+    let mut call = node.command("iptables");
+    call.env("IPTABLES_MODE", "nft").env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
+    refuse_netlink(&mut call);
+    let out = call.output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this process cannot use it"),
+        "{out:?}"
+    );
+
+    // Raw IP sockets refused to this process, which holds the capabilities
+    // they need, and to the legacy save tool alike: the host link's legacy
+    // is obeyed, with a warning.
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let mut call = node.command("iptables");
+    call.env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
+    refuse_syscall(&mut call, libc::SYS_socket, &[(0, libc::AF_INET as u32), (2, libc::IPPROTO_RAW as u32)]);
+    let out = call.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("uses legacy") && stderr.contains("this process cannot use it"),
+        "{out:?}"
+    );
+}
