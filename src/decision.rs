@@ -14,9 +14,11 @@
 //! a comparison: rule counts decide only when both are known. The lock file
 //! decides only when the kernel shows legacy traces (go-iptables makes and
 //! locks it on nft hosts too). A backend the running kernel lacks (a kernel
-//! built without legacy x_tables, or without nf_tables) is never picked by
-//! counts, the lock or the default; the override and the host link are
-//! obeyed anyway, with a warning.
+//! built without legacy x_tables, or without nf_tables), or that this
+//! process is known to be unable to use (a seccomp filter refusing its
+//! socket, see [`KernelReader::unusable`]), is never picked by counts, the
+//! lock or the default; the override and the host link are obeyed anyway,
+//! with a warning.
 
 use crate::command::WrappedCommand;
 use crate::family::Family;

@@ -16,7 +16,8 @@
 //! or here when the record is [`due`], that is missing or last written a
 //! minute ago. So on a busy node one call a minute looks, and the others
 //! pay one `fstatat`; calls whose warnings nobody would see (no usable
-//! runtime directory, stderr not showing them) never look. A warning may
+//! runtime directory, or one this process cannot write in, and stderr not
+//! showing them) never look. A warning may
 //! therefore reach the record up to a minute after its cause appears.
 //!
 //! Writes are bounded: a call that looked rewrites the record when it is a
@@ -26,7 +27,11 @@
 //! record keeps at most 32 warnings, each cut at 1 KiB, so it stays under
 //! 40 KiB. Calls that did not look never touch it; a call that looked reads
 //! it (one small file) and rewrites it by a rename. When the runtime
-//! directory is unusable the record is simply not kept.
+//! directory is unusable, or not writable (a read-only mount, mode 0500 for a
+//! user other than root: one `faccessat2`, asked only of a record that is
+//! due), the record is simply not kept. Lines read back from an earlier
+//! record, which anyone with the user's rights could have written, are held
+//! to these rules again (see `carried`).
 //!
 //! Not syslog: on a node every container has its own `/dev/log` or none,
 //! the host's journal would need a socket round trip per call, and the

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 /// How a run sees the kernel through its own mount namespace.
+#[derive(Clone, Copy)]
 enum View<'a> {
     /// A tmpfs over `/proc`: no `/proc` at all.
     NoProc,
@@ -547,13 +548,12 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
     assert_eq!(ready.trim(), "ready");
     let other_pid = other.id().to_string();
     let env = [("OTHER_PID", other_pid.as_str())];
-    let views: [(&str, fn() -> View<'static>); 3] = [
-        ("a directory over /proc/thread-self/net", || View::ListsMountedOverNet),
-        ("a tmpfs at /proc", || View::ListsInTmpfsProc),
-        ("another namespace's procfs net", || View::OtherNamespacesNet),
-    ];
-    for (name, view) in views {
-        let report = detect_in_view(&node, view(), &env);
+    for (name, view) in [
+        ("a directory over /proc/thread-self/net", View::ListsMountedOverNet),
+        ("a tmpfs at /proc", View::ListsInTmpfsProc),
+        ("another namespace's procfs net", View::OtherNamespacesNet),
+    ] {
+        let report = detect_in_view(&node, view, &env);
         assert!(!legacy_tables_exist(), "{name}: detect created legacy tables: {report}");
         assert_eq!(mode_and_source(&report), ("nft", "default"), "{name}: {report}");
         for (source, location) in [("hint-chain", "legacy mangle hint chains"), ("rule-counts", "rule counts")] {
@@ -567,7 +567,7 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
             warnings(&report).iter().any(|w| w.contains("unknown")),
             "{name}: {report}"
         );
-        let out = run_in_view(&node, view(), node.bin.join("iptables").to_str().unwrap(), &["-V"], &env);
+        let out = run_in_view(&node, view, node.bin.join("iptables").to_str().unwrap(), &["-V"], &env);
         assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "{name}: {out:?}");
         assert!(!legacy_tables_exist(), "{name}: a call created legacy tables");
     }

@@ -22,7 +22,7 @@
 use crate::family::Family;
 use crate::kernel::procfs;
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
-use std::io::{self, Read};
+use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -263,13 +263,7 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
     let relative = file.strip_prefix("/proc/").expect("a procfs path");
     let cannot = |e: &dyn std::fmt::Display| format!("{e}: the legacy tables cannot be listed");
     let names = match procfs::open(relative, libc::O_RDONLY) {
-        Ok(fd) => {
-            let mut names = String::new();
-            std::fs::File::from(fd)
-                .read_to_string(&mut names)
-                .map_err(|e| cannot(&format!("{file}: {e}")))?;
-            names
-        }
+        Ok(fd) => procfs::read_all(fd).map_err(|e| cannot(&format!("{file}: {e}")))?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let net = Path::new(relative).parent().expect("a file in a directory");
             return match procfs::open(net.to_str().expect("UTF-8"), libc::O_PATH | libc::O_DIRECTORY) {
@@ -285,7 +279,11 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
         Err(e) => return Err(cannot(&format!("{file}: {e}"))),
     };
     Ok(Some(
-        names.lines().filter(|n| !n.is_empty()).map(str::to_string).collect(),
+        String::from_utf8_lossy(&names)
+            .lines()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect(),
     ))
 }
 

@@ -3,7 +3,9 @@
 //! through netlink, each falling back to its save tool when the kernel
 //! refuses the direct query. A backend is only asked once [`modules`] shows
 //! it is in the kernel (asking could load it); a backend whose state cannot
-//! be read is unknown, never empty.
+//! be read is unknown, never empty, and one whose refusal proves that its
+//! own backend program would be refused too is also unusable from this
+//! process ([`KernelReader::unusable`]).
 
 pub mod count_cache;
 pub mod legacy;

@@ -46,7 +46,8 @@ fn root() -> Result<BorrowedFd<'static>, &'static str> {
         let path = CString::new(ROOT).expect("no NUL");
         let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
         // SAFETY: `path` is NUL-terminated; a returned descriptor is new.
-        let raw = unsafe { libc::open(path.as_ptr(), flags) };
+        // (musl's `open` follows O_CLOEXEC with an fcntl; `openat` does not.)
+        let raw = unsafe { libc::openat(libc::AT_FDCWD, path.as_ptr(), flags) };
         if raw < 0 {
             return Err(format!("{ROOT}: {}", io::Error::last_os_error()));
         }
@@ -65,6 +66,21 @@ fn root() -> Result<BorrowedFd<'static>, &'static str> {
         // SAFETY: the descriptor lives in a static and is never closed.
         Ok(fd) => Ok(unsafe { BorrowedFd::borrow_raw(fd.as_raw_fd()) }),
         Err(why) => Err(why.as_str()),
+    }
+}
+
+/// The whole of a small file, read with plain `read`s until end of file
+/// (`std`'s `read_to_end` first asks `fstat` and `lseek` for a size hint).
+pub fn read_all(fd: OwnedFd) -> io::Result<Vec<u8>> {
+    let mut contents = Vec::new();
+    let mut buffer = [0u8; 512];
+    loop {
+        match nix::unistd::read(fd.as_raw_fd(), &mut buffer) {
+            Ok(0) => return Ok(contents),
+            Ok(n) => contents.extend_from_slice(&buffer[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(errno) => return Err(errno.into()),
+        }
     }
 }
 
