@@ -13,6 +13,8 @@ use std::process::{Command, Output};
 /// How a run sees the kernel through its own mount namespace.
 #[derive(Clone, Copy)]
 enum View<'a> {
+    /// This machine's own `/proc`, `/sys` and module lists.
+    AsIs,
     /// A tmpfs over `/proc`: no `/proc` at all.
     NoProc,
     /// A modular kernel: a fake `/proc` with this `/proc/modules` (this
@@ -49,9 +51,15 @@ fn lying_lists(dir: &str) -> String {
 /// The wrapper (or a wrapped command of the node) run with `args` in a
 /// mount namespace of its own, seeing the kernel through `view`.
 fn run_in_view(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    view_command(node, view, program, args, env).output().expect("run unshare")
+}
+
+/// The command [`run_in_view`] runs.
+fn view_command(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
     let no_modules = "mount -t tmpfs nosys /sys
 for d in /lib/modules /usr/lib/modules; do if [ -d $d ]; then mount -t tmpfs nomodules $d; fi; done";
     let setup = match view {
+        View::AsIs => String::new(),
         View::NoProc => "mount -t tmpfs noproc /proc".to_string(),
         View::Modular { proc_modules, x_tables } => format!(
             r#"stage="$STAGE"; mkdir -p "$stage/pid"
@@ -96,7 +104,7 @@ printf '%s' '{proc_modules}' > /proc/modules
     for (name, value) in env {
         command.env(name, value);
     }
-    command.output().expect("run unshare")
+    command
 }
 
 /// `detect --json` in a view, parsed.
@@ -573,6 +581,30 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
     }
     other.kill().unwrap();
     other.wait().unwrap();
+}
+
+#[test]
+fn table_lists_are_checked_where_openat2_is_refused() {
+    // Seccomp profiles older than openat2 (Linux 5.6) refuse it: the lists
+    // are then opened with openat, and their own fstatfs must say procfs.
+    let node = Node::new("noopenat2");
+    node.sh("iptables-legacy -A INPUT -j ACCEPT; iptables-legacy -A INPUT -j ACCEPT");
+    let refused = |view| {
+        let mut command = view_command(&node, view, WRAPPER, &["detect", "--json"], &[]);
+        refuse_syscall(&mut command, libc::SYS_openat2, &[]);
+        parse_detect(&command.output().unwrap())
+    };
+    // The kernel's own lists are read.
+    let report = refused(View::AsIs);
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], 2, "{report}");
+    // A directory mounted over them is not.
+    let before = common::legacy_tables("ip_tables_names");
+    let report = refused(View::ListsMountedOverNet);
+    assert_eq!(common::legacy_tables("ip_tables_names"), before, "no table created: {report}");
+    assert!(
+        values(&report, "rule-counts", "rule counts")[0].contains("not on procfs"),
+        "{report}"
+    );
 }
 
 #[test]
