@@ -43,15 +43,15 @@ enum View<'a> {
 
 /// Writes lying legacy table lists (`filter`, `nat`) into `dir` (a shell word).
 fn lying_lists(dir: &str) -> String {
-    format!(
-        "mkdir -p {dir}; for f in ip_tables_names ip6_tables_names; do printf 'filter\\nnat\\n' > {dir}/$f; done"
-    )
+    format!("mkdir -p {dir}; for f in ip_tables_names ip6_tables_names; do printf 'filter\\nnat\\n' > {dir}/$f; done")
 }
 
 /// The wrapper (or a wrapped command of the node) run with `args` in a
 /// mount namespace of its own, seeing the kernel through `view`.
 fn run_in_view(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    view_command(node, view, program, args, env).output().expect("run unshare")
+    view_command(node, view, program, args, env)
+        .output()
+        .expect("run unshare")
 }
 
 /// The command [`run_in_view`] runs.
@@ -468,7 +468,9 @@ fn kernel_without_nf_tables_is_never_picked_by_default() {
     assert!(presence[0].starts_with("not in this kernel"), "{report}");
     // Only the fake /proc's untrusted table lists are flagged.
     assert!(
-        warnings(&report).iter().all(|w| w.contains("only by default") && w.contains("unknown")),
+        warnings(&report)
+            .iter()
+            .all(|w| w.contains("only by default") && w.contains("unknown")),
         "{report}"
     );
 
@@ -548,11 +550,7 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
         .spawn()
         .unwrap();
     let mut ready = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(other.stdout.as_mut().unwrap()),
-        &mut ready,
-    )
-    .unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.as_mut().unwrap()), &mut ready).unwrap();
     assert_eq!(ready.trim(), "ready");
     let other_pid = other.id().to_string();
     let env = [("OTHER_PID", other_pid.as_str())];
@@ -564,7 +562,10 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
         let report = detect_in_view(&node, view, &env);
         assert!(!legacy_tables_exist(), "{name}: detect created legacy tables: {report}");
         assert_eq!(mode_and_source(&report), ("nft", "default"), "{name}: {report}");
-        for (source, location) in [("hint-chain", "legacy mangle hint chains"), ("rule-counts", "rule counts")] {
+        for (source, location) in [
+            ("hint-chain", "legacy mangle hint chains"),
+            ("rule-counts", "rule counts"),
+        ] {
             let found = values(&report, source, location);
             assert!(
                 found.iter().all(|v| v.starts_with("unknown")) && !found.is_empty(),
@@ -576,7 +577,10 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
             "{name}: {report}"
         );
         let out = run_in_view(&node, view, node.bin.join("iptables").to_str().unwrap(), &["-V"], &env);
-        assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "{name}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"),
+            "{name}: {out:?}"
+        );
         assert!(!legacy_tables_exist(), "{name}: a call created legacy tables");
     }
     other.kill().unwrap();
@@ -600,7 +604,11 @@ fn table_lists_are_checked_where_openat2_is_refused() {
     // A directory mounted over them is not.
     let before = common::legacy_tables("ip_tables_names");
     let report = refused(View::ListsMountedOverNet);
-    assert_eq!(common::legacy_tables("ip_tables_names"), before, "no table created: {report}");
+    assert_eq!(
+        common::legacy_tables("ip_tables_names"),
+        before,
+        "no table created: {report}"
+    );
     assert!(
         values(&report, "rule-counts", "rule counts")[0].contains("not on procfs"),
         "{report}"
@@ -620,7 +628,17 @@ fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
         &node,
         View::SubsetPid,
         "strace",
-        &["-f", "-qq", "-e", "trace=socket", "-o", trace.to_str().unwrap(), WRAPPER, "detect", "--json"],
+        &[
+            "-f",
+            "-qq",
+            "-e",
+            "trace=socket",
+            "-o",
+            trace.to_str().unwrap(),
+            WRAPPER,
+            "detect",
+            "--json",
+        ],
         &[],
     );
     let report = parse_detect(&out);
@@ -630,7 +648,9 @@ fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
         "{report}"
     );
     assert!(
-        values(&report, "hint-chain", "nft").iter().all(|v| v.starts_with("unknown")),
+        values(&report, "hint-chain", "nft")
+            .iter()
+            .all(|v| v.starts_with("unknown")),
         "nf_tables was not asked: {report}"
     );
     let sockets = std::fs::read_to_string(&trace).unwrap();
@@ -644,7 +664,9 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     // by this process, would fail the same way. With 1,000 legacy rules the
     // call goes to legacy, and detect says why.
     let node = Node::new("seccompnl");
-    let rules: String = (0..1000).map(|i| format!("-A INPUT -s 10.0.{}.{} -j ACCEPT\n", i / 250, i % 250 + 1)).collect();
+    let rules: String = (0..1000)
+        .map(|i| format!("-A INPUT -s 10.0.{}.{} -j ACCEPT\n", i / 250, i % 250 + 1))
+        .collect();
     std::fs::write(node.path("rules"), format!("*filter\n{rules}COMMIT\n")).unwrap();
     node.sh(&format!("iptables-legacy-restore < {}", node.path("rules").display()));
     let refuse_netlink = |command: &mut Command| {
@@ -667,7 +689,9 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
 
     // The override is obeyed, with a warning.
     let mut call = node.command("iptables");
-    call.env("IPTABLES_MODE", "nft").env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
+    call.env("IPTABLES_MODE", "nft")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V");
     refuse_netlink(&mut call);
     let out = call.output().unwrap();
     assert!(
@@ -681,7 +705,11 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     let mut call = node.command("iptables");
     call.env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
-    refuse_syscall(&mut call, libc::SYS_socket, &[(0, libc::AF_INET as u32), (2, libc::IPPROTO_RAW as u32)]);
+    refuse_syscall(
+        &mut call,
+        libc::SYS_socket,
+        &[(0, libc::AF_INET as u32), (2, libc::IPPROTO_RAW as u32)],
+    );
     let out = call.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

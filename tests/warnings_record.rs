@@ -25,12 +25,17 @@ fn looked_at(node: &Node, setup: &str, run_dir: &std::path::Path) -> String {
     let mut command = Command::new("unshare");
     command
         .args(["-m", "sh", "-ec"])
-        .arg(format!("{setup}\nexec strace -f -qq -e trace=%file -o \"$TRACE\" \"$@\""))
+        .arg(format!(
+            "{setup}\nexec strace -f -qq -e trace=%file -o \"$TRACE\" \"$@\""
+        ))
         .arg("sh")
         .arg(node.bin.join("iptables"))
         .arg("-V");
     node.isolate(&mut command);
-    command.env("TRACE", &trace).env("RUN", run_dir).env("IPTABLES_WRAPPER_RUN_DIR", run_dir);
+    command
+        .env("TRACE", &trace)
+        .env("RUN", run_dir)
+        .env("IPTABLES_WRAPPER_RUN_DIR", run_dir);
     let out = command.output().expect("unshare runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -64,7 +69,10 @@ fn a_record_that_cannot_be_kept_is_not_paid_for() {
         &run_dir,
     );
     assert!(!looked_for_stale_rules(&read_only), "{read_only}");
-    assert!(read_only.contains("\"warnings\""), "the record's age was checked: {read_only}");
+    assert!(
+        read_only.contains("\"warnings\""),
+        "the record's age was checked: {read_only}"
+    );
     assert!(!run_dir.join("warnings").exists());
 
     // Made 0500 (umask 0277) for a user other than root: not writable either.
@@ -78,7 +86,10 @@ fn a_record_that_cannot_be_kept_is_not_paid_for() {
         "set -- setpriv --reuid=65532 --regid=65532 --clear-groups \"$@\"",
         &user_dir,
     );
-    assert!(as_user.contains("\"warnings\""), "the record's age was checked: {as_user}");
+    assert!(
+        as_user.contains("\"warnings\""),
+        "the record's age was checked: {as_user}"
+    );
     assert!(!looked_for_stale_rules(&as_user), "{as_user}");
 }
 
@@ -92,7 +103,8 @@ fn an_earlier_record_is_cleaned_when_rewritten() {
     std::fs::create_dir(&run_dir).unwrap();
     std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let record = run_dir.join("warnings");
-    let mut dirty = String::from("# iptables-wrapper warnings, most recently seen first (UTC); written at unix time 1\n");
+    let mut dirty =
+        String::from("# iptables-wrapper warnings, most recently seen first (UTC); written at unix time 1\n");
     dirty.push_str("2026-11-29T22:40:01Z \u{1b}]0;owned\u{7}\u{1b}[2J forged \r line\n");
     dirty.push_str(&format!("2026-11-29T22:40:01Z {}\n", "y".repeat(50_000)));
     dirty.push_str("no time at all\n");
@@ -102,12 +114,20 @@ fn an_earlier_record_is_cleaned_when_rewritten() {
     std::fs::write(&record, &dirty).unwrap();
     std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o600)).unwrap();
     let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
-    std::fs::File::options().write(true).open(&record).unwrap().set_modified(minute_ago).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&record)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
 
     let out = node.command("iptables").arg("-V").output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let cleaned = std::fs::read_to_string(&record).unwrap();
-    assert!(cleaned.contains("stale legacy rules may still apply"), "the call looked");
+    assert!(
+        cleaned.contains("stale legacy rules may still apply"),
+        "the call looked"
+    );
     let with_control = cleaned.lines().find(|line| line.chars().any(char::is_control));
     assert_eq!(with_control, None, "no control character survives");
     let lines: Vec<&str> = cleaned.lines().collect();
@@ -118,7 +138,10 @@ fn an_earlier_record_is_cleaned_when_rewritten() {
             "a line of {} bytes",
             line.len()
         );
-        assert!(line.as_bytes()[..4].iter().all(u8::is_ascii_digit), "every line is dated: {line}");
+        assert!(
+            line.as_bytes()[..4].iter().all(u8::is_ascii_digit),
+            "every line is dated: {line}"
+        );
     }
     assert!(cleaned.contains("\\u{1b}[2J forged"), "escaped, not dropped");
     assert!(lines.iter().any(|line| line.ends_with("y [cut]")), "cut, not dropped");
