@@ -15,9 +15,11 @@
 //! a comparison: rule counts decide only when both are known. The lock file
 //! decides only when the kernel shows legacy traces (go-iptables makes and
 //! locks it on nft hosts too). A backend the running kernel lacks (a kernel
-//! built without legacy x_tables, or without nf_tables) is never picked by
-//! counts, the lock or the default; the override and the host link are
-//! obeyed anyway, with a warning.
+//! built without legacy x_tables, or without nf_tables), or that this
+//! process is known to be unable to use (a seccomp filter refusing its
+//! socket, see [`KernelReader::unusable`]), is never picked by counts, the
+//! lock or the default; the override and the host link are obeyed anyway,
+//! with a warning.
 
 use crate::command::WrappedCommand;
 use crate::family::Family;
@@ -130,7 +132,9 @@ pub struct Decision {
     pub reason: String,
     pub evidence: Vec<Evidence>,
     pub rule_counts: Option<RuleCounts>,
-    /// Backends the running kernel lacks, and how that is known.
+    /// Backends the running kernel lacks, or that this process is known to
+    /// be unable to use, each with a clause saying so ("the running kernel
+    /// lacks it (...)", "this process cannot use it (...)").
     pub lacking: Vec<(Mode, String)>,
     /// How long deciding took, when it was timed: for `detect` and for a
     /// call that logs at debug level (reading the clock costs a wrapped call
@@ -194,7 +198,7 @@ impl Decision {
         }
         for (_, how) in self.lacking.iter().filter(|(mode, _)| *mode == self.mode) {
             warnings.push(format!(
-                "{} uses {} ({}), but the running kernel lacks it ({how}): the backend's calls will likely fail",
+                "{} uses {} ({}), but {how}: the backend's calls will likely fail",
                 self.command, self.mode, self.reason
             ));
         }
@@ -264,14 +268,15 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
     })
 }
 
-/// nft, unless the kernel lacks nf_tables and has legacy.
+/// nft, unless nft is lacking (the kernel lacks nf_tables, or this process
+/// cannot use it) and legacy is not.
 fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
     let lacks = |mode| lacking.iter().find(|(m, _)| *m == mode).map(|(_, how)| how);
     match (lacks(Mode::Nft), lacks(Mode::Legacy)) {
         (Some(how), None) => (
             Mode::Legacy,
             Source::Default,
-            format!("no evidence for either backend, and the running kernel lacks nf_tables ({how}): legacy, its only backend"),
+            format!("no evidence for either backend, and nft cannot serve: {how}; legacy is the only backend left"),
         ),
         _ => (
             Mode::Nft,
@@ -281,14 +286,17 @@ fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
     }
 }
 
-/// Which backends the running kernel has: all of them for `detect`; on a
-/// call only what can change the outcome or a warning: with nothing decided
-/// yet, nf_tables (the default must not be a backend the kernel lacks), and
-/// legacy only if nf_tables is lacking; when the override or the host link
-/// decided and warnings are wanted, the backend it picked (to warn that the
-/// kernel lacks it). Hint chains, counts and the lock need state in the
-/// backend they pick, so they cannot pick a missing one. Returns the
-/// backends the kernel lacks.
+/// Which backends the running kernel has, and which this process is known
+/// to be unable to use ([`KernelReader::unusable`]): all of them for
+/// `detect`; on a call only what can change the outcome or a warning: with
+/// nothing decided yet, nft (the default must not be a backend the kernel
+/// lacks or this process cannot use), and legacy only if nft is lacking;
+/// when the override or the host link decided and warnings are wanted, the
+/// backend it picked (to warn). Hint chains, counts and the lock need state
+/// read from the backend they pick, which a missing backend has none of and
+/// an unusable one cannot give (its count is unknown, and so counts and the
+/// lock decide nothing), so they cannot pick either. Returns the backends
+/// lacking.
 fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, family: Family) -> Vec<(Mode, String)> {
     let wanted: Vec<Mode> = match (collector.depth, &collector.decided) {
         (Depth::Everything, _) | (_, None) => vec![Mode::Nft, Mode::Legacy],
@@ -318,7 +326,7 @@ fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, f
             };
             if let Presence::Missing(how) = &presence {
                 if each == family {
-                    lacking.push((mode, format!("{module}: {how}")));
+                    lacking.push((mode, format!("the running kernel lacks it ({module}: {how})")));
                 }
             }
             collector.add(Evidence {
@@ -328,6 +336,22 @@ fn read_backend_presence(collector: &mut Collector, kernel: &mut KernelReader, f
                 method: "sysfs, /proc and module lists; nothing asked".into(),
                 points_to: None,
             });
+            // Only a backend in the kernel is asked (asking could load it).
+            if !matches!(presence, Presence::Present(_) | Presence::Askable(_)) {
+                continue;
+            }
+            if let Some(why) = kernel.unusable(mode, each) {
+                if each == family {
+                    lacking.push((mode, format!("this process cannot use it ({why})")));
+                }
+                collector.add(Evidence {
+                    source: Source::BackendPresence,
+                    location: format!("{backend} from this process"),
+                    value: format!("cannot be used: {why}"),
+                    method: "the wrapper's own socket, then the save tool".into(),
+                    points_to: None,
+                });
+            }
         }
     }
     lacking

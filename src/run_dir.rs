@@ -27,6 +27,8 @@ pub const DEFAULT_RUN_DIR: &str = "/run/iptables-wrapper";
 pub struct RunDir {
     fd: OwnedFd,
     path: PathBuf,
+    /// The directory's mode bits, as its `fstat` showed them.
+    mode: libc::mode_t,
 }
 
 impl RunDir {
@@ -58,7 +60,11 @@ impl RunDir {
             }
         };
         match fstat(fd.as_raw_fd()) {
-            Ok(stat) if is_private(&stat, SFlag::S_IFDIR) => Some(RunDir { fd, path }),
+            Ok(stat) if is_private(&stat, SFlag::S_IFDIR) => Some(RunDir {
+                fd,
+                path,
+                mode: stat.st_mode as libc::mode_t,
+            }),
             Ok(_) => {
                 log::debug!(
                     "runtime directory {} not used: not a directory of this user with mode 0700",
@@ -75,6 +81,35 @@ impl RunDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether this process may create files here: not a read-only mount,
+    /// and write and search access for the effective user (root needs no
+    /// mode bits). One `faccessat2` (`AT_EACCESS`); where that system call
+    /// is missing (before Linux 5.8) or refused, the owner's write bit, as
+    /// the directory's `fstat` showed it, decides for a user other than root,
+    /// and a read-only mount shows only when a write fails.
+    pub fn writable(&self) -> bool {
+        // SAFETY: the path is a NUL-terminated literal; nothing is written.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_faccessat2,
+                self.fd.as_raw_fd(),
+                c".".as_ptr(),
+                libc::W_OK | libc::X_OK,
+                libc::AT_EACCESS,
+            )
+        };
+        if rc == 0 {
+            return true;
+        }
+        match Errno::last() {
+            Errno::ENOSYS | Errno::EPERM => geteuid().is_root() || self.mode & Mode::S_IWUSR.bits() != 0,
+            errno => {
+                log::debug!("runtime directory {} not writable: {errno}", self.path.display());
+                false
+            }
+        }
     }
 
     /// The contents of file `name`, if it is a private regular file of this

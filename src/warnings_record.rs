@@ -16,7 +16,8 @@
 //! or here when the record is [`due`], that is missing or last written a
 //! minute ago. So on a busy node one call a minute looks, and the others
 //! pay one `fstatat`; calls whose warnings nobody would see (no usable
-//! runtime directory, stderr not showing them) never look. A warning may
+//! runtime directory, or one this process cannot write in, and stderr not
+//! showing them) never look. A warning may
 //! therefore reach the record up to a minute after its cause appears.
 //!
 //! Writes are bounded: a call that looked rewrites the record when it is a
@@ -26,7 +27,11 @@
 //! record keeps at most 32 warnings, each cut at 1 KiB, so it stays under
 //! 40 KiB. Calls that did not look never touch it; a call that looked reads
 //! it (one small file) and rewrites it by a rename. When the runtime
-//! directory is unusable the record is simply not kept.
+//! directory is unusable, or not writable (a read-only mount, mode 0500 for a
+//! user other than root: one `faccessat2`, asked only of a record that is
+//! due), the record is simply not kept. Lines read back from an earlier
+//! record, which anyone with the user's rights could have written, are held
+//! to these rules again (see `carried`).
 //!
 //! Not syslog: on a node every container has its own `/dev/log` or none,
 //! the host's journal would need a socket round trip per call, and the
@@ -34,6 +39,7 @@
 
 use crate::report::printable;
 use crate::run_dir::RunDir;
+use std::borrow::Cow;
 
 /// The record's file name in the runtime directory.
 pub const FILE_NAME: &str = "warnings";
@@ -50,18 +56,21 @@ const MAX_FILE_BYTES: usize = 64 * 1024;
 const HEADER: &str = "# iptables-wrapper warnings, most recently seen first (UTC); written at unix time ";
 
 /// Whether a call should look for every warning for the record's sake:
-/// the record can be kept here (a directory, and a clock to date it), and
-/// it is missing or was last written [`REFRESH_SECONDS`] ago (or in the
-/// future: a clock set back).
+/// the record can be kept here (a directory this process can write in,
+/// and a clock to date it), and it is missing or was last written
+/// [`REFRESH_SECONDS`] ago (or in the future: a clock set back). Whether
+/// the directory is writable is asked only of a record that is due, so a
+/// call that finds a fresh record pays nothing for it.
 pub fn due() -> bool {
     let Some(dir) = RunDir::open_or_create() else {
         return false;
     };
-    match (dir.modified(FILE_NAME), unix_now()) {
+    let stale = match (dir.modified(FILE_NAME), unix_now()) {
         (_, None) => false,
         (None, Some(_)) => true,
         (Some(written), Some(now)) => !(0..REFRESH_SECONDS as i64).contains(&(now as i64 - written)),
-    }
+    };
+    stale && dir.writable()
 }
 
 /// Records the `warnings` (unescaped texts) of a call that looked for every
@@ -70,6 +79,9 @@ pub fn record(warnings: &[String]) {
     let (Some(dir), Some(now)) = (RunDir::open_or_create(), unix_now()) else {
         return;
     };
+    if !dir.writable() {
+        return;
+    }
     let previous = dir.read(FILE_NAME, MAX_FILE_BYTES).unwrap_or_default();
     let previous = String::from_utf8_lossy(&previous);
     // The file's own time, as `due` reads it (the header repeats it for people).
@@ -103,9 +115,21 @@ fn unix_now() -> Option<u64> {
 fn updated(previous: &str, written_at: Option<u64>, current: &[String], now: u64) -> Option<String> {
     let mut lines = previous.lines();
     let written_at = written_at.filter(|_| lines.next().is_some_and(|header| header.starts_with(HEADER)));
-    // (time last seen, warning) of the record's lines.
-    let entries: Vec<(&str, &str)> = lines.filter_map(|line| line.split_once(' ')).collect();
-    let all_recorded = current.iter().all(|w| entries.iter().any(|(_, known)| known == w));
+    // (time last seen, warning) of the record's lines, as this module
+    // writes them (see `carried`); a record that needed cleaning is
+    // rewritten as soon as one with a new warning would be.
+    let mut entries: Vec<(&str, Cow<str>)> = Vec::new();
+    let mut clean = true;
+    for line in lines {
+        match carried(line) {
+            Some((seen, warning)) if entries.len() < MAX_WARNINGS && !entries.iter().any(|(_, w)| *w == warning) => {
+                clean &= matches!(warning, Cow::Borrowed(_));
+                entries.push((seen, warning));
+            }
+            _ => clean = false,
+        }
+    }
+    let all_recorded = clean && current.iter().all(|w| entries.iter().any(|(_, known)| known == w));
     if let Some(written_at) = written_at.filter(|&at| at <= now) {
         let wait = if all_recorded {
             REFRESH_SECONDS
@@ -135,16 +159,55 @@ fn updated(previous: &str, written_at: Option<u64>, current: &[String], now: u64
 /// A warning as one record line: control characters escaped, cut at
 /// `MAX_WARNING_BYTES` on a character boundary.
 fn one_line(warning: &str) -> String {
-    let mut line = printable(warning).into_owned();
-    if line.len() > MAX_WARNING_BYTES {
-        let mut cut = MAX_WARNING_BYTES;
-        while !line.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        line.truncate(cut);
-        line.push_str(" [cut]");
+    cut(printable(warning)).into_owned()
+}
+
+/// Marks a warning cut at `MAX_WARNING_BYTES`.
+const CUT_MARK: &str = " [cut]";
+
+/// `line` cut at `MAX_WARNING_BYTES` on a character boundary, marked.
+fn cut(line: Cow<'_, str>) -> Cow<'_, str> {
+    if line.len() <= MAX_WARNING_BYTES {
+        return line;
     }
-    line
+    let mut end = MAX_WARNING_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{CUT_MARK}", &line[..end]))
+}
+
+/// A line of an earlier record as (time last seen, warning), made to hold
+/// what this module promises of its lines, whoever wrote the file: a time
+/// not in the record's own form drops the line; a warning with control
+/// characters is escaped, one over the length limit is cut (a line this
+/// module wrote is taken as it is: escaping it again would double its
+/// backslashes on every rewrite).
+fn carried(line: &str) -> Option<(&str, Cow<'_, str>)> {
+    let (seen, warning) = line.split_once(' ')?;
+    if !is_utc_time(seen) || warning.is_empty() {
+        return None;
+    }
+    let escaped = if warning.chars().any(char::is_control) {
+        printable(warning)
+    } else {
+        Cow::Borrowed(warning)
+    };
+    let written_cut = escaped.len() <= MAX_WARNING_BYTES + CUT_MARK.len() && escaped.ends_with(CUT_MARK);
+    Some((seen, if written_cut { escaped } else { cut(escaped) }))
+}
+
+/// Whether `text` has the form of [`utc_time`]'s `2026-11-29T22:40:01Z`.
+fn is_utc_time(text: &str) -> bool {
+    const FORM: &[u8] = b"0000-00-00T00:00:00Z";
+    text.len() == FORM.len()
+        && text.bytes().zip(FORM).all(|(byte, &form)| {
+            if form == b'0' {
+                byte.is_ascii_digit()
+            } else {
+                byte == form
+            }
+        })
 }
 
 /// `2026-11-29T22:40:01Z` for a Unix time.
@@ -227,6 +290,35 @@ mod tests {
         let record = updated("", None, &current, 1000).unwrap();
         let lines: Vec<&str> = record.lines().skip(1).collect();
         assert_eq!(lines.len(), 2, "{record}");
+    }
+
+    #[test]
+    fn an_earlier_record_is_held_to_the_records_promises() {
+        let long = "x".repeat(50_000);
+        let previous = format!(
+            "{HEADER}1000\n2026-11-29T22:40:01Z a\u{1b}[2J forged\r\n2026-11-29T22:40:01Z {long}\nnot a time line\n\
+             2026-11-29T22:40:01Z kept \\n as written\n2026-11-29T22:40:01Z kept \\n as written\n"
+        );
+        // Nothing new to add, but the record needs cleaning: rewritten after a second.
+        assert_eq!(updated(&previous, Some(1000), &[], 1000), None);
+        let cleaned = updated(&previous, Some(1000), &[], 1001).expect("cleaned");
+        let lines: Vec<&str> = cleaned.lines().skip(1).collect();
+        assert_eq!(lines.len(), 3, "{cleaned}");
+        assert_eq!(lines[0], "2026-11-29T22:40:01Z a\\u{1b}[2J forged");
+        assert!(lines[1].len() <= 21 + MAX_WARNING_BYTES + CUT_MARK.len() && lines[1].ends_with(CUT_MARK));
+        assert_eq!(
+            lines[2], "2026-11-29T22:40:01Z kept \\n as written",
+            "not escaped twice"
+        );
+        assert!(!cleaned.chars().any(|c| c.is_control() && c != '\n'));
+        // A clean record stays as it is, and is not rewritten early.
+        assert_eq!(updated(&cleaned, Some(1001), &[], 1002), None);
+        assert_eq!(
+            updated(&cleaned, Some(1001), &[], 1001 + REFRESH_SECONDS)
+                .as_deref()
+                .map(|r| r.lines().skip(1).collect::<Vec<_>>()),
+            Some(lines)
+        );
     }
 
     #[test]

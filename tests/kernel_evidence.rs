@@ -11,21 +11,55 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 /// How a run sees the kernel through its own mount namespace.
+#[derive(Clone, Copy)]
 enum View<'a> {
+    /// This machine's own `/proc`, `/sys` and module lists.
+    AsIs,
     /// A tmpfs over `/proc`: no `/proc` at all.
     NoProc,
-    /// A modular kernel: a fake `/proc` with this `/proc/modules`, the real
-    /// `/proc/<pid>` as `/proc/self`, a tmpfs over `/sys` (no module entries)
-    /// and over this machine's own `/lib/modules` (only the host root's count);
-    /// `/proc/thread-self/net` is the namespace's real one, or an empty
-    /// directory when `x_tables` is false (no legacy x_tables loaded).
+    /// A modular kernel: a fake `/proc` with this `/proc/modules` (this
+    /// machine's kernel has no module support, so no real procfs has one),
+    /// the real `/proc/<pid>` as `/proc/self`, a tmpfs over `/sys` (no module
+    /// entries) and over this machine's own `/lib/modules` (only the host
+    /// root's count); `/proc/thread-self/net` is the namespace's real one, or
+    /// an empty directory when `x_tables` is false. Being in a tmpfs, the
+    /// table lists are not trusted: legacy is unknown.
     Modular { proc_modules: &'a str, x_tables: bool },
+    /// Lying table lists (`filter` and `nat`, both families): a directory
+    /// holding them mounted over the run's own `/proc/thread-self/net`
+    /// (`/proc/<pid>/task/<pid>/net`: the shell execs the program, which
+    /// keeps its pid).
+    ListsMountedOverNet,
+    /// Lying table lists in a tmpfs at `/proc`.
+    ListsInTmpfsProc,
+    /// The real procfs `net` directory of the process `OTHER_PID` (another
+    /// network namespace) mounted over the run's own.
+    OtherNamespacesNet,
+    /// A procfs of the run's own mounted with `subset=pid` (no
+    /// `/proc/modules`, `/proc/sys`, `/proc/version`), a tmpfs over `/sys`
+    /// and over this machine's `/lib/modules`.
+    SubsetPid,
+}
+
+/// Writes lying legacy table lists (`filter`, `nat`) into `dir` (a shell word).
+fn lying_lists(dir: &str) -> String {
+    format!("mkdir -p {dir}; for f in ip_tables_names ip6_tables_names; do printf 'filter\\nnat\\n' > {dir}/$f; done")
 }
 
 /// The wrapper (or a wrapped command of the node) run with `args` in a
 /// mount namespace of its own, seeing the kernel through `view`.
 fn run_in_view(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    view_command(node, view, program, args, env)
+        .output()
+        .expect("run unshare")
+}
+
+/// The command [`run_in_view`] runs.
+fn view_command(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let no_modules = "mount -t tmpfs nosys /sys
+for d in /lib/modules /usr/lib/modules; do if [ -d $d ]; then mount -t tmpfs nomodules $d; fi; done";
     let setup = match view {
+        View::AsIs => String::new(),
         View::NoProc => "mount -t tmpfs noproc /proc".to_string(),
         View::Modular { proc_modules, x_tables } => format!(
             r#"stage="$STAGE"; mkdir -p "$stage/pid"
@@ -35,14 +69,24 @@ mkdir -p /proc/self /proc/thread-self/net
 mount --bind "$stage/pid" /proc/self
 {}
 printf '%s' '{proc_modules}' > /proc/modules
-mount -t tmpfs nosys /sys
-for d in /lib/modules /usr/lib/modules; do if [ -d $d ]; then mount -t tmpfs nomodules $d; fi; done"#,
+{no_modules}"#,
             if x_tables {
                 r#"mount --bind "$stage/pid/net" /proc/thread-self/net"#
             } else {
                 ""
             }
         ),
+        View::ListsMountedOverNet => format!(
+            "{}\nmount --bind \"$STAGE/lists\" /proc/$$/task/$$/net",
+            lying_lists("\"$STAGE/lists\"")
+        ),
+        View::ListsInTmpfsProc => format!(
+            "mount -t tmpfs fakeproc /proc\n{}\n{}",
+            lying_lists("/proc/thread-self/net"),
+            lying_lists("/proc/self/net")
+        ),
+        View::OtherNamespacesNet => "mount --bind /proc/$OTHER_PID/net /proc/$$/task/$$/net".to_string(),
+        View::SubsetPid => format!("mount -t proc -o subset=pid proc /proc\n{no_modules}"),
     };
     let mut command = Command::new("unshare");
     command
@@ -60,7 +104,7 @@ for d in /lib/modules /usr/lib/modules; do if [ -d $d ]; then mount -t tmpfs nom
     for (name, value) in env {
         command.env(name, value);
     }
-    command.output().expect("run unshare")
+    command
 }
 
 /// `detect --json` in a view, parsed.
@@ -422,7 +466,13 @@ fn kernel_without_nf_tables_is_never_picked_by_default() {
     assert_eq!(mode_and_source(&report), ("legacy", "default"), "{report}");
     let presence = values(&report, "backend-presence", "nf_tables");
     assert!(presence[0].starts_with("not in this kernel"), "{report}");
-    assert!(warnings(&report).is_empty(), "{report}");
+    // Only the fake /proc's untrusted table lists are flagged.
+    assert!(
+        warnings(&report)
+            .iter()
+            .all(|w| w.contains("only by default") && w.contains("unknown")),
+        "{report}"
+    );
 
     let out = run_in_view(&node, view(), node.bin.join("iptables").to_str().unwrap(), &["-V"], &[]);
     assert!(
@@ -452,8 +502,12 @@ fn kernel_without_nf_tables_is_never_picked_by_default() {
 }
 
 #[test]
-fn kernel_without_legacy_x_tables_is_reported_and_obeyed_with_a_warning() {
-    // A 6.17+ kernel built without legacy x_tables: no table list, no module.
+fn table_lists_hidden_by_a_mount_are_no_proof_of_a_kernel_without_legacy() {
+    // A kernel built without legacy x_tables (6.17+) has no table lists in
+    // its procfs. A fake /proc without them shows the same, but is not the
+    // kernel's word: legacy is unknown, never "not in this kernel". (A
+    // kernel that really lacks x_tables cannot be made here: this machine's
+    // has it built in.)
     let node = Node::new("nolegacy");
     let view = || View::Modular {
         proc_modules: "nf_tables 364544 0 - Live 0x0000000000000000\n",
@@ -465,13 +519,201 @@ fn kernel_without_legacy_x_tables_is_reported_and_obeyed_with_a_warning() {
     assert_eq!(mode_and_source(&report), ("legacy", "host-link"), "{report}");
     for module in ["ip_tables", "ip6_tables"] {
         let presence = values(&report, "backend-presence", module);
-        assert!(presence[0].starts_with("not in this kernel"), "{report}");
+        assert!(
+            presence[0].starts_with("unknown") && presence[0].contains("not the kernel's procfs"),
+            "{report}"
+        );
     }
-    assert!(warnings(&report).iter().any(|w| w.contains("lacks")), "{report}");
+    assert!(!warnings(&report).iter().any(|w| w.contains("lacks")), "{report}");
+}
 
-    // Without the link: nothing in legacy, nft by default, no warning.
-    std::fs::remove_file(node.host_root.join("etc/alternatives/iptables")).unwrap();
-    let report = detect_in_view(&node, view(), &[]);
-    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
-    assert!(warnings(&report).is_empty(), "{report}");
+/// Whether the namespace's real procfs lists any legacy table.
+fn legacy_tables_exist() -> bool {
+    !(common::legacy_tables("ip_tables_names").trim().is_empty()
+        && common::legacy_tables("ip6_tables_names").trim().is_empty())
+}
+
+#[test]
+fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
+    // Lists naming filter and nat, from a directory mounted over procfs, a
+    // tmpfs at /proc, or another network namespace's real procfs: looking
+    // the tables up would create them here. No call may, and legacy is
+    // unknown.
+    let node = Node::new("lyingproc");
+    node.sh("for i in 1 2; do iptables-nft -A INPUT -j ACCEPT; done");
+    // Another namespace whose legacy filter and nat tables exist.
+    let mut other = Command::new("unshare")
+        .args(["-n", "sh", "-c"])
+        .arg("iptables-legacy -L -n >/dev/null && iptables-legacy -t nat -L -n >/dev/null && echo ready && exec sleep 60")
+        .env("XTABLES_LOCKFILE", node.path("other.lock"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.as_mut().unwrap()), &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let other_pid = other.id().to_string();
+    let env = [("OTHER_PID", other_pid.as_str())];
+    for (name, view) in [
+        ("a directory over /proc/thread-self/net", View::ListsMountedOverNet),
+        ("a tmpfs at /proc", View::ListsInTmpfsProc),
+        ("another namespace's procfs net", View::OtherNamespacesNet),
+    ] {
+        let report = detect_in_view(&node, view, &env);
+        assert!(!legacy_tables_exist(), "{name}: detect created legacy tables: {report}");
+        assert_eq!(mode_and_source(&report), ("nft", "default"), "{name}: {report}");
+        for (source, location) in [
+            ("hint-chain", "legacy mangle hint chains"),
+            ("rule-counts", "rule counts"),
+        ] {
+            let found = values(&report, source, location);
+            assert!(
+                found.iter().all(|v| v.starts_with("unknown")) && !found.is_empty(),
+                "{name}: {location} is unknown: {report}"
+            );
+        }
+        assert!(
+            warnings(&report).iter().any(|w| w.contains("unknown")),
+            "{name}: {report}"
+        );
+        let out = run_in_view(&node, view, node.bin.join("iptables").to_str().unwrap(), &["-V"], &env);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"),
+            "{name}: {out:?}"
+        );
+        assert!(!legacy_tables_exist(), "{name}: a call created legacy tables");
+    }
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
+#[test]
+fn table_lists_are_checked_where_openat2_is_refused() {
+    // Seccomp profiles older than openat2 (Linux 5.6) refuse it: the lists
+    // are then opened with openat, and their own fstatfs must say procfs.
+    let node = Node::new("noopenat2");
+    node.sh("iptables-legacy -A INPUT -j ACCEPT; iptables-legacy -A INPUT -j ACCEPT");
+    let refused = |view| {
+        let mut command = view_command(&node, view, WRAPPER, &["detect", "--json"], &[]);
+        refuse_syscall(&mut command, libc::SYS_openat2, &[]);
+        parse_detect(&command.output().unwrap())
+    };
+    // The kernel's own lists are read.
+    let report = refused(View::AsIs);
+    assert_eq!(report["rule_counts"]["legacy"]["exact"], 2, "{report}");
+    // A directory mounted over them is not.
+    let before = common::legacy_tables("ip_tables_names");
+    let report = refused(View::ListsMountedOverNet);
+    assert_eq!(
+        common::legacy_tables("ip_tables_names"),
+        before,
+        "no table created: {report}"
+    );
+    assert!(
+        values(&report, "rule-counts", "rule counts")[0].contains("not on procfs"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
+    // systemd's ProcSubset=pid: no /proc/modules, as on a kernel without
+    // module support, where asking nf_tables loads nothing. Here it says
+    // nothing of the kind, so with neither sysfs nor module lists nf_tables
+    // is unknown, and not asked (asking could load it).
+    let node = Node::new("subsetpid");
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT; iptables-legacy -A INPUT -j ACCEPT");
+    let trace = node.path("socket-trace");
+    let out = run_in_view(
+        &node,
+        View::SubsetPid,
+        "strace",
+        &[
+            "-f",
+            "-qq",
+            "-e",
+            "trace=socket",
+            "-o",
+            trace.to_str().unwrap(),
+            WRAPPER,
+            "detect",
+            "--json",
+        ],
+        &[],
+    );
+    let report = parse_detect(&out);
+    let presence = values(&report, "backend-presence", "nf_tables");
+    assert!(
+        presence[0].starts_with("unknown") && presence[0].contains("subset=pid"),
+        "{report}"
+    );
+    assert!(
+        values(&report, "hint-chain", "nft")
+            .iter()
+            .all(|v| v.starts_with("unknown")),
+        "nf_tables was not asked: {report}"
+    );
+    let sockets = std::fs::read_to_string(&trace).unwrap();
+    assert!(!sockets.contains("AF_NETLINK"), "no netlink socket: {sockets}");
+    assert!(sockets.contains("AF_INET"), "the trace saw the legacy reads: {sockets}");
+}
+
+#[test]
+fn a_backend_this_process_cannot_use_is_never_the_default() {
+    // A seccomp filter refuses every netlink socket: the nft backend, run
+    // by this process, would fail the same way. With 1,000 legacy rules the
+    // call goes to legacy, and detect says why.
+    let node = Node::new("seccompnl");
+    let rules: String = (0..1000)
+        .map(|i| format!("-A INPUT -s 10.0.{}.{} -j ACCEPT\n", i / 250, i % 250 + 1))
+        .collect();
+    std::fs::write(node.path("rules"), format!("*filter\n{rules}COMMIT\n")).unwrap();
+    node.sh(&format!("iptables-legacy-restore < {}", node.path("rules").display()));
+    let refuse_netlink = |command: &mut Command| {
+        refuse_syscall(command, libc::SYS_socket, &[(0, libc::AF_NETLINK as u32)]);
+    };
+    let mut call = node.command("iptables");
+    call.arg("-V");
+    refuse_netlink(&mut call);
+    let out = call.output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(legacy)"), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    let mut detect = node.wrapper();
+    detect.args(["detect", "--json"]);
+    refuse_netlink(&mut detect);
+    let report = parse_detect(&detect.output().unwrap());
+    assert_eq!(mode_and_source(&report), ("legacy", "default"), "{report}");
+    let unusable = values(&report, "backend-presence", "nft from this process");
+    assert!(unusable.len() == 1 && unusable[0].contains("seccomp"), "{report}");
+
+    // The override is obeyed, with a warning.
+    let mut call = node.command("iptables");
+    call.env("IPTABLES_MODE", "nft")
+        .env("IPTABLES_WRAPPER_LOG", "warn")
+        .arg("-V");
+    refuse_netlink(&mut call);
+    let out = call.output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("this process cannot use it"),
+        "{out:?}"
+    );
+
+    // Raw IP sockets refused to this process, which holds the capabilities
+    // they need, and to the legacy save tool alike: the host link's legacy
+    // is obeyed, with a warning.
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let mut call = node.command("iptables");
+    call.env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
+    refuse_syscall(
+        &mut call,
+        libc::SYS_socket,
+        &[(0, libc::AF_INET as u32), (2, libc::IPPROTO_RAW as u32)],
+    );
+    let out = call.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("uses legacy") && stderr.contains("this process cannot use it"),
+        "{out:?}"
+    );
 }

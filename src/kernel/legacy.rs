@@ -2,7 +2,9 @@
 //!
 //! Only tables that `/proc/thread-self/net/ip{,6}_tables_names` already lists
 //! are ever looked up: looking up any other table creates it. When that list
-//! cannot be read (no `/proc`), the legacy state is unknown, never "none".
+//! cannot be read, or is not the kernel's own (no `/proc`, a `/proc` that is
+//! not procfs, something mounted over part of it: see [`procfs`]), the legacy
+//! state is unknown, never "none".
 //!
 //! Two reads exist. `*_SO_GET_INFO` is one small copy per table and gives the
 //! entry count, from which [`TableInfo::rule_upper_bound`] follows.
@@ -18,6 +20,7 @@
 //! `<linux/netfilter_ipv6/ip6_tables.h>` and `<linux/netfilter/x_tables.h>`.
 
 use crate::family::Family;
+use crate::kernel::procfs;
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockProtocol, SockType};
 use std::io;
 use std::mem::{offset_of, size_of};
@@ -245,29 +248,43 @@ pub fn names_file(family: Family) -> &'static str {
 /// `/proc/thread-self/net/ip{,6}_tables_names`. A file read, no kernel query:
 /// it creates nothing.
 ///
-/// `Ok(None)`: the file is absent from a readable `/proc/thread-self/net`,
-/// so the family's x_tables is not in the kernel and no table exists. An
-/// error means the tables cannot be known (no `/proc`, or the file cannot be
-/// read): no table may then be looked up, and "none" would be a guess.
+/// Only the kernel's own list is trusted: the file is opened through
+/// [`procfs`], so a `/proc` that is not procfs, or a directory mounted over
+/// part of it, is no list (looking up what a fake list names would create
+/// those tables).
+///
+/// `Ok(None)`: the file is absent from this namespace's own
+/// `/proc/thread-self/net`, so the family's x_tables is not in the kernel and
+/// no table exists. An error means the tables cannot be known (no procfs,
+/// a mount over part of it, or the file cannot be read): no table may then be
+/// looked up, and "none" would be a guess.
 pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
     let file = Layout::of(family).names_file;
-    match std::fs::read_to_string(file) {
-        Ok(names) => Ok(Some(
-            names.lines().filter(|n| !n.is_empty()).map(str::to_string).collect(),
-        )),
+    let relative = file.strip_prefix("/proc/").expect("a procfs path");
+    let cannot = |e: &dyn std::fmt::Display| format!("{e}: the legacy tables cannot be listed");
+    let names = match procfs::open(relative, libc::O_RDONLY) {
+        Ok(fd) => procfs::read_all(fd).map_err(|e| cannot(&format!("{file}: {e}")))?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let net = Path::new(file).parent().expect("an absolute path");
-            if net.is_dir() {
-                Ok(None)
-            } else {
-                Err(format!(
-                    "{} is absent (/proc not mounted?): the legacy tables cannot be listed",
+            let net = Path::new(relative).parent().expect("a file in a directory");
+            return match procfs::open(net.to_str().expect("UTF-8"), libc::O_PATH | libc::O_DIRECTORY) {
+                Ok(_) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
+                    "/proc/{} is absent (/proc not mounted, or a procfs that does not show this process?): the legacy tables cannot be listed",
                     net.display()
-                ))
-            }
+                )),
+                Err(e) => Err(cannot(&e)),
+            };
         }
-        Err(e) => Err(format!("{file}: {e}: the legacy tables cannot be listed")),
-    }
+        Err(e) if e.kind() == io::ErrorKind::Other => return Err(cannot(&e)),
+        Err(e) => return Err(cannot(&format!("{file}: {e}"))),
+    };
+    Ok(Some(
+        String::from_utf8_lossy(&names)
+            .lines()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect(),
+    ))
 }
 
 impl LegacyFamily {

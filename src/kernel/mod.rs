@@ -3,12 +3,15 @@
 //! through netlink, each falling back to its save tool when the kernel
 //! refuses the direct query. A backend is only asked once [`modules`] shows
 //! it is in the kernel (asking could load it); a backend whose state cannot
-//! be read is unknown, never empty.
+//! be read is unknown, never empty, and one whose refusal proves that its
+//! own backend program would be refused too is also unusable from this
+//! process ([`KernelReader::unusable`]).
 
 pub mod count_cache;
 pub mod legacy;
 pub mod modules;
 pub mod nft;
+pub mod procfs;
 pub mod save_tools;
 
 use crate::family::Family;
@@ -145,6 +148,11 @@ pub struct KernelReader {
     nf_tables: Option<Presence>,
     nft: Option<NftSource>,
     legacy: [Option<LegacySource>; 2],
+    /// Why this process cannot use nft, when that is known (see
+    /// [`KernelReader::unusable`]).
+    nft_unusable: Option<String>,
+    /// Likewise for legacy, per family.
+    legacy_unusable: [Option<String>; 2],
 }
 
 impl Default for KernelReader {
@@ -159,6 +167,36 @@ impl KernelReader {
             nf_tables: None,
             nft: None,
             legacy: [None, None],
+            nft_unusable: None,
+            legacy_unusable: [None, None],
+        }
+    }
+
+    /// Why this process is known to be unable to use `mode`'s backend for
+    /// `family`, if it is: the kernel refused the wrapper's own socket for
+    /// a reason that no capability explains, so a filter this process runs
+    /// under (seccomp, which every program it execs inherits), and the
+    /// backend's save tool, run as the backend would be, failed as well.
+    /// A netlink socket needs no capability, so EPERM on opening one is such
+    /// a refusal; a raw IP socket is refused (EPERM) without `CAP_NET_RAW`,
+    /// which a backend with file capabilities has where the wrapper does not
+    /// (see the README's non-root images), so there it counts only when
+    /// this process holds `CAP_NET_RAW` and `CAP_NET_ADMIN`. EACCES (an LSM,
+    /// whose policy may differ for the backend after exec) and a missing
+    /// protocol (qemu-user refuses `NETLINK_NETFILTER`, yet runs native
+    /// backends) are no such proof. Reads the backend's source if it was
+    /// not read yet (opening its socket; for legacy, its table list and
+    /// `GET_INFO`).
+    pub fn unusable(&mut self, mode: Mode, family: Family) -> Option<String> {
+        match mode {
+            Mode::Nft => {
+                self.nft_source();
+                self.nft_unusable.clone()
+            }
+            Mode::Legacy => {
+                self.legacy_source(family);
+                self.legacy_unusable[family_index(family)].clone()
+            }
         }
     }
 
@@ -464,6 +502,16 @@ impl KernelReader {
             let source = match self.nf_tables_presence() {
                 Presence::Present(_) | Presence::Askable(_) => match NftSocket::open() {
                     Ok(socket) => NftSource::Netlink(socket),
+                    // Opening sends nothing and needs no capability.
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                        let source = saved_nft(e);
+                        if matches!(source, NftSource::Unreadable(_)) {
+                            self.nft_unusable = Some(
+                                "the kernel refused this process a NETLINK_NETFILTER socket (EPERM: a seccomp filter, which the backend runs under too), and iptables-nft-save failed as well".into(),
+                            );
+                        }
+                        source
+                    }
                     Err(e) => saved_nft(e),
                 },
                 Presence::NotLoaded(how) | Presence::Missing(how) => {
@@ -484,17 +532,33 @@ impl KernelReader {
     }
 
     fn legacy_source(&mut self, family: Family) -> &mut LegacySource {
-        self.legacy[family_index(family)].get_or_insert_with(|| match legacy::listed_tables(family) {
-            // The save tool reads the same list, and would print nothing.
-            Err(why) => LegacySource::Unreadable(format!("legacy {}: {why}", family.label())),
-            Ok(names) => match LegacyFamily::open_listed(family, names.unwrap_or_default()) {
-                Ok(tables) => {
-                    let exact = vec![None; tables.tables.len()];
-                    LegacySource::Sockopt { tables, exact }
-                }
-                Err(e) => saved_legacy(family, e),
-            },
-        })
+        let index = family_index(family);
+        if self.legacy[index].is_none() {
+            let source = match legacy::listed_tables(family) {
+                // The save tool reads the same list, and would print nothing.
+                Err(why) => LegacySource::Unreadable(format!("legacy {}: {why}", family.label())),
+                Ok(names) => match LegacyFamily::open_listed(family, names.unwrap_or_default()) {
+                    Ok(tables) => {
+                        let exact = vec![None; tables.tables.len()];
+                        LegacySource::Sockopt { tables, exact }
+                    }
+                    // With both capabilities, EPERM is no capability check.
+                    Err(e) if e.raw_os_error() == Some(libc::EPERM) && holds_net_raw_and_admin() => {
+                        let source = saved_legacy(family, e);
+                        if matches!(source, LegacySource::Unreadable(_)) {
+                            self.legacy_unusable[index] = Some(format!(
+                                "the kernel refused this process, which holds CAP_NET_RAW and CAP_NET_ADMIN, its raw socket or getsockopt (EPERM: a seccomp filter, which the backend runs under too), and {}-legacy-save failed as well",
+                                family.program()
+                            ));
+                        }
+                        source
+                    }
+                    Err(e) => saved_legacy(family, e),
+                },
+            };
+            self.legacy[index] = Some(source);
+        }
+        self.legacy[index].as_mut().expect("set above")
     }
 
     fn fall_back_legacy(&mut self, family: Family, error: std::io::Error) {
@@ -543,6 +607,36 @@ fn namespace_of(socket: &NftSocket) -> Option<Namespace> {
             None
         }
     }
+}
+
+/// Whether this process holds `CAP_NET_RAW` and `CAP_NET_ADMIN` in its
+/// effective set (`capget`); false when that cannot be read.
+fn holds_net_raw_and_admin() -> bool {
+    /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words of each set.
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_NET_RAW: u32 = 13;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget writes two `Data` for version 3 into `data`.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut Header, data.as_mut_ptr()) };
+    let wanted = (1 << CAP_NET_ADMIN) | (1 << CAP_NET_RAW);
+    rc == 0 && data[0].effective & wanted == wanted
 }
 
 /// One method for both families, or each family's own.

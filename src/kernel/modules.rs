@@ -5,8 +5,10 @@
 //! from reads that cannot load anything, cheapest first:
 //! - `/sys/module/<name>` exists for every loaded module, but for a built-in
 //!   one only when it has parameters: built-in nf_tables usually has none;
-//! - `/proc/modules` lists the loaded modules; a mounted `/proc` without it
-//!   means a kernel without module support, where asking loads nothing;
+//! - `/proc/modules` lists the loaded modules; a full procfs without it
+//!   means a kernel without module support, where asking loads nothing (a
+//!   procfs mounted with `subset=pid` hides it, and `/proc/version` with it:
+//!   that says nothing about module support);
 //! - `/proc/thread-self/net/ip{,6}_tables_names` exists in every network
 //!   namespace once the family's x_tables is in the kernel;
 //! - `modules.builtin` (what is built in) and `modules.dep` (what could be
@@ -21,7 +23,7 @@
 use crate::family::Family;
 use crate::host_link;
 use crate::kernel::legacy;
-use nix::sys::statfs::{statfs, PROC_SUPER_MAGIC};
+use crate::kernel::procfs;
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
@@ -94,7 +96,7 @@ pub fn nf_tables() -> Presence {
     }
     if kernel_without_modules() {
         return Presence::Askable(
-            "no /proc/modules in a mounted /proc: the kernel has no module support, so asking loads nothing".into(),
+            "no /proc/modules in a full procfs: the kernel has no module support, so asking loads nothing".into(),
         );
     }
     // Every loaded module has a /sys/module entry; without sysfs, ask /proc.
@@ -104,7 +106,16 @@ pub fn nf_tables() -> Presence {
                 return Presence::Present(format!("listed in {PROC_MODULES}"))
             }
             Ok(_) => {}
-            Err(e) => return Presence::Unknown(format!("neither /sys/module nor {PROC_MODULES} can be read ({e})")),
+            Err(e) => {
+                return Presence::Unknown(format!(
+                    "neither /sys/module nor {PROC_MODULES} can be read ({e}{})",
+                    if proc_shows_only_processes() {
+                        "; /proc shows only processes (subset=pid), which says nothing about module support"
+                    } else {
+                        ""
+                    }
+                ))
+            }
         }
     }
     // Not a loaded module: either built in (without a sysfs entry) or absent.
@@ -121,13 +132,11 @@ pub fn nf_tables() -> Presence {
     }
 }
 
-/// A family's legacy x_tables presence, from its table list, without
-/// `modules.dep` (see [`Presence::or_missing`]).
+/// A family's legacy x_tables presence, from its table list (the kernel's
+/// own, see [`legacy::listed_tables`]), without `modules.dep` (see
+/// [`Presence::or_missing`]).
 pub fn x_tables(family: Family) -> Presence {
     let file = legacy::names_file(family);
-    if Path::new(file).exists() {
-        return Presence::Present(format!("{file} exists"));
-    }
     match legacy::listed_tables(family) {
         Ok(Some(_)) => Presence::Present(format!("{file} exists")),
         Ok(None) => Presence::NotLoaded(format!("no {file}")),
@@ -146,16 +155,21 @@ fn loadable(module: &str) -> Result<(bool, String), String> {
 }
 
 const PROC_MODULES: &str = "/proc/modules";
+/// In every full procfs, whatever the kernel's configuration.
+const PROC_VERSION: &str = "/proc/version";
 
-/// A mounted `/proc` without `/proc/modules`: the kernel has no module
-/// support, so nothing can ever be loaded.
+/// A full procfs without `/proc/modules`: the kernel has no module support,
+/// so nothing can ever be loaded. A procfs that shows only processes
+/// (`subset=pid`, systemd's `ProcSubset=pid`) lacks `/proc/modules` too, and
+/// says nothing about module support: it lacks `/proc/version` as well,
+/// which every full procfs has.
 fn kernel_without_modules() -> bool {
-    !Path::new(PROC_MODULES).exists() && proc_is_mounted()
+    !Path::new(PROC_MODULES).exists() && procfs::is_mounted() && Path::new(PROC_VERSION).exists()
 }
 
-/// Whether `/proc` is the kernel's procfs (not missing, not a tmpfs over it).
-fn proc_is_mounted() -> bool {
-    statfs("/proc").is_ok_and(|fs| fs.filesystem_type() == PROC_SUPER_MAGIC)
+/// A procfs without `/proc/version`: mounted with `subset=pid`.
+fn proc_shows_only_processes() -> bool {
+    procfs::is_mounted() && !Path::new(PROC_VERSION).exists()
 }
 
 /// Whether `/proc/modules` text lists `module` (its first field).
