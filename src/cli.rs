@@ -6,6 +6,7 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Depth};
 use crate::install::{self, LinkOutcome};
 use crate::own_file;
+use crate::stale;
 use crate::report::{self, printable};
 use crate::standard_fds::say;
 use std::ffi::CStr;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 const USAGE: &str = "\
 usage: iptables-wrapper detect [--json] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
+       iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
        iptables-wrapper --version | --help
 
 Invoked as iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save
@@ -27,6 +29,14 @@ iptables-nft or iptables-legacy and execs that backend.
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
+  stale      show what the backend the host does not use still holds (rules,
+             user chains, DROP policies) per family, table and chain; -v adds
+             the rules in iptables-save form; exit 0 nothing stale, 1 stale,
+             2 refused (the host's backend is not certain: only the override,
+             the host link or a hint chain in one backend alone are)
+             --remove: save that backend's rules into --backup-dir DIR
+             (default: a new directory in the runtime directory), then
+             empty each stale table; exit 0 when nothing stale remains
 
 Environment:
   IPTABLES_MODE               nft, legacy or auto (default): overrides detection
@@ -51,6 +61,7 @@ pub fn run(args: &[&CStr]) -> i32 {
     match args.next() {
         Some("detect") => detect(args),
         Some("install") => run_install(args),
+        Some("stale") => run_stale(args),
         Some("--version" | "-V" | "version") => {
             println!(
                 "iptables-wrapper {} commit {} target {}",
@@ -108,6 +119,26 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     } else {
         print_out(&report::text(&decision))
     }
+}
+
+fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
+    let mut options = stale::Options::default();
+    while let Some(arg) = args.next() {
+        match arg {
+            "--json" => options.json = true,
+            "-v" | "--verbose" => options.verbose = true,
+            "--remove" => options.remove = true,
+            "--backup-dir" => match args.next() {
+                Some("") | None => return usage_error("--backup-dir needs a directory"),
+                Some(value) => options.backup_dir = Some(PathBuf::from(value)),
+            },
+            other => return usage_error(&format!("unknown stale option {:?}", printable(other))),
+        }
+    }
+    if options.backup_dir.is_some() && !options.remove {
+        return usage_error("--backup-dir goes with --remove");
+    }
+    stale::run(&options)
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
