@@ -703,11 +703,12 @@ impl NftSocket {
     }
 
     /// The chains of table `table` of `family`, in the kernel's order, each
-    /// with its rules counted (a GETCHAIN and a GETRULE dump, both filtered
-    /// to the table).
+    /// with its rules counted: a GETCHAIN dump of the family (the kernel
+    /// filters chain dumps by no table, so the replies are) and a GETRULE
+    /// dump filtered to the table.
     pub fn chains(&self, family: Family, table: &'static str) -> io::Result<Vec<NftChain>> {
         let mut chains = Vec::new();
-        let request = Request::new(libc::NFT_MSG_GETCHAIN, family).attr(NFTA_CHAIN_TABLE, table);
+        let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
         let end = self.dump(&request, |payload| {
             let mut chain = NftChain {
                 name: String::new(),
@@ -716,8 +717,10 @@ impl NftSocket {
                 rules_without_counter: 0,
             };
             let (mut hook, mut priority, mut chain_type, mut policy) = (None, 0, String::new(), NF_ACCEPT);
+            let mut in_table = false;
             for (kind, value) in attributes(payload) {
                 match kind {
+                    NFTA_CHAIN_TABLE => in_table = until_nul(value) == table.as_bytes(),
                     NFTA_CHAIN_NAME => chain.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
                     NFTA_CHAIN_HOOK => {
                         for (kind, value) in nested(value) {
@@ -732,6 +735,9 @@ impl NftSocket {
                     NFTA_CHAIN_POLICY => policy = be_u32(value).unwrap_or(NF_ACCEPT),
                     _ => {}
                 }
+            }
+            if !in_table {
+                return ControlFlow::Continue(());
             }
             chain.base = hook.map(|hook| BaseChain {
                 hook,

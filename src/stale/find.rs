@@ -213,8 +213,8 @@ pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain]) -> Option<Strin
     }
     if table.use_count as usize != chains.len() {
         return Some(format!(
-            "the table holds {} objects besides its {} chains (sets, maps, objects or flowtables), which iptables-nft never makes",
-            table.use_count as usize - chains.len().min(table.use_count as usize),
+            "the table counts {} objects for its {} chains: it holds sets, maps, stateful objects or flowtables, which iptables-nft never makes",
+            table.use_count,
             chains.len()
         ));
     }
@@ -233,8 +233,9 @@ pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain]) -> Option<Strin
         }
         if chain.rules_without_counter > 0 {
             return Some(format!(
-                "chain {:?} has {} rules without a counter, and iptables-nft gives every rule one",
-                chain.name, chain.rules_without_counter
+                "chain {:?} has {} without a counter, and iptables-nft gives every rule one",
+                chain.name,
+                if chain.rules_without_counter == 1 { "1 rule".to_string() } else { format!("{} rules", chain.rules_without_counter) }
             ));
         }
     }
