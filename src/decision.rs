@@ -245,7 +245,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         rule_counts = read_kernel(&mut collector, &mut kernel);
     }
     if !collector.done() {
-        read_xtables_lock(&mut collector, rule_counts.is_some());
+        read_xtables_lock(&mut collector, rule_counts.as_ref());
     }
     let lacking = read_backend_presence(&mut collector, &mut kernel, command.family);
     let (mode, decided_by, reason) = collector.decided.take().unwrap_or_else(|| default_mode(&lacking));
@@ -726,14 +726,21 @@ fn describe_bounds(bounds: RuleBounds) -> String {
 /// nft hosts as well, and a read-only `iptables-legacy -L` leaves empty
 /// tables) and the rule counts were known on both sides (a count left
 /// unknown is no tie to break).
-fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
+fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleCounts>) {
     let lock = xtables_lock::inspect();
     let mut value = lock.describe();
     let mut traces = None;
-    if lock.hints_legacy() && !counts_known {
+    if lock.hints_legacy() && counts.is_none() {
         value.push_str("; the rule counts are unknown, so there is no tie for it to break");
     } else if lock.hints_legacy() {
-        match legacy_traces() {
+        // A tie of counts above 0: legacy's rules are the trace, unread.
+        let counted = counts.map_or(0, |counts| counts.legacy.low);
+        let traces_read = if counted > 0 {
+            Ok(vec![format!("{} (ipv4 + ipv6)", rules(counted))])
+        } else {
+            legacy_traces()
+        };
+        match traces_read {
             Ok(tables) if tables.is_empty() => value.push_str(
                 "; no legacy table holds a rule, a user chain or a DROP policy, so it decides nothing",
             ),
@@ -770,8 +777,8 @@ fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
 /// What legacy holds in this network namespace, both families (`ipv4
 /// filter holds 0 rules, policy FORWARD DROP`, ...): only listed tables are
 /// read, by GET_INFO and GET_ENTRIES (GET_INFO cannot show a policy). Empty
-/// tables are no trace. Reached only on a tie with the lock file hinting
-/// legacy, so small tables (a tie of large rulesets walked them already).
+/// tables are no trace. Reached only on a tie at 0 rules with the lock file
+/// hinting legacy.
 fn legacy_traces() -> Result<Vec<String>, String> {
     let mut traces = Vec::new();
     for family in Family::BOTH {
