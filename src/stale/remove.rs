@@ -23,6 +23,7 @@ use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::family::Family;
+use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
 use crate::mode::Mode;
 use crate::report::{printable, string};
@@ -211,11 +212,14 @@ fn write_backup(dir: &BackupDir, findings: &[Finding]) -> Result<Vec<(PathBuf, S
     let mut files = Vec::new();
     for finding in findings {
         let (backend, family) = (finding.backend, finding.family);
-        let asking_may_load = backend == Mode::Nft
-            && !matches!(modules::nf_tables(), Presence::Present(_) | Presence::Askable(_));
-        let save = if asking_may_load {
-            // Asking nf_tables could load it; it holds nothing to save.
-            format!("# nf_tables is not in the kernel: no {} nft rules to save\n", family.label())
+        // Where the backend holds nothing in this family, its save tool is
+        // not run (nft's could load nf_tables); the file says so instead.
+        let holds_nothing = match backend {
+            Mode::Nft => !matches!(modules::nf_tables(), Presence::Present(_) | Presence::Askable(_)),
+            Mode::Legacy => legacy::listed_tables(family)?.unwrap_or_default().is_empty(),
+        };
+        let save = if holds_nothing {
+            format!("# no {backend} {} tables existed: nothing to restore\n", family.label())
         } else {
             find::save(backend, family, false)?
         };
