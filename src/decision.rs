@@ -487,7 +487,8 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
 }
 
 /// Where the stale-rules warning sends the operator.
-pub const STALE_COMMAND_HINT: &str = "`iptables-wrapper stale` shows them, `iptables-wrapper stale --remove` removes them";
+pub const STALE_COMMAND_HINT: &str =
+    "`iptables-wrapper stale` shows them, `iptables-wrapper stale --remove` removes them";
 
 /// "filter holds 3 rules, 1 user chain, policy FORWARD DROP", or None for a
 /// table that holds nothing a write left.
@@ -741,9 +742,9 @@ fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleCounts>) {
             legacy_traces()
         };
         match traces_read {
-            Ok(tables) if tables.is_empty() => value.push_str(
-                "; no legacy table holds a rule, a user chain or a DROP policy, so it decides nothing",
-            ),
+            Ok(tables) if tables.is_empty() => {
+                value.push_str("; no legacy table holds a rule, a user chain or a DROP policy, so it decides nothing")
+            }
             Ok(tables) => {
                 value.push_str(&format!("; legacy state: {}", tables.join(", ")));
                 traces = Some(tables);

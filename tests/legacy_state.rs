@@ -92,7 +92,10 @@ fn a_legacy_drop_policy_without_rules_is_stale_state() {
     let report = node.detect();
     assert_eq!(warned(&report), None, "{report}");
     let text = report["warnings"].to_string();
-    assert!(text.contains("legacy ipv6 tables") && text.contains("policy INPUT DROP"), "{report}");
+    assert!(
+        text.contains("legacy ipv6 tables") && text.contains("policy INPUT DROP"),
+        "{report}"
+    );
 }
 
 const RULESET: &str = r#"*filter
@@ -150,7 +153,9 @@ fn saved_chains(save: &str) -> BTreeMap<(String, String), (String, u64)> {
 fn table_contents_match_the_save_tool_chain_by_chain() {
     enter_new_netns();
     for (family, prefix) in [(Family::Ipv4, "iptables"), (Family::Ipv6, "ip6tables")] {
-        sh(&format!("{prefix}-legacy-restore <<'EOF'\n{RULESET}EOF\n{prefix}-legacy -t raw -P OUTPUT DROP"));
+        sh(&format!(
+            "{prefix}-legacy-restore <<'EOF'\n{RULESET}EOF\n{prefix}-legacy -t raw -P OUTPUT DROP"
+        ));
         let expected = saved_chains(&sh(&format!("{prefix}-legacy-save")));
         let tables = LegacyFamily::open(family).unwrap();
         let mut walked = BTreeMap::new();
@@ -170,7 +175,10 @@ fn table_contents_match_the_save_tool_chain_by_chain() {
         let raw_contents = tables.contents(raw).unwrap();
         assert_eq!(raw_contents.rules(), 0);
         assert_eq!(
-            raw_contents.non_accept_policies().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            raw_contents
+                .non_accept_policies()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
             ["OUTPUT"]
         );
         sh(&format!("{prefix}-legacy -t raw -P OUTPUT ACCEPT"));

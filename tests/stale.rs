@@ -8,9 +8,9 @@ mod common;
 use common::Node;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::process::Output;
 
 fn stale(node: &Node, args: &[&str]) -> Output {
     node.wrapper().arg("stale").args(args).output().unwrap()
@@ -53,8 +53,7 @@ fn listed_tables() -> String {
 /// (and its hint chain) in nft.
 fn upgraded_node(name: &str) -> Node {
     let node = Node::new(name);
-    node.sh(
-        "iptables-legacy-restore <<'EOF'
+    node.sh("iptables-legacy-restore <<'EOF'
 *filter
 :INPUT ACCEPT [0:0]
 :FORWARD DROP [0:0]
@@ -88,8 +87,7 @@ iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT
 iptables-nft -t mangle -N KUBE-IPTABLES-HINT
 nft add table ip kube-proxy
 nft add chain ip kube-proxy services '{ type nat hook prerouting priority -100; }'
-nft add rule ip kube-proxy services ip daddr 10.96.0.1 counter accept",
-    );
+nft add rule ip kube-proxy services ip daddr 10.96.0.1 counter accept");
     node
 }
 
@@ -116,7 +114,10 @@ fn refuses_when_the_host_backend_is_not_certain() {
     refused(&node, &["--remove"], "rule-counts");
     refused(&node, &["-v", "--json"], "rule-counts");
     let out = stale(&node, &["--json"]);
-    assert_eq!(json(&out)["refused"].as_str().map(|r| r.contains("rule-counts")), Some(true));
+    assert_eq!(
+        json(&out)["refused"].as_str().map(|r| r.contains("rule-counts")),
+        Some(true)
+    );
     // The lock breaks a tie: not certain.
     node.sh("nft add table ip filter && iptables-nft -A INPUT -j ACCEPT && iptables-nft -A INPUT -j ACCEPT");
     node.sh("iptables-legacy -P FORWARD DROP");
@@ -139,9 +140,19 @@ fn refuses_when_the_host_backend_is_not_certain() {
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     // So are the override and the host link.
-    let out = node.wrapper().env("IPTABLES_MODE", "nft").args(["stale"]).output().unwrap();
+    let out = node
+        .wrapper()
+        .env("IPTABLES_MODE", "nft")
+        .args(["stale"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let out = node.wrapper().env("IPTABLES_MODE", "legacy").args(["stale", "--json"]).output().unwrap();
+    let out = node
+        .wrapper()
+        .env("IPTABLES_MODE", "legacy")
+        .args(["stale", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(json(&out)["findings"][0]["backend"], "nft");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
@@ -150,7 +161,11 @@ fn refuses_when_the_host_backend_is_not_certain() {
     // Usage errors are one line and exit 2 too.
     let out = stale(&node, &["--backup-dir", "/tmp/x"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--backup-dir goes with --remove"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--backup-dir goes with --remove"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -205,13 +220,17 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
     assert!(
-        text.contains("  -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443")
-            && text.contains("  :FORWARD DROP [0:0]")
+        text.contains(
+            "  -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443"
+        ) && text.contains("  :FORWARD DROP [0:0]")
             && text.contains("  -A INPUT -s 2001:db8::1/128 -j DROP"),
         "{text}"
     );
     let report = json(&stale(&node, &["-v", "--json"]));
-    assert!(report["findings"][0]["rules_saved"].as_str().unwrap().contains("-A FORWARD -j KUBE-FORWARD"));
+    assert!(report["findings"][0]["rules_saved"]
+        .as_str()
+        .unwrap()
+        .contains("-A FORWARD -j KUBE-FORWARD"));
     // Showing changed nothing: no table created, nft as it was.
     assert_eq!(listed_tables(), tables_before);
     assert_eq!(nft_ruleset(&node), nft_before);
@@ -243,12 +262,22 @@ fn removal_backs_up_empties_and_the_backup_restores_exactly() {
     for file in ["iptables-legacy.rules", "ip6tables-legacy.rules"] {
         let meta = std::fs::metadata(dir.join(file)).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{file}");
-        assert!(text.contains(&format!("undo: {}-restore < {}", file.trim_end_matches(".rules"), dir.join(file).display())), "{text}");
+        assert!(
+            text.contains(&format!(
+                "undo: {}-restore < {}",
+                file.trim_end_matches(".rules"),
+                dir.join(file).display()
+            )),
+            "{text}"
+        );
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "no temporary file left");
     // Legacy holds nothing: empty tables, ACCEPT everywhere.
     let legacy_after = legacy_saves(&node);
-    assert!(!legacy_after.contains("-A ") && !legacy_after.contains(" - [") && !legacy_after.contains("DROP"), "{legacy_after}");
+    assert!(
+        !legacy_after.contains("-A ") && !legacy_after.contains(" - [") && !legacy_after.contains("DROP"),
+        "{legacy_after}"
+    );
     // The tables stay registered, empty; raw, which held nothing, was not touched.
     assert!(common::legacy_tables("ip_tables_names").contains("raw"));
     // nft is byte for byte what it was.
@@ -260,7 +289,11 @@ fn removal_backs_up_empties_and_the_backup_restores_exactly() {
     // Twice is harmless: nothing to do, no backup.
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("nothing removed, no backup written"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("nothing removed, no backup written"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(stale(&node, &[]).status.code(), Some(0));
     // Restoring the backup brings legacy back exactly.
     node.sh(&format!(
@@ -288,8 +321,7 @@ fn removal_backs_up_empties_and_the_backup_restores_exactly() {
 fn an_nft_removal_leaves_native_nftables_tables_and_legacy_alone() {
     let node = Node::new("nftremove");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
-    node.sh(
-        "iptables-legacy -A INPUT -s 10.1.1.1 -j ACCEPT
+    node.sh("iptables-legacy -A INPUT -s 10.1.1.1 -j ACCEPT
 iptables-nft -A INPUT -s 10.0.0.1/32 -j DROP
 iptables-nft -P FORWARD DROP
 iptables-nft -t nat -N KUBE-SERVICES
@@ -309,8 +341,7 @@ nft add set ip6 raw blocked '{ type ipv6_addr; }'
 nft add rule ip6 raw PREROUTING ip6 saddr @blocked counter drop
 nft add table ip6 security
 nft add chain ip6 security input '{ type filter hook input priority 50; }'
-nft add rule ip6 security input counter accept",
-    );
+nft add rule ip6 security input counter accept");
     let native = |node: &Node| {
         node.sh("nft list table ip kube-proxy; nft list table inet firewalld; nft list table ip mangle; nft list table ip6 raw; nft list table ip6 security")
     };
@@ -328,9 +359,20 @@ nft add rule ip6 security input counter accept",
         .map(|l| format!("{} {}", l["table"].as_str().unwrap(), l["why"].as_str().unwrap()))
         .collect();
     assert_eq!(left.len(), 3, "{left:?}");
-    assert!(left.iter().any(|l| l.starts_with("mangle") && l.contains("without a counter")), "{left:?}");
-    assert!(left.iter().any(|l| l.starts_with("raw") && l.contains("sets")), "{left:?}");
-    assert!(left.iter().any(|l| l.starts_with("security") && l.contains("\"input\"")), "{left:?}");
+    assert!(
+        left.iter()
+            .any(|l| l.starts_with("mangle") && l.contains("without a counter")),
+        "{left:?}"
+    );
+    assert!(
+        left.iter().any(|l| l.starts_with("raw") && l.contains("sets")),
+        "{left:?}"
+    );
+    assert!(
+        left.iter()
+            .any(|l| l.starts_with("security") && l.contains("\"input\"")),
+        "{left:?}"
+    );
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
@@ -340,14 +382,20 @@ nft add rule ip6 security input counter accept",
     assert_eq!(legacy_saves(&node), legacy_before);
     // iptables-nft's own tables are empty.
     let nft_after = node.sh("iptables-nft-save -t filter; iptables-nft-save -t nat; ip6tables-nft-save -t filter");
-    assert!(!nft_after.contains("-A ") && !nft_after.contains("DROP") && !nft_after.contains("KUBE"), "{nft_after}");
+    assert!(
+        !nft_after.contains("-A ") && !nft_after.contains("DROP") && !nft_after.contains("KUBE"),
+        "{nft_after}"
+    );
     // The backup restores them.
     let dir = backup_dir_of(&out);
     node.sh(&format!(
         "iptables-nft-restore < {0}/iptables-nft.rules && ip6tables-nft-restore < {0}/ip6tables-nft.rules",
         dir.display()
     ));
-    assert_eq!(without_headers(&node.sh("iptables-nft-save; ip6tables-nft-save")), nft_saves_before);
+    assert_eq!(
+        without_headers(&node.sh("iptables-nft-save; ip6tables-nft-save")),
+        nft_saves_before
+    );
 }
 
 #[test]
@@ -390,10 +438,17 @@ fn a_wrapped_call_racing_the_removal_goes_to_the_host_backend_and_fails_nothing(
                 let rule = format!("10.3.{}.{}", calls / 250 % 250, calls % 250 + 1);
                 for verb in ["-A", "-D"] {
                     let out = call(&["-w", verb, "INPUT", "-s", &rule, "-j", "ACCEPT"]);
-                    assert!(out.status.success(), "call {calls} {verb}: {}", String::from_utf8_lossy(&out.stderr));
+                    assert!(
+                        out.status.success(),
+                        "call {calls} {verb}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
                 }
                 let out = call(&["-V"]);
-                assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"), "call {calls}");
+                assert!(
+                    String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"),
+                    "call {calls}"
+                );
                 calls += 1;
             }
         })
@@ -405,9 +460,18 @@ fn a_wrapped_call_racing_the_removal_goes_to_the_host_backend_and_fails_nothing(
         removing.store(true, Ordering::SeqCst);
         let out = stale(&node, &["--remove"]);
         removing.store(false, Ordering::SeqCst);
-        assert_eq!(out.status.code(), Some(0), "round {rounds}: {}{}", stdout(&out), stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {rounds}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
         let dir = backup_dir_of(&out);
-        node.sh(&format!("iptables-legacy-restore < {}/iptables-legacy.rules", dir.display()));
+        node.sh(&format!(
+            "iptables-legacy-restore < {}/iptables-legacy.rules",
+            dir.display()
+        ));
         rounds += 1;
     }
     stop.store(true, Ordering::SeqCst);
@@ -435,14 +499,25 @@ fn a_backup_that_cannot_be_written_stops_the_removal_before_anything_changes() {
     // A directory that cannot be made (its parent is a file).
     std::fs::write(node.path("a-file"), "").unwrap();
     let under_file = node.path("a-file/backup");
-    failed(&node, &["--remove", "--backup-dir", under_file.to_str().unwrap()], "Not a directory");
+    failed(
+        &node,
+        &["--remove", "--backup-dir", under_file.to_str().unwrap()],
+        "Not a directory",
+    );
     // A backup file that exists already is never replaced: the IPv6 save
     // cannot be written after the IPv4 one was.
     let taken = node.path("taken");
     std::fs::create_dir(&taken).unwrap();
     std::fs::write(taken.join("ip6tables-legacy.rules"), "older backup\n").unwrap();
-    failed(&node, &["--remove", "--backup-dir", taken.to_str().unwrap()], "File exists");
-    assert_eq!(std::fs::read_to_string(taken.join("ip6tables-legacy.rules")).unwrap(), "older backup\n");
+    failed(
+        &node,
+        &["--remove", "--backup-dir", taken.to_str().unwrap()],
+        "File exists",
+    );
+    assert_eq!(
+        std::fs::read_to_string(taken.join("ip6tables-legacy.rules")).unwrap(),
+        "older backup\n"
+    );
     // No runtime directory to make the default one in.
     let out = node
         .wrapper()

@@ -757,9 +757,11 @@ impl NftSocket {
                 match kind {
                     NFTA_RULE_CHAIN => chain_name = until_nul(value),
                     NFTA_RULE_EXPRESSIONS => {
-                        counted = nested(value).filter(|&(kind, _)| kind == NFTA_LIST_ELEM).any(|(_, expr)| {
-                            nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
-                        })
+                        counted = nested(value)
+                            .filter(|&(kind, _)| kind == NFTA_LIST_ELEM)
+                            .any(|(_, expr)| {
+                                nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
+                            })
                     }
                     _ => {}
                 }
@@ -781,7 +783,9 @@ impl NftSocket {
 fn dump_complete(end: DumpEnd) -> io::Result<()> {
     match end {
         DumpEnd::Done => Ok(()),
-        _ => Err(io::Error::other("the nf_tables ruleset changed during the dump; read again")),
+        _ => Err(io::Error::other(
+            "the nf_tables ruleset changed during the dump; read again",
+        )),
     }
 }
 

@@ -235,7 +235,11 @@ pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain]) -> Option<Strin
             return Some(format!(
                 "chain {:?} has {} without a counter, and iptables-nft gives every rule one",
                 chain.name,
-                if chain.rules_without_counter == 1 { "1 rule".to_string() } else { format!("{} rules", chain.rules_without_counter) }
+                if chain.rules_without_counter == 1 {
+                    "1 rule".to_string()
+                } else {
+                    format!("{} rules", chain.rules_without_counter)
+                }
             ));
         }
     }

@@ -31,9 +31,9 @@ use crate::run_dir::RunDir;
 use crate::standard_fds::say;
 use crate::warnings_record::utc_time;
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, mkdirat, Mode as FileMode, SFlag};
-use nix::fcntl::AtFlags;
 use nix::unistd::{fsync, linkat, unlinkat, UnlinkatFlags};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -56,24 +56,30 @@ struct BackupDir {
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     if let Some(unknown) = before.iter().find_map(|f| f.unknown.as_ref()) {
-        say(&format!(
-            "stale --remove: {}; nothing was changed",
-            printable(unknown)
-        ));
+        say(&format!("stale --remove: {}; nothing was changed", printable(unknown)));
         return EXIT_STALE;
     }
     if before.iter().all(|f| f.tables.is_empty()) {
         let out = if options.json {
-            format!("{}\n", show::json(hosts, &before, &[], Some(removal_json(None, &[], &[], &[]))))
+            format!(
+                "{}\n",
+                show::json(hosts, &before, &[], Some(removal_json(None, &[], &[], &[])))
+            )
         } else {
-            format!("{}nothing stale: nothing removed, no backup written\n", show::text(hosts, &before, &[]))
+            format!(
+                "{}nothing stale: nothing removed, no backup written\n",
+                show::text(hosts, &before, &[])
+            )
         };
         return print_out(&out).err().unwrap_or(EXIT_NOTHING_STALE);
     }
     let backup = match open_backup_dir(options.backup_dir.as_deref()) {
         Ok(dir) => dir,
         Err(why) => {
-            say(&format!("stale --remove: backup: {}; nothing was changed", printable(&why)));
+            say(&format!(
+                "stale --remove: backup: {}; nothing was changed",
+                printable(&why)
+            ));
             return EXIT_STALE;
         }
     };
@@ -133,7 +139,12 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
 
 type Table = (Mode, Family, &'static str);
 
-fn removal_json(dir: Option<&Path>, files: &[(PathBuf, String)], emptied: &[(Table, String)], failed: &[(Table, String)]) -> String {
+fn removal_json(
+    dir: Option<&Path>,
+    files: &[(PathBuf, String)],
+    emptied: &[(Table, String)],
+    failed: &[(Table, String)],
+) -> String {
     let table = |(backend, family, name): &Table| {
         format!(
             "\"backend\":{},\"family\":{},\"table\":{}",
@@ -144,7 +155,13 @@ fn removal_json(dir: Option<&Path>, files: &[(PathBuf, String)], emptied: &[(Tab
     };
     let files: Vec<String> = files
         .iter()
-        .map(|(file, tool)| format!("{{\"path\":{},\"undo\":{}}}", string(&file.display().to_string()), string(tool)))
+        .map(|(file, tool)| {
+            format!(
+                "{{\"path\":{},\"undo\":{}}}",
+                string(&file.display().to_string()),
+                string(tool)
+            )
+        })
         .collect();
     let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
     let failed: Vec<String> = failed
@@ -203,7 +220,10 @@ fn open_backup_dir(dir: Option<&Path>) -> Result<BackupDir, String> {
             Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
         }
     }
-    Err(format!("too many backups named stale-backup-{stamp} in {}", run_dir.path().display()))
+    Err(format!(
+        "too many backups named stale-backup-{stamp} in {}",
+        run_dir.path().display()
+    ))
 }
 
 /// Saves each finding's family of its backend into the backup directory;
@@ -249,7 +269,12 @@ fn write_new_file(dir: &BackupDir, name: &str, contents: &[u8]) -> std::io::Resu
     let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
     let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let written = (|| {
-        let raw = openat(Some(dir_fd), temporary.as_str(), flags, FileMode::S_IRUSR | FileMode::S_IWUSR)?;
+        let raw = openat(
+            Some(dir_fd),
+            temporary.as_str(),
+            flags,
+            FileMode::S_IRUSR | FileMode::S_IWUSR,
+        )?;
         // SAFETY: openat returned a new descriptor that nothing else owns.
         let mut file = unsafe { File::from_raw_fd(raw) };
         file.write_all(contents)?;
@@ -296,7 +321,9 @@ fn restore_empty(backend: Mode, family: Family, table: &str, builtin_chains: &[&
             family.program(),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim(),
-            fed.err().map(|e| format!(" (writing its input: {e})")).unwrap_or_default()
+            fed.err()
+                .map(|e| format!(" (writing its input: {e})"))
+                .unwrap_or_default()
         )),
     }
 }

@@ -70,14 +70,25 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String,
             let _ = writeln!(out, "{backend} {}: unknown: {}", family.label(), printable(why));
         }
         for table in &finding.tables {
-            let _ = writeln!(out, "stale {backend} {} {}: {}", family.label(), table.name, table_summary(table));
+            let _ = writeln!(
+                out,
+                "stale {backend} {} {}: {}",
+                family.label(),
+                table.name,
+                table_summary(table)
+            );
             for chain in &table.chains {
                 let kind = if chain.builtin { "" } else { " (user chain)" };
                 let policy = match chain.policy {
                     Some(policy) if policy != "ACCEPT" => format!(", policy {policy}"),
                     _ => String::new(),
                 };
-                let _ = writeln!(out, "  {}{kind}: {}{policy}", printable(&chain.name), rules(chain.rules));
+                let _ = writeln!(
+                    out,
+                    "  {}{kind}: {}{policy}",
+                    printable(&chain.name),
+                    rules(chain.rules)
+                );
             }
         }
         for left in &finding.left {
@@ -91,13 +102,23 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String,
         }
         match saves.get(index) {
             Some(Ok(save)) if !save.is_empty() => {
-                let _ = writeln!(out, "{backend} {} rules ({}-{backend}-save):", family.label(), family.program());
+                let _ = writeln!(
+                    out,
+                    "{backend} {} rules ({}-{backend}-save):",
+                    family.label(),
+                    family.program()
+                );
                 for line in save.lines() {
                     let _ = writeln!(out, "  {}", printable(line));
                 }
             }
             Some(Err(why)) => {
-                let _ = writeln!(out, "{backend} {} rules: cannot be shown: {}", family.label(), printable(why));
+                let _ = writeln!(
+                    out,
+                    "{backend} {} rules: cannot be shown: {}",
+                    family.label(),
+                    printable(why)
+                );
             }
             _ => {}
         }
@@ -235,8 +256,11 @@ pub fn print_json_refusal(refusal: &str) {
 /// Writes `text` to stdout; Err(1) when it cannot (a full disk).
 pub fn print_out(text: &str) -> Result<(), i32> {
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(|e| {
-        say(&format!("cannot write to stdout: {e}"));
-        EXIT_STALE
-    })
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| {
+            say(&format!("cannot write to stdout: {e}"));
+            EXIT_STALE
+        })
 }
