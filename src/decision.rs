@@ -15,10 +15,10 @@
 //! decides only when the kernel shows legacy traces, state a legacy write
 //! left (a rule, a user chain, a DROP policy), not merely listed tables
 //! (go-iptables makes and locks it on nft hosts too, and a read-only
-//! `iptables-legacy -L` leaves empty tables). A backend the running kernel lacks (a kernel
-//! built without legacy x_tables, or without nf_tables) is never picked by
-//! counts, the lock or the default; the override and the host link are
-//! obeyed anyway, with a warning.
+//! `iptables-legacy -L` leaves empty tables). A backend the running kernel
+//! lacks (a kernel built without legacy x_tables, or without nf_tables) is
+//! never picked by counts, the lock or the default; the override and the
+//! host link are obeyed anyway, with a warning.
 
 use crate::command::WrappedCommand;
 use crate::family::Family;
@@ -454,6 +454,9 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                     .flatten();
                 match contents {
                     Some(contents) => describe_state(&table.name, &contents),
+                    // Unread (a walk that kept failing): no rule, and its
+                    // policies are not known.
+                    None if table.is_empty() => None,
                     None => Some(format!(
                         "{} holds up to {}",
                         table.name,
