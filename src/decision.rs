@@ -13,7 +13,7 @@
 //! Evidence that cannot be read is unknown, and an unknown side never loses
 //! a comparison: rule counts decide only when both are known. The lock file
 //! decides only when the kernel shows legacy traces, state a legacy write
-//! left (a rule, a user chain, a DROP policy), not merely listed tables
+//! left (a rule, a DROP policy), not merely listed tables
 //! (go-iptables makes and locks it on nft hosts too, and a read-only
 //! `iptables-legacy -L` leaves empty tables). A backend the running kernel
 //! lacks (a kernel built without legacy x_tables, or without nf_tables) is
@@ -467,7 +467,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             .collect();
         let (value, points_to) = if holding.is_empty() {
             (
-                format!("{listed} exist, without rules, user chains or DROP policies: nothing stale"),
+                format!("{listed} exist, without rules or DROP policies: nothing stale"),
                 None,
             )
         } else {
@@ -494,9 +494,10 @@ pub const STALE_COMMAND_HINT: &str =
     "`iptables-wrapper stale` shows them, `iptables-wrapper stale --remove` removes them";
 
 /// "filter holds 3 rules, 1 user chain, policy FORWARD DROP", or None for a
-/// table that holds nothing a write left.
+/// table that changes no packet's fate (no rule, every policy ACCEPT; empty
+/// user chains do not count: `iptables-wrapper stale` shows those).
 fn describe_state(table: &str, contents: &TableContents) -> Option<String> {
-    if !contents.holds_state() {
+    if !contents.applies_to_packets() {
         return None;
     }
     let mut parts = vec![rules(contents.rules())];
@@ -725,8 +726,8 @@ fn describe_bounds(bounds: RuleBounds) -> String {
 }
 
 /// The lock file as a tie-breaker: evidence only as a regular file that is
-/// 0600 or held, and deciding only when legacy holds state here too (a rule,
-/// a user chain or a DROP policy: go-iptables makes and locks the file on
+/// 0600 or held, and deciding only when legacy holds state here too (a rule
+/// or a DROP policy: go-iptables makes and locks the file on
 /// nft hosts as well, and a read-only `iptables-legacy -L` leaves empty
 /// tables) and the rule counts were known on both sides (a count left
 /// unknown is no tie to break).
@@ -746,7 +747,7 @@ fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleCounts>) {
         };
         match traces_read {
             Ok(tables) if tables.is_empty() => {
-                value.push_str("; no legacy table holds a rule, a user chain or a DROP policy, so it decides nothing")
+                value.push_str("; no legacy table holds a rule or a DROP policy, so it decides nothing")
             }
             Ok(tables) => {
                 value.push_str(&format!("; legacy state: {}", tables.join(", ")));

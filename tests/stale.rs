@@ -158,6 +158,19 @@ fn refuses_when_the_host_backend_is_not_certain() {
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     let out = stale(&node, &["--json"]);
     assert_eq!(json(&out)["hosts"][0]["decided_by"], "host-link");
+    // An invalid override decides nothing: refused too.
+    let out = node
+        .wrapper()
+        .env("IPTABLES_MODE", "bogus")
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("IPTABLES_MODE") && stderr(&out).contains("bogus"),
+        "{}",
+        stderr(&out)
+    );
     // Usage errors are one line and exit 2 too.
     let out = stale(&node, &["--backup-dir", "/tmp/x"]);
     assert_eq!(out.status.code(), Some(2));

@@ -286,11 +286,17 @@ impl TableContents {
             .filter(|chain| chain.policy.is_some_and(|policy| policy != Policy::Accept))
     }
 
+    /// Whether the table changes some packet's fate: a rule, or a policy
+    /// other than ACCEPT. (An empty user chain does not; neither does a
+    /// table as a read-only `iptables-legacy -L` leaves it.)
+    pub fn applies_to_packets(&self) -> bool {
+        self.rules() > 0 || self.non_accept_policies().next().is_some()
+    }
+
     /// Whether the table holds anything a write left: a rule, a user chain
-    /// or a policy other than ACCEPT. A table without any (as a read-only
-    /// `iptables-legacy -L` leaves it) changes no packet's fate.
+    /// (an empty hint chain too) or a policy other than ACCEPT.
     pub fn holds_state(&self) -> bool {
-        self.rules() > 0 || self.user_chains().next().is_some() || self.non_accept_policies().next().is_some()
+        self.applies_to_packets() || self.user_chains().next().is_some()
     }
 
     fn entries(&self) -> TableEntries {
