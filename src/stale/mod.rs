@@ -14,9 +14,10 @@
 //! kernel. Removing first saves the stale backend's full ruleset per family
 //! into a backup directory ([`remove`]), then replaces each stale table by
 //! an empty one with that backend's own restore tool, one table per commit,
-//! then reads again. What it cannot see: rules written into the stale
-//! backend by a process between its read and its removal are removed too
-//! (they are in the backup), and writes after it show on the next run.
+//! then reads again. What it cannot see: a write into the stale backend
+//! (a component still calling it directly) between the backup and its
+//! table's removal is removed without being in the backup; a write after
+//! the removal shows in the final read and on the next run.
 
 pub mod find;
 pub mod remove;
