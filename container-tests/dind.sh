@@ -36,7 +36,7 @@ STORAGE_DRIVER=auto
 BASES=load
 MATRIX_ARGS=()
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --storage-driver) STORAGE_DRIVER="$2"; shift 2 ;;

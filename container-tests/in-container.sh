@@ -289,6 +289,75 @@ cmd_quiet() {
   ok "IPTABLES_WRAPPER_RUN_DIR=$run_dir: recorded $(grep -v '^#' "$run_dir/warnings" | head -n 1)"
 }
 
+# stale-legacy-state: what an old Docker or Calico and kube-proxy leave in
+# legacy besides plain rules: a FORWARD DROP policy, a user chain jumped to
+# in nat, an IPv6 rule.
+cmd_stale_legacy_state() {
+  backend legacy iptables -w -P FORWARD DROP
+  backend legacy iptables -w -t nat -N KUBE-SERVICES
+  backend legacy iptables -w -t nat -A PREROUTING -j KUBE-SERVICES
+  backend legacy iptables -w -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
+  backend legacy ip6tables -w -A INPUT -s 2001:db8::1/128 -j DROP
+  ok "legacy FORWARD DROP, nat KUBE-SERVICES, an IPv6 rule"
+}
+
+# saves MODE: both families' saves of MODE without their comment lines
+# (the header's time, iptables-nft-save's note that legacy tables exist).
+saves() {
+  backend "$1" iptables-save | grep -v '^#' || true
+  backend "$1" ip6tables-save | grep -v '^#' || true
+}
+
+# stale-remove: the host now says nft and legacy holds the state the upgrade
+# left. `stale` shows it (exit 1); `stale --remove` saves legacy into a
+# backup directory, empties the stale tables (exit 0); the next calls go to
+# nft, legacy holds nothing, nft is what it was, a second removal has
+# nothing to do, and restoring the backup brings legacy back exactly.
+cmd_stale_remove() {
+  local rc=0 dir
+  iptables-wrapper stale >"$WORK/show" 2>"$WORK/err" || rc=$?
+  [ "$rc" -eq 1 ] || fail "stale exited $rc, expected 1: $(cat "$WORK/show" "$WORK/err")"
+  grep -q 'FORWARD: .*policy DROP' "$WORK/show" && grep -q 'KUBE-IPTABLES-HINT (user chain)' "$WORK/show" \
+    && grep -q 'stale legacy ipv4 nat' "$WORK/show" && grep -q 'stale legacy ipv6 filter' "$WORK/show" \
+    || fail "stale does not show the legacy state: $(cat "$WORK/show")"
+  ok "stale (exit 1): $(grep -c '^stale legacy' "$WORK/show") stale legacy tables"
+  iptables-wrapper detect >"$WORK/detect" || fail "detect exited $?"
+  grep -q 'iptables-wrapper stale --remove' "$WORK/detect" || fail "detect's warning does not name the command: $(cat "$WORK/detect")"
+  ok "detect's stale warning names iptables-wrapper stale --remove"
+  saves legacy >"$WORK/legacy-before"
+  saves nft >"$WORK/nft-before"
+  rc=0
+  iptables-wrapper stale --remove >"$WORK/remove" 2>"$WORK/err" || rc=$?
+  [ "$rc" -eq 0 ] || fail "stale --remove exited $rc: $(cat "$WORK/remove" "$WORK/err")"
+  dir="$(sed -n 's/^backup: //p' "$WORK/remove")"
+  [ -s "$dir/iptables-legacy.rules" ] && [ -s "$dir/ip6tables-legacy.rules" ] || fail "no backup in '$dir': $(cat "$WORK/remove")"
+  ok "stale --remove (exit 0), backup in $dir"
+  saves legacy >"$WORK/legacy-after"
+  if grep -q -e '^-A' -e ' - \[' -e 'DROP' "$WORK/legacy-after"; then
+    fail "legacy still holds state: $(cat "$WORK/legacy-after")"
+  fi
+  ok "legacy holds nothing ($(grep -c '^\*' "$WORK/legacy-after") empty tables)"
+  saves nft >"$WORK/nft-after"
+  cmp "$WORK/nft-before" "$WORK/nft-after" || fail "nft changed: $(diff "$WORK/nft-before" "$WORK/nft-after")"
+  ok "nft is what it was ($(grep -c '^-A' "$WORK/nft-after") rules)"
+  cmd_expect nft
+  iptables-wrapper detect >"$WORK/detect" || fail "detect exited $?"
+  if grep -q 'iptables-wrapper stale' "$WORK/detect"; then fail "detect still warns: $(cat "$WORK/detect")"; fi
+  ok "detect no longer warns about legacy"
+  rc=0
+  iptables-wrapper stale --remove >"$WORK/again" 2>&1 || rc=$?
+  [ "$rc" -eq 0 ] && grep -q 'nothing removed' "$WORK/again" || fail "a second removal: exit $rc: $(cat "$WORK/again")"
+  ok "a second removal has nothing to do"
+  backend legacy iptables-restore -w <"$dir/iptables-legacy.rules" || fail "restoring $dir/iptables-legacy.rules exited $?"
+  backend legacy ip6tables-restore -w <"$dir/ip6tables-legacy.rules" || fail "restoring $dir/ip6tables-legacy.rules exited $?"
+  # A restore without -c sets no counters; nothing flows here anyway.
+  saves legacy | normalise >"$WORK/legacy-restored"
+  normalise <"$WORK/legacy-before" >"$WORK/legacy-before.n"
+  cmp "$WORK/legacy-before.n" "$WORK/legacy-restored" \
+    || fail "the backup did not restore legacy: $(diff "$WORK/legacy-before.n" "$WORK/legacy-restored")"
+  ok "restoring the backup brought legacy back exactly ($(grep -c '^-A' "$WORK/legacy-restored") rules)"
+}
+
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
 cmd_mode_env() {
   local out
@@ -448,5 +517,7 @@ case "${1:-}" in
   nonroot-setup) cmd_nonroot_setup ;;
   reads) cmd_reads "$2" ;;
   quiet) cmd_quiet "$2" ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet ..." >&2; exit 2 ;;
+  stale-legacy-state) cmd_stale_legacy_state ;;
+  stale-remove) cmd_stale_remove ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet|stale-legacy-state|stale-remove ..." >&2; exit 2 ;;
 esac

@@ -5,9 +5,9 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..10 (see scenario.sh). Default: all of both. Scenarios 1-8 run
-# in every flavour; 9 (Docker's engine as a client) and 10 (a non-root image)
-# each need an image of their own and run once, in it.
+# scenarios 1..11 (see scenario.sh). Default: all of both. Scenarios 1-8 and
+# 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
+# image) each need an image of their own and run once, in it.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -35,7 +35,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
@@ -51,7 +51,7 @@ declare -A SOLO_IMAGE=([9]=dind [10]=nonroot)
 FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
-    [1-8]) FLAVOUR_SCENARIOS+=("$s") ;;
+    [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
     9|10) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
   esac
@@ -202,9 +202,10 @@ for s in "${SOLO_SCENARIOS[@]}"; do
   printf '%-14s %5s: %s\n' "${SOLO_IMAGE[$s]}" "$s" "${RESULT[${SOLO_IMAGE[$s]},$s]}"
 done
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
-echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8), 8 50 concurrent calls while flipping,"
+echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
-echo "           10 non-root user, backends with file capabilities (own image)"
+echo "           10 non-root user, backends with file capabilities (own image),"
+echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored)"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"

@@ -14,12 +14,13 @@
 # Scenarios (issues 3 and 7):
 #   1 host on legacy   2 host on nft   3 upgrade without restart
 #   4 stale legacy rules outnumber nft   5 IPTABLES_MODE   6 restore/save
-#   7 = 1-6 and 8 again with a read-only root file system
+#   7 = 1-6, 8 and 11 again with a read-only root file system
 #   8 50 concurrent calls while the host link flips
 #   9 Docker's engine as a client, started in the stale-legacy state (needs
 #     the dind image: Debian's docker.io and the wrapper as its iptables)
 #   10 a non-root user, backends with file capabilities (needs the nonroot
 #     image, nonroot.Dockerfile)
+#   11 the upgrade's stale legacy state removed without a reboot (issue 14)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -215,9 +216,23 @@ scenario_10() { # a non-root image, backends with file capabilities (issue 7)
   ctr quiet nft
 }
 
+scenario_11() { # the upgrade's stale legacy state removed without a reboot (issue 14)
+  start
+  host_link legacy
+  ctr hint legacy
+  ctr rules legacy 5
+  ctr stale-legacy-state
+  ctr expect legacy
+  echo "- the host switches to nft; its legacy rules, hint chain and FORWARD DROP stay behind"
+  host_link nft
+  ctr hint nft
+  ctr rules nft 3
+  ctr stale-remove
+}
+
 scenario_7() { # everything again on a read-only root file system
   local s failed=()
-  for s in 1 2 3 4 5 6 8; do
+  for s in 1 2 3 4 5 6 8 11; do
     echo "=== scenario $s --read-only"
     # A child process per scenario: each gets its own fresh container and
     # its own set -e.
@@ -227,7 +242,7 @@ scenario_7() { # everything again on a read-only root file system
 }
 
 case "$SCENARIO" in
-  [1-9]|10) "scenario_$SCENARIO" ;;
+  [1-9]|10|11) "scenario_$SCENARIO" ;;
   *) die "unknown scenario '$SCENARIO'" ;;
 esac
 echo "scenario $SCENARIO passed"

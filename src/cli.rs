@@ -8,6 +8,7 @@ use crate::install::{self, LinkOutcome};
 use crate::own_file;
 use crate::report::{self, printable, quoted};
 use crate::settings;
+use crate::stale;
 use crate::standard_fds::say;
 use std::ffi::CStr;
 use std::io::Write;
@@ -16,6 +17,7 @@ use std::path::PathBuf;
 const USAGE: &str = "\
 usage: iptables-wrapper detect [--json] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
+       iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
        iptables-wrapper COMMAND [ARGS...]
        iptables-wrapper --version | --help
 
@@ -30,6 +32,14 @@ iptables-nft or iptables-legacy and execs that backend.
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
+  stale      show what the backend the host does not use still holds (rules,
+             user chains, DROP policies) per family, table and chain; -v adds
+             the rules in iptables-save form; exit 0 nothing stale, 1 stale,
+             2 refused (the host's backend is not certain: only the override,
+             the host link or a hint chain in one backend alone are)
+             --remove: save that backend's rules into --backup-dir DIR
+             (default: a new directory in the runtime directory), then
+             empty each stale table; exit 0 when nothing stale remains
 
 Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
 XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,
@@ -63,6 +73,7 @@ pub fn run(args: &[&CStr]) -> i32 {
     match (first, extra) {
         (Some("detect"), _) => detect(args),
         (Some("install"), _) => run_install(args),
+        (Some("stale"), _) => run_stale(args),
         (Some(option @ ("--version" | "-V" | "version" | "--help" | "-h" | "help")), Some(extra)) => usage_error(
             &format!("{option} takes no arguments, got {}", quoted(extra.as_bytes())),
         ),
@@ -121,6 +132,26 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     } else {
         print_out(&report::text(&decision, settings))
     }
+}
+
+fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
+    let mut options = stale::Options::default();
+    while let Some(arg) = args.next() {
+        match arg {
+            "--json" => options.json = true,
+            "-v" | "--verbose" => options.verbose = true,
+            "--remove" => options.remove = true,
+            "--backup-dir" => match args.next() {
+                Some("") | None => return usage_error("--backup-dir needs a directory"),
+                Some(value) => options.backup_dir = Some(PathBuf::from(value)),
+            },
+            other => return usage_error(&format!("unknown stale option {}", quoted(other.as_bytes()))),
+        }
+    }
+    if options.backup_dir.is_some() && !options.remove {
+        return usage_error("--backup-dir goes with --remove");
+    }
+    stale::run(&options)
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {

@@ -13,18 +13,20 @@
 //!
 //! Evidence that cannot be read is unknown, and an unknown side never loses
 //! a comparison: rule counts decide only when both are known. The lock file
-//! decides only when the kernel shows legacy traces (go-iptables makes and
-//! locks it on nft hosts too). A backend the running kernel lacks (a kernel
-//! built without legacy x_tables, or without nf_tables), or that this
-//! process is known to be unable to use (a seccomp filter refusing its
-//! socket, see [`KernelReader::unusable`]), is never picked by counts, the
-//! lock or the default; the override and the host link are obeyed anyway,
-//! with a warning.
+//! decides only when the kernel shows legacy traces, state a legacy write
+//! left (a rule, a DROP policy), not merely listed tables (go-iptables
+//! makes and locks it on nft hosts too, and a read-only `iptables-legacy -L`
+//! leaves empty tables). A backend the running kernel lacks (a kernel built
+//! without legacy x_tables, or without nf_tables), or that this process is
+//! known to be unable to use (a seccomp filter refusing its socket, see
+//! [`KernelReader::unusable`]), is never picked by counts, the lock or the
+//! default; the override and the host link are obeyed anyway, with a
+//! warning.
 
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::host_link::{self, DEFAULT_HOST_ROOT};
-use crate::kernel::legacy::{self, LegacyFamily};
+use crate::kernel::legacy::{self, LegacyFamily, TableContents};
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::{CountVerdict, HintChain, KernelReader, RuleBounds, HINT_CHAINS};
 use crate::mode::{Mode, OVERRIDE_VAR};
@@ -252,7 +254,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
         rule_counts = read_kernel(&mut collector, &mut kernel);
     }
     if !collector.done() {
-        read_xtables_lock(&mut collector, rule_counts.is_some());
+        read_xtables_lock(&mut collector, rule_counts.as_ref());
     }
     let lacking = read_backend_presence(&mut collector, &mut kernel, command.family);
     let (mode, decided_by, reason) = collector.decided.take().unwrap_or_else(|| default_mode(&lacking));
@@ -428,15 +430,17 @@ fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
 
 /// With the host on nft, legacy rules left here still apply (the kernel
 /// evaluates both backends): the upgrade-without-reboot case. Only tables
-/// already listed are read, by GET_INFO (one small copy each): a table that
-/// holds only its built-in chains' policies is no stale rule (a read-only
-/// `iptables-legacy -L` leaves such tables). Small tables, and every table
-/// for `detect`, are walked for the exact count; a large one on a call gets
-/// GET_INFO's upper bound.
+/// already listed are read, by GET_INFO (one small copy each) and, for a
+/// table of at most 16 KiB (and every table for `detect`), GET_ENTRIES for
+/// its chains: a table holding only its built-in chains with ACCEPT
+/// policies is nothing stale (a read-only `iptables-legacy -L` leaves such
+/// tables), one with a `FORWARD DROP` policy and no rule is (it drops
+/// traffic as surely as a rule). A large table on a call gets GET_INFO's
+/// upper bound.
 fn read_stale_legacy_tables(collector: &mut Collector) {
     for family in Family::BOTH {
         let location = format!("legacy {} tables", family.label());
-        let method = "/proc/net/ip*_tables_names, getsockopt GET_INFO".to_string();
+        let method = "/proc/net/ip*_tables_names, getsockopt GET_INFO, GET_ENTRIES".to_string();
         let names = match legacy::listed_tables(family) {
             Ok(Some(names)) if !names.is_empty() => names,
             Ok(_) => continue,
@@ -462,7 +466,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                     source: Source::RuleCounts,
                     location,
                     value: format!(
-                        "{listed} exist; whether they hold rules is unknown ({e}): stale legacy rules may still apply"
+                        "{listed} exist; whether they hold rules is unknown ({e}): stale legacy rules may still apply; {STALE_COMMAND_HINT}"
                     ),
                     method,
                     points_to: Some(Mode::Legacy),
@@ -474,14 +478,15 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
         let holding: Vec<String> = tables
             .tables
             .iter()
-            .filter(|table| !table.is_empty())
             .filter_map(|table| {
-                let exact = (walk_all || table.size <= WALK_STALE_TABLES_UP_TO_BYTES)
-                    .then(|| tables.entries(table).ok())
+                let contents = (walk_all || table.size <= WALK_STALE_TABLES_UP_TO_BYTES)
+                    .then(|| tables.contents(table).ok())
                     .flatten();
-                match exact {
-                    Some(entries) if entries.rules == 0 => None,
-                    Some(entries) => Some(format!("{} holds {}", table.name, rules(entries.rules))),
+                match contents {
+                    Some(contents) => describe_state(&table.name, &contents),
+                    // Unread (a walk that kept failing): no rule, and its
+                    // policies are not known.
+                    None if table.is_empty() => None,
                     None => Some(format!(
                         "{} holds up to {}",
                         table.name,
@@ -491,10 +496,16 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             })
             .collect();
         let (value, points_to) = if holding.is_empty() {
-            (format!("{listed} exist, without rules: nothing stale"), None)
+            (
+                format!("{listed} exist, without rules or DROP policies: nothing stale"),
+                None,
+            )
         } else {
             (
-                format!("{} (stale legacy rules may still apply)", holding.join(", ")),
+                format!(
+                    "{} (stale legacy rules may still apply; {STALE_COMMAND_HINT})",
+                    holding.join(", ")
+                ),
                 Some(Mode::Legacy),
             )
         };
@@ -506,6 +517,33 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             points_to,
         });
     }
+}
+
+/// Where the stale-rules warning sends the operator.
+pub const STALE_COMMAND_HINT: &str =
+    "`iptables-wrapper stale` shows them, `iptables-wrapper stale --remove` removes them";
+
+/// "filter holds 3 rules, 1 user chain, policy FORWARD DROP", or None for a
+/// table that changes no packet's fate (no rule, every policy ACCEPT; empty
+/// user chains do not count: `iptables-wrapper stale` shows those).
+fn describe_state(table: &str, contents: &TableContents) -> Option<String> {
+    if !contents.applies_to_packets() {
+        return None;
+    }
+    let mut parts = vec![rules(contents.rules())];
+    let user_chains = contents.user_chains().count();
+    if user_chains > 0 {
+        parts.push(if user_chains == 1 {
+            "1 user chain".to_string()
+        } else {
+            format!("{user_chains} user chains")
+        });
+    }
+    for chain in contents.non_accept_policies() {
+        let policy = chain.policy.map_or("?", |policy| policy.name());
+        parts.push(format!("policy {} {policy}", chain.name));
+    }
+    Some(format!("{table} holds {}", parts.join(", ")))
 }
 
 /// "1 rule", "3 rules".
@@ -718,24 +756,35 @@ fn describe_bounds(bounds: RuleBounds) -> String {
 }
 
 /// The lock file as a tie-breaker: evidence only as a regular file that is
-/// 0600 or held, and deciding only when legacy tables are listed here too
-/// (go-iptables makes and locks it on nft hosts as well) and the rule counts
-/// were known on both sides (a count left unknown is no tie to break).
-fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
+/// 0600 or held, and deciding only when legacy holds state here too (a rule
+/// or a DROP policy: go-iptables makes and locks the file on
+/// nft hosts as well, and a read-only `iptables-legacy -L` leaves empty
+/// tables) and the rule counts were known on both sides (a count left
+/// unknown is no tie to break).
+fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleCounts>) {
     let lock = xtables_lock::inspect();
     let mut value = lock.describe();
     let mut traces = None;
-    if lock.hints_legacy() && !counts_known {
+    if lock.hints_legacy() && counts.is_none() {
         value.push_str("; the rule counts are unknown, so there is no tie for it to break");
     } else if lock.hints_legacy() {
-        match legacy_traces() {
-            Ok(tables) if tables.is_empty() => value.push_str("; no legacy table is listed, so it decides nothing"),
+        // A tie of counts above 0: legacy's rules are the trace, unread.
+        let counted = counts.map_or(0, |counts| counts.legacy.low);
+        let traces_read = if counted > 0 {
+            Ok(vec![format!("{} (ipv4 + ipv6)", rules(counted))])
+        } else {
+            legacy_traces()
+        };
+        match traces_read {
+            Ok(tables) if tables.is_empty() => {
+                value.push_str("; no legacy table holds a rule or a DROP policy, so it decides nothing")
+            }
             Ok(tables) => {
-                value.push_str(&format!("; legacy tables listed: {}", tables.join(", ")));
+                value.push_str(&format!("; legacy state: {}", tables.join(", ")));
                 traces = Some(tables);
             }
             Err(why) => value.push_str(&format!(
-                "; it decides nothing, as legacy tables cannot be listed ({why})"
+                "; it decides nothing, as the legacy tables cannot be read ({why})"
             )),
         }
     }
@@ -743,7 +792,7 @@ fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
         source: Source::XtablesLock,
         location: lock.path.display().to_string(),
         value,
-        method: "stat, /proc/locks, /proc/net/ip*_tables_names".into(),
+        method: "stat, /proc/locks, /proc/net/ip*_tables_names, getsockopt GET_INFO, GET_ENTRIES".into(),
         points_to: traces.is_some().then_some(Mode::Legacy),
     });
     if let Some(tables) = traces {
@@ -751,7 +800,7 @@ fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
             Mode::Legacy,
             Source::XtablesLock,
             format!(
-                "{} is {}, and legacy tables exist ({}): a tie-breaker",
+                "{} is {}, and legacy holds state ({}): a tie-breaker",
                 lock.path.display(),
                 lock.describe(),
                 tables.join(", ")
@@ -760,13 +809,22 @@ fn read_xtables_lock(collector: &mut Collector, counts_known: bool) {
     }
 }
 
-/// The legacy tables listed in this network namespace, both families
-/// (`ipv4 filter`, ...). A file read: it creates nothing.
+/// What legacy holds in this network namespace, both families (`ipv4
+/// filter holds 0 rules, policy FORWARD DROP`, ...): only listed tables are
+/// read, by GET_INFO and GET_ENTRIES (GET_INFO cannot show a policy). Empty
+/// tables are no trace. Reached only on a tie at 0 rules with the lock file
+/// hinting legacy.
 fn legacy_traces() -> Result<Vec<String>, String> {
     let mut traces = Vec::new();
     for family in Family::BOTH {
-        let tables = legacy::listed_tables(family)?.unwrap_or_default();
-        traces.extend(tables.into_iter().map(|table| format!("{} {table}", family.label())));
+        let names = legacy::listed_tables(family)?.unwrap_or_default();
+        let tables = LegacyFamily::open_listed(family, names).map_err(|e| e.to_string())?;
+        for table in &tables.tables {
+            let contents = tables.contents(table).map_err(|e| e.to_string())?;
+            if let Some(state) = describe_state(&table.name, &contents) {
+                traces.push(format!("{} {state}", family.label()));
+            }
+        }
     }
     Ok(traces)
 }

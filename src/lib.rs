@@ -7,7 +7,8 @@
 //! decision (`decision`), finding and running the backend (`backend`), the
 //! wrapper's own file (`own_file`), the caller's standard descriptors and the
 //! wrapper's own messages (`standard_fds`), the `detect` report (`report`),
-//! link installation (`install`), the wrapper's runtime directory for state
+//! link installation (`install`), showing and removing
+//! what the backend the host does not use still holds (`stale`), the wrapper's runtime directory for state
 //! kept between calls (`run_dir`), the record of warnings kept there
 //! (`warnings_record`), where each setting comes from (`settings`), the
 //! command line (`cli`) and the binary's memory allocator (`allocator`).
@@ -26,6 +27,7 @@ pub mod own_file;
 pub mod report;
 pub mod run_dir;
 pub mod settings;
+pub mod stale;
 pub mod standard_fds;
 pub mod warnings_record;
 pub mod xtables_lock;

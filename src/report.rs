@@ -274,7 +274,7 @@ fn bounds(bounds: RuleBounds, method: &str) -> String {
 }
 
 /// A JSON string literal.
-fn string(text: &str) -> String {
+pub fn string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

@@ -211,7 +211,7 @@ fn is_utc_time(text: &str) -> bool {
 }
 
 /// `2026-11-29T22:40:01Z` for a Unix time.
-fn utc_time(unix: u64) -> String {
+pub fn utc_time(unix: u64) -> String {
     let (days, second_of_day) = (unix / 86_400, unix % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;

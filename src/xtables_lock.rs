@@ -8,7 +8,8 @@
 //! 0644. So the file alone proves nothing: it is evidence for legacy only
 //! when it is a regular file that is 0600 or held right now, and the
 //! decision lets it decide only when the kernel also shows legacy traces (a
-//! listed legacy table) and nothing stronger decided.
+//! legacy rule or DROP policy; an empty listed table is none) and
+//! nothing stronger decided.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;

@@ -182,12 +182,13 @@ fn lock_file_created_by_legacy_is_a_weak_hint() {
     assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
     // Legacy iptables creates it 0600.
     std::fs::remove_file(&node.lockfile).unwrap();
-    node.sh("iptables-legacy -w -L INPUT -n >/dev/null && iptables-legacy -F INPUT");
+    node.sh("iptables-legacy -w -P FORWARD DROP");
     assert_eq!(
         std::fs::metadata(&node.lockfile).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    // The lookup above left an empty legacy filter table: counts tie at 0.
+    // A legacy table with a DROP policy and no rule: counts tie at 0, and
+    // the policy is the legacy trace the lock stands beside.
     assert_eq!(node.version_mode("iptables"), "legacy");
     assert_eq!(decided_by(&node), ("legacy".into(), "xtables-lock".into()));
     // Counts outrank the weak hint.
@@ -198,9 +199,10 @@ fn lock_file_created_by_legacy_is_a_weak_hint() {
 #[test]
 fn a_held_lock_is_a_weak_hint() {
     let node = Node::new("heldlock");
-    // An empty legacy table (made with another lock file): counts tie at 0.
+    // A legacy DROP policy without rules (made with another lock file):
+    // counts tie at 0.
     common::sh(&format!(
-        "XTABLES_LOCKFILE={} iptables-legacy -L -n >/dev/null",
+        "XTABLES_LOCKFILE={} iptables-legacy -P FORWARD DROP",
         node.path("other.lock").display()
     ));
     std::fs::write(&node.lockfile, "").unwrap();

@@ -9,7 +9,10 @@
 //! Two reads exist. `*_SO_GET_INFO` is one small copy per table and gives the
 //! entry count, from which [`TableInfo::rule_upper_bound`] follows.
 //! `*_SO_GET_ENTRIES` copies the whole entry blob; walking it gives the exact
-//! rule count and the user chains' names.
+//! rule count, the user chains' names and, per chain, its rules and (for a
+//! built-in chain) its policy ([`LegacyFamily::contents`]). GET_INFO alone
+//! cannot tell a `FORWARD DROP` policy from an `ACCEPT` one: a table it shows
+//! empty may still drop traffic.
 //!
 //! The blob is a sequence of entries (`ipt_entry` / `ip6t_entry`, then the
 //! matches, then the target), each `next_offset` bytes long. A builtin chain
@@ -39,6 +42,12 @@ const EXTENSION_MAXNAMELEN: usize = 29;
 const NUM_HOOKS: usize = 5;
 /// `XT_ERROR_TARGET`: the target of user chain heads and of the table's end.
 const ERROR_TARGET: &[u8] = b"ERROR";
+/// The standard target's verdicts of a policy: `-NF_DROP - 1` and
+/// `-NF_ACCEPT - 1` (the kernel accepts no other policy).
+const VERDICT_DROP: i32 = -1;
+const VERDICT_ACCEPT: i32 = -2;
+/// The netfilter hooks' chain names, by hook number (`NF_INET_*`).
+pub const HOOK_CHAINS: [&str; NUM_HOOKS] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 /// How often GET_INFO + GET_ENTRIES is tried while the table keeps changing.
 const MAX_TRIES: usize = 5;
 
@@ -230,6 +239,77 @@ pub struct TableEntries {
     pub user_chains: Vec<String>,
 }
 
+/// A built-in chain's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Accept,
+    Drop,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Accept => "ACCEPT",
+            Policy::Drop => "DROP",
+        }
+    }
+}
+
+/// One chain of a table, as the walk found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainContents {
+    pub name: String,
+    /// The built-in chain's policy; None for a user chain.
+    pub policy: Option<Policy>,
+    /// Rules as `iptables-legacy-save` prints them (`-A` lines).
+    pub rules: u64,
+}
+
+/// Every chain of a table, in the blob's order (built-in chains first).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableContents {
+    pub chains: Vec<ChainContents>,
+}
+
+impl TableContents {
+    /// Rules in all chains.
+    pub fn rules(&self) -> u64 {
+        self.chains.iter().map(|chain| chain.rules).sum()
+    }
+
+    /// The user chains.
+    pub fn user_chains(&self) -> impl Iterator<Item = &ChainContents> {
+        self.chains.iter().filter(|chain| chain.policy.is_none())
+    }
+
+    /// The built-in chains whose policy is not ACCEPT.
+    pub fn non_accept_policies(&self) -> impl Iterator<Item = &ChainContents> {
+        self.chains
+            .iter()
+            .filter(|chain| chain.policy.is_some_and(|policy| policy != Policy::Accept))
+    }
+
+    /// Whether the table changes some packet's fate: a rule, or a policy
+    /// other than ACCEPT. (An empty user chain does not; neither does a
+    /// table as a read-only `iptables-legacy -L` leaves it.)
+    pub fn applies_to_packets(&self) -> bool {
+        self.rules() > 0 || self.non_accept_policies().next().is_some()
+    }
+
+    /// Whether the table holds anything a write left: a rule, a user chain
+    /// (an empty hint chain too) or a policy other than ACCEPT.
+    pub fn holds_state(&self) -> bool {
+        self.applies_to_packets() || self.user_chains().next().is_some()
+    }
+
+    fn entries(&self) -> TableEntries {
+        TableEntries {
+            rules: self.rules(),
+            user_chains: self.user_chains().map(|chain| chain.name.clone()).collect(),
+        }
+    }
+}
+
 /// The legacy tables of one family that exist in this network namespace.
 pub struct LegacyFamily {
     pub family: Family,
@@ -333,32 +413,31 @@ impl LegacyFamily {
 
     /// Walks a listed table's entries (GET_ENTRIES) for the exact count.
     ///
-    /// An empty table is answered from `table` alone. Otherwise GET_ENTRIES
-    /// is read for `table`'s size and checked against it; if the table
-    /// changed since (another size, or entries that do not add up to
-    /// `table`'s counts), GET_INFO is read afresh and both are retried a few
-    /// times before giving up with an error.
+    /// An empty table is answered from `table` alone (its policies are not
+    /// read: see [`LegacyFamily::contents`]). Otherwise as `contents`.
     pub fn entries(&self, table: &TableInfo) -> io::Result<TableEntries> {
-        let socket = match &self.socket {
-            Some(socket) if self.table(&table.name).is_some() => socket,
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("table {} is not listed: looking it up would create it", table.name),
-                ))
-            }
-        };
         if table.is_empty() {
+            self.listed_socket(table)?;
             return Ok(TableEntries::default());
         }
+        Ok(self.contents(table)?.entries())
+    }
+
+    /// Walks a listed table's entries (GET_ENTRIES): every chain with its
+    /// rule count and, for a built-in chain, its policy. Read even for a
+    /// table GET_INFO shows empty, as only the blob holds the policies.
+    ///
+    /// GET_ENTRIES is read for `table`'s size and checked against it; if
+    /// the table changed since (another size, or entries that do not add
+    /// up to `table`'s counts), GET_INFO is read afresh and both are retried
+    /// a few times before giving up with an error.
+    pub fn contents(&self, table: &TableInfo) -> io::Result<TableContents> {
+        let socket = self.listed_socket(table)?;
         let layout = Layout::of(self.family);
         let mut info = table.clone();
         for attempt in 0..MAX_TRIES {
             if attempt > 0 {
                 info = get_info(socket, &layout, &table.name)?;
-            }
-            if info.is_empty() {
-                return Ok(TableEntries::default());
             }
             let reply = match get_entries(socket, &layout, &info) {
                 Ok(reply) => reply,
@@ -368,14 +447,25 @@ impl LegacyFamily {
             };
             // A same-sized replacement in between shows up as a mismatch.
             let blob = &reply[layout.get_entries_header..];
-            if let Some(entries) = walk(&layout, blob, &info)? {
-                return Ok(entries);
+            if let Some(contents) = walk(&layout, blob, &info)? {
+                return Ok(contents);
             }
         }
         Err(io::Error::other(format!(
             "table {}: entries kept changing or did not add up in {MAX_TRIES} reads",
             table.name
         )))
+    }
+
+    /// The socket to read a table through, if the table is one of the listed.
+    fn listed_socket(&self, table: &TableInfo) -> io::Result<&OwnedFd> {
+        match &self.socket {
+            Some(socket) if self.table(&table.name).is_some() => Ok(socket),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("table {} is not listed: looking it up would create it", table.name),
+            )),
+        }
     }
 }
 
@@ -418,49 +508,86 @@ fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Resul
 /// Returns None if the blob does not match `info` (the table was replaced by
 /// one of the same size between the two reads) and an error if it is
 /// malformed.
-fn walk(layout: &Layout, blob: &[u8], info: &TableInfo) -> io::Result<Option<TableEntries>> {
-    let mut result = TableEntries::default();
+fn walk(layout: &Layout, blob: &[u8], info: &TableInfo) -> io::Result<Option<TableContents>> {
+    let mut contents = TableContents::default();
     let mut entries = 0u32;
-    let mut chains = 0u64;
-    let mut in_chain_entries = 0u64; // non-ERROR entries of the current chain
+    // The chain being walked: its name, whether it is built in, its
+    // non-ERROR entries so far and the last one's target.
+    let mut current: Option<(String, bool, u64, Entry)> = None;
     let mut offset = 0usize;
     let mut reached_end = false;
+    // A built-in chain whose last entry is no policy: the blob is not the
+    // table `info` describes.
+    let mut policies_read = true;
+    let mut close = |current: Option<(String, bool, u64, Entry)>, contents: &mut TableContents| {
+        if let Some((name, builtin, in_chain_entries, last)) = current {
+            let policy = if builtin {
+                let policy = last.policy();
+                policies_read &= policy.is_some();
+                Some(policy.unwrap_or(Policy::Accept))
+            } else {
+                None
+            };
+            contents.chains.push(ChainContents {
+                name,
+                policy,
+                rules: in_chain_entries.saturating_sub(1),
+            });
+        }
+    };
     while offset < blob.len() {
         let entry = Entry::parse(layout, blob, offset)?;
         entries += 1;
         let is_error = entry.target_name() == ERROR_TARGET;
-        let starts_chain = is_error || info.hook_entries.contains(&(offset as u32));
-        if starts_chain {
+        let hook = info.hook_entries.iter().position(|&start| start == offset as u32);
+        if is_error || hook.is_some() {
             // The previous chain's last entry was its policy or tail.
-            result.rules += in_chain_entries.saturating_sub(1);
-            in_chain_entries = 0;
+            close(current.take(), &mut contents);
         }
+        let end = entry.end;
         if is_error {
-            if entry.end == blob.len() {
+            if end == blob.len() {
                 reached_end = true;
             } else {
-                chains += 1;
-                result.user_chains.push(entry.error_name());
+                current = Some((entry.error_name(), false, 0, entry));
             }
         } else {
-            if starts_chain {
-                chains += 1;
+            if let Some(index) = hook {
+                current = Some((hook_chain(info.valid_hooks, index).to_string(), true, 0, entry));
+            } else {
+                match current.as_mut() {
+                    Some((_, _, _, last)) => *last = entry,
+                    None => return Err(invalid_data("an entry outside any chain")),
+                }
             }
-            in_chain_entries += 1;
+            if let Some((_, _, in_chain_entries, _)) = current.as_mut() {
+                *in_chain_entries += 1;
+            }
         }
-        offset = entry.end;
+        offset = end;
     }
+    close(current.take(), &mut contents);
     if !reached_end {
         return Err(invalid_data("the table does not end with an ERROR entry"));
     }
     // The formula from the entry counts: each chain has one policy or tail,
     // each user chain a head, and the table an end.
-    let user = result.user_chains.len() as u64;
+    let user = contents.user_chains().count() as u64;
+    let builtin = contents.chains.len() as u64 - user;
     let expected_rules = u64::from(info.num_entries).checked_sub(u64::from(info.builtin_chains()) + 2 * user + 1);
-    let consistent = entries == info.num_entries
-        && chains == u64::from(info.builtin_chains()) + user
-        && expected_rules == Some(result.rules);
-    Ok(consistent.then_some(result))
+    let consistent = policies_read
+        && entries == info.num_entries
+        && builtin == u64::from(info.builtin_chains())
+        && expected_rules == Some(contents.rules());
+    Ok(consistent.then_some(contents))
+}
+
+/// The chain name of the `index`-th valid hook.
+fn hook_chain(valid_hooks: u32, index: usize) -> &'static str {
+    (0..NUM_HOOKS)
+        .filter(|hook| valid_hooks & (1 << hook) != 0)
+        .nth(index)
+        .map_or("?", |hook| HOOK_CHAINS[hook])
 }
 
 /// One entry of the blob, bounds-checked.
@@ -493,6 +620,21 @@ impl<'a> Entry<'a> {
     fn target_name(&self) -> &'a [u8] {
         let at = offset_of!(EntryTarget, name);
         until_nul(&self.target[at..at + EXTENSION_MAXNAMELEN])
+    }
+
+    /// The policy a built-in chain's last entry carries: a standard target
+    /// (no name) whose verdict is ACCEPT or DROP; None for anything else.
+    fn policy(&self) -> Option<Policy> {
+        if !self.target_name().is_empty() {
+            return None;
+        }
+        let at = size_of::<EntryTarget>();
+        let verdict = i32::from_ne_bytes(self.target.get(at..at + size_of::<i32>())?.try_into().ok()?);
+        match verdict {
+            VERDICT_ACCEPT => Some(Policy::Accept),
+            VERDICT_DROP => Some(Policy::Drop),
+            _ => None,
+        }
     }
 
     /// An `ERROR` target's data (`xt_error_target.errorname`): a chain name.

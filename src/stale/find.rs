@@ -1,0 +1,330 @@
+//! Finding what a backend holds that the host no longer uses: per family,
+//! the tables holding state (a rule, a user chain, a built-in chain policy
+//! other than ACCEPT), with those chains.
+//!
+//! Legacy: only tables `/proc/net/ip*_tables_names` lists are read
+//! (GET_INFO and GET_ENTRIES), so nothing is created. nf_tables: asked only
+//! once files show it is in the kernel; only tables named like an iptables
+//! table in families ip and ip6 are candidates, and a candidate counts as
+//! iptables-nft's only when nothing in it is what iptables-nft never makes
+//! (see [`nft_table_not_ours`]). Others (kube-proxy's, firewalld's, Docker's,
+//! an operator's own) are left alone and said so; iptables-nft 1.8.9 marks
+//! its tables in no way (no flag, no user data), so a native table built
+//! exactly like one of iptables-nft's cannot be told from it.
+
+use crate::backend;
+use crate::command::WrappedCommand;
+use crate::family::Family;
+use crate::kernel::legacy::{self, LegacyFamily};
+use crate::kernel::modules::{self, Presence};
+use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
+use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
+use crate::mode::Mode;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// One chain's stale state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleChain {
+    pub name: String,
+    /// True for a built-in chain (then `policy` is its policy).
+    pub builtin: bool,
+    pub policy: Option<&'static str>,
+    pub rules: u64,
+}
+
+/// A table holding state, with the chains that hold it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleTable {
+    pub name: &'static str,
+    pub chains: Vec<StaleChain>,
+    /// The built-in chains an empty table of this name declares.
+    pub builtin_chains: Vec<&'static str>,
+}
+
+impl StaleTable {
+    pub fn rules(&self) -> u64 {
+        self.chains.iter().map(|c| c.rules).sum()
+    }
+}
+
+/// A table left alone, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftTable {
+    pub name: String,
+    pub why: String,
+}
+
+/// What one family of the stale backend holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub family: Family,
+    pub backend: Mode,
+    pub tables: Vec<StaleTable>,
+    /// Tables with state that are not the backend's own to remove.
+    pub left: Vec<LeftTable>,
+    /// Why the family could not be read, if it could not.
+    pub unknown: Option<String>,
+}
+
+impl Finding {
+    /// Whether anything stale is known or may be there.
+    pub fn is_stale(&self) -> bool {
+        !self.tables.is_empty() || self.unknown.is_some()
+    }
+}
+
+/// What `backend` holds in `family`.
+pub fn find(backend: Mode, family: Family) -> Finding {
+    let mut finding = Finding {
+        family,
+        backend,
+        tables: Vec::new(),
+        left: Vec::new(),
+        unknown: None,
+    };
+    let read = match backend {
+        Mode::Legacy => find_legacy(&mut finding),
+        Mode::Nft => find_nft(&mut finding),
+    };
+    if let Err(why) = read {
+        finding.tables.clear();
+        finding.unknown = Some(why);
+    }
+    finding
+}
+
+fn find_legacy(finding: &mut Finding) -> Result<(), String> {
+    let family = finding.family;
+    let names = legacy::listed_tables(family)?.unwrap_or_default();
+    let tables = LegacyFamily::open_listed(family, names)
+        .map_err(|e| format!("legacy {} tables cannot be read: {e}", family.label()))?;
+    for table in &tables.tables {
+        let contents = tables
+            .contents(table)
+            .map_err(|e| format!("legacy {} {}: {e}", family.label(), table.name))?;
+        if !contents.holds_state() {
+            continue;
+        }
+        let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
+            finding.left.push(LeftTable {
+                name: table.name.clone(),
+                why: "not one of the iptables tables this command knows how to empty".into(),
+            });
+            continue;
+        };
+        finding.tables.push(StaleTable {
+            name,
+            builtin_chains: builtin_chains_of(name),
+            chains: contents
+                .chains
+                .iter()
+                .filter(|c| c.rules > 0 || c.policy != Some(legacy::Policy::Accept))
+                .map(|c| StaleChain {
+                    name: c.name.clone(),
+                    builtin: c.policy.is_some(),
+                    policy: c.policy.map(|p| p.name()),
+                    rules: c.rules,
+                })
+                .collect(),
+        });
+    }
+    Ok(())
+}
+
+fn find_nft(finding: &mut Finding) -> Result<(), String> {
+    let family = finding.family;
+    match modules::nf_tables() {
+        Presence::Present(_) | Presence::Askable(_) => {}
+        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(()),
+        Presence::Unknown(why) => {
+            return Err(format!(
+                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
+            ))
+        }
+    }
+    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let tables = socket
+        .tables(family)
+        .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
+    let mut save_notes: Option<Vec<String>> = None;
+    for table in tables {
+        let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
+            continue; // a native nftables table: never a candidate
+        };
+        let chains = socket
+            .chains(family, name)
+            .map_err(|e| format!("nf_tables table {} {name}: {e}", family.nft_name()))?;
+        let holding: Vec<StaleChain> = chains
+            .iter()
+            .filter(|c| c.rules > 0 || c.base.as_ref().map(|base| base.policy) != Some(NF_ACCEPT))
+            .map(|c| StaleChain {
+                name: c.name.clone(),
+                builtin: c.base.is_some(),
+                policy: c
+                    .base
+                    .as_ref()
+                    .map(|base| if base.policy == NF_ACCEPT { "ACCEPT" } else { "DROP" }),
+                rules: c.rules,
+            })
+            .collect();
+        if holding.is_empty() {
+            continue;
+        }
+        let mut why = nft_table_not_ours(&table, &chains);
+        if why.is_none() {
+            let notes = match &save_notes {
+                Some(notes) => notes,
+                None => save_notes.insert(incompatibility_notes(family)?),
+            };
+            why = notes
+                .iter()
+                .find(|note| note.contains(&format!("`{name}'")))
+                .map(|note| format!("iptables-nft-save says: {}", note.trim_start_matches("# ")));
+        }
+        match why {
+            Some(why) => finding.left.push(LeftTable {
+                name: name.to_string(),
+                why,
+            }),
+            None => finding.tables.push(StaleTable {
+                name,
+                builtin_chains: builtin_chains_of(name),
+                chains: holding,
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// Why a table named like an iptables table is not iptables-nft's alone,
+/// or None when nothing in it says so: no table flags or user data (which
+/// iptables-nft never sets), nothing but chains (no sets, maps, objects or
+/// flowtables), base chains only among the table's built-in ones with the
+/// hook, type and priority iptables-nft gives them, and a counter in every
+/// rule (iptables-nft puts one in each).
+pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain]) -> Option<String> {
+    if table.flags != 0 {
+        return Some(format!("table flags {:#x}, which iptables-nft never sets", table.flags));
+    }
+    if table.has_userdata {
+        return Some("the table carries user data (an nft comment), which iptables-nft never writes".into());
+    }
+    if table.use_count as usize != chains.len() {
+        return Some(format!(
+            "the table counts {} objects for its {} chains: it holds sets, maps, stateful objects or flowtables, which iptables-nft never makes",
+            table.use_count,
+            chains.len()
+        ));
+    }
+    for chain in chains {
+        if let Some(base) = &chain.base {
+            let expected = iptables_nft_base_chain(&table.name, &chain.name);
+            let matches = expected.is_some_and(|(hook, priority, chain_type)| {
+                base.hook == hook && base.priority == priority && base.chain_type == chain_type
+            });
+            if !matches {
+                return Some(format!(
+                    "base chain {:?} (hook {}, priority {}, type {}) is not one iptables-nft makes",
+                    chain.name, base.hook, base.priority, base.chain_type
+                ));
+            }
+        }
+        if chain.rules_without_counter > 0 {
+            return Some(format!(
+                "chain {:?} has {} without a counter, and iptables-nft gives every rule one",
+                chain.name,
+                if chain.rules_without_counter == 1 {
+                    "1 rule".to_string()
+                } else {
+                    format!("{} rules", chain.rules_without_counter)
+                }
+            ));
+        }
+    }
+    None
+}
+
+/// The hook number, priority and type iptables-nft gives a built-in chain.
+fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'static str)> {
+    let hook = legacy::HOOK_CHAINS.iter().position(|c| *c == chain)? as u32;
+    let (priority, chain_type) = match (table, chain) {
+        ("raw", "PREROUTING" | "OUTPUT") => (-300, "filter"),
+        ("mangle", "OUTPUT") => (-150, "route"),
+        ("mangle", _) => (-150, "filter"),
+        ("filter", "INPUT" | "FORWARD" | "OUTPUT") => (0, "filter"),
+        ("security", "INPUT" | "FORWARD" | "OUTPUT") => (50, "filter"),
+        ("nat", "PREROUTING" | "OUTPUT") => (-100, "nat"),
+        ("nat", "INPUT" | "POSTROUTING") => (100, "nat"),
+        _ => return None,
+    };
+    Some((hook, priority, chain_type))
+}
+
+fn builtin_chains_of(table: &str) -> Vec<&'static str> {
+    BUILTIN_CHAINS
+        .iter()
+        .find(|(name, _)| *name == table)
+        .map(|(_, chains)| chains.to_vec())
+        .unwrap_or_default()
+}
+
+/// The `# Table ... incompatible` notes of `iptables-nft-save` (to stdout
+/// or stderr, depending on the version).
+fn incompatibility_notes(family: Family) -> Result<Vec<String>, String> {
+    let output = save(Mode::Nft, family, true)?;
+    Ok(output
+        .lines()
+        .filter(|line| line.starts_with("# Table") && line.contains("incompatible"))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Runs `<family>-save` of `backend` (never with `-t`: legacy's would look
+/// the table up, and create it) and returns its stdout (with its stderr
+/// after it when `with_stderr`); an error unless it exits 0.
+pub fn save(backend: Mode, family: Family, with_stderr: bool) -> Result<String, String> {
+    let command = WrappedCommand::save_tool(family);
+    let tool = backend::locate(&command, backend).map_err(|e| e.to_string())?;
+    let output = Command::new(&tool.path)
+        .arg0(command.name)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} ({}-{backend}-save) {}: {}",
+            tool.path.display(),
+            family.program(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    if with_stderr {
+        let mut stderr = String::new();
+        let _ = output.stderr.as_slice().read_to_string(&mut stderr);
+        text.push_str(&stderr);
+    }
+    Ok(text)
+}
+
+/// The sections of a save for the given tables (`*name` to `COMMIT`).
+pub fn sections(save: &str, tables: &[&str]) -> String {
+    let mut out = String::new();
+    let mut keep = false;
+    for line in save.lines() {
+        if let Some(table) = line.strip_prefix('*') {
+            keep = tables.contains(&table);
+        }
+        if keep {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line == "COMMIT" {
+            keep = false;
+        }
+    }
+    out
+}
