@@ -469,11 +469,26 @@ fn no_count_is_torn_by_a_restore_loop_on_a_busy_machine() {
     let dir = std::env::temp_dir().join(format!("iptw-busy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ruleset = dir.join("rules");
-    std::fs::write(&ruleset, kube_proxy_like_ruleset()).unwrap();
+    // nat (2,968 rules) before filter: the commit then takes the old filter
+    // table out of the kernel's list only after it has activated all of
+    // nat's new rules, and a listener (`nft monitor`, as firewalld or a
+    // monitoring agent keep) makes it build a notification for each: the
+    // window after the generation moved grows from microseconds to
+    // milliseconds, as preemption makes it on a busy node.
+    let rules = kube_proxy_like_ruleset();
+    let nat_at = rules.find("*nat\n").unwrap();
+    std::fs::write(&ruleset, format!("{}{}", &rules[nat_at..], &rules[..nat_at])).unwrap();
     common::sh(&format!("iptables-nft-restore < {}", ruleset.display()));
     assert_eq!(saved_rules(Ipv4), 3002);
+    let mut monitor = Command::new("nft")
+        .arg("monitor")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let writer = format!("while :; do iptables-nft-restore < {}; done", ruleset.display());
     let (right, unknown, wrong) = counts_beside(&writer, 3002, 3000, 40);
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(wrong.is_empty(), "torn counts {wrong:?} ({right} right, {unknown} unknown)");
     assert!(right > 10, "only {right} counts ({unknown} unknown)");
@@ -531,9 +546,22 @@ fn commits_in_other_tables_leave_the_count_known() {
         "XTABLES_LOCKFILE={} iptables-legacy-restore <<'EOF'\n*filter\n:INPUT ACCEPT [0:0]\n{legacy}COMMIT\nEOF",
         setup_lock.display()
     ));
+    // Another user's own table with 2,000 rules (a family's dump walks
+    // them too, so each reading takes a while), and two processes adding
+    // and deleting a table of their own as fast as they can.
+    let mut other: String = "table ip other {\n chain forward {\n type filter hook forward priority 10;\n".into();
+    for i in 0..2000 {
+        other.push_str(&format!("  ip saddr 10.4.{}.{} counter accept\n", i / 256, i % 256));
+    }
+    other.push_str(" }\n}\n");
+    let other_file = node.path("other.nft");
+    std::fs::write(&other_file, other).unwrap();
+    common::sh(&format!("nft -f {}", other_file.display()));
     let mut churn = Command::new("sh")
         .arg("-c")
-        .arg("while :; do nft add table ip churn; nft delete table ip churn; done")
+        .arg(
+            "for i in 1 2; do (while :; do nft add table ip churn$i; nft delete table ip churn$i; done) & done; wait",
+        )
         .spawn()
         .unwrap();
     let mut decided = std::collections::BTreeMap::<String, u32>::new();
@@ -541,6 +569,7 @@ fn commits_in_other_tables_leave_the_count_known() {
         *decided.entry(node.version_mode("iptables")).or_default() += 1;
     }
     let report = node.detect();
+    common::sh_output(&format!("pkill -P {}", churn.id()));
     churn.kill().unwrap();
     churn.wait().unwrap();
     assert_eq!(decided.get("legacy"), Some(&40), "{decided:?}");
