@@ -111,15 +111,26 @@ fn generation() -> u32 {
     NftSocket::open().unwrap().generation().unwrap()
 }
 
+/// The cache's entry for this namespace: (generation, count, confirmed).
+fn cached_entry(node: &Node) -> Option<(u32, RuleBounds, bool)> {
+    let contents = std::fs::read(run_dir(node).join(count_cache::FILE_NAME)).ok()?;
+    let namespace = this_namespace();
+    count_cache::parse(&contents)?
+        .into_iter()
+        .find(|(ns, _)| *ns == namespace)
+        .map(|(_, entry)| (entry.generation, entry.rules, entry.confirmed))
+}
+
 /// The wrapped call counts (a tie needs every nft rule) and stores the
 /// count pending; `detect` counts again, which confirms it; the next
-/// `detect` reads it from the cache. Every figure equals the save tools'
-/// `-A` lines.
+/// `detect` counts again too and finds the cache agreeing. Every figure
+/// equals the save tools' `-A` lines.
 fn assert_cached_count_is_exact(node: &Node) {
     let expected = saved(NFT_SAVES);
     assert_eq!(saved(LEGACY_SAVES), expected, "the setup is a tie");
     assert_eq!(node.version_mode("iptables"), "nft", "a tie goes to the default");
     let generation = generation();
+    assert_eq!(cached_entry(node), Some((generation, RuleBounds::exact(expected), false)));
     let (low, _, exact, method) = nft_count(&node.detect());
     assert_eq!((low, exact), (expected, true));
     assert_eq!(
@@ -127,11 +138,12 @@ fn assert_cached_count_is_exact(node: &Node) {
         format!("netlink GETRULE dumps, generation {generation}"),
         "a count seen once is not served"
     );
+    assert_eq!(cached_entry(node), Some((generation, RuleBounds::exact(expected), true)));
     let (low, _, exact, method) = nft_count(&node.detect());
     assert_eq!((low, exact), (expected, true), "the cached figure stays the same");
     assert_eq!(
         method,
-        format!("count cache, generation {generation}, counted by netlink GETRULE dumps")
+        format!("netlink GETRULE dumps, generation {generation}; the count cache agrees")
     );
 }
 
@@ -183,10 +195,7 @@ fn a_changed_ruleset_is_counted_again() {
     assert_eq!(low, 701);
     assert_eq!(
         method,
-        format!(
-            "count cache, generation {}, counted by netlink GETRULE dumps",
-            generation()
-        )
+        format!("netlink GETRULE dumps, generation {}; the count cache agrees", generation())
     );
 }
 
@@ -245,20 +254,83 @@ fn a_cache_file_is_used_only_when_private_and_not_linked() {
     std::fs::write(&elsewhere, &forged).unwrap();
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
 
+    let unused = |report: &Value| {
+        let (low, _, _, method) = nft_count(report);
+        (low, method.contains("count cache"))
+    };
     std::fs::remove_file(&file).unwrap();
     symlink(&elsewhere, &file).unwrap();
-    assert_eq!(nft_count(&node.detect()).0, 400, "a symlink is not followed");
+    assert_eq!(unused(&node.detect()), (400, false), "a symlink is not followed");
 
     std::fs::remove_file(&file).unwrap();
     std::fs::copy(&elsewhere, &file).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(nft_count(&node.detect()).0, 400, "a file others can read is not used");
+    assert_eq!(unused(&node.detect()), (400, false), "a file others can read is not used");
 
-    // The same file, private: the wrapper trusts it (which is why the
-    // directory and file checks above matter).
+    // The same file, private: the wrapper reads it (which is why the
+    // directory and file checks above matter), but detect counts anyway and
+    // says the cache disagrees.
     std::fs::write(&file, &forged).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(nft_count(&node.detect()).0, 7777);
+    let (low, _, exact, method) = nft_count(&node.detect());
+    assert_eq!((low, exact), (400, true));
+    assert!(
+        method.ends_with("; the count cache said 7777: disagrees, replaced"),
+        "{method}"
+    );
+    assert_eq!(
+        cached_entry(&node),
+        Some((generation(), RuleBounds::exact(400), false)),
+        "the fresh count replaced the forged one"
+    );
+}
+
+#[test]
+fn a_cached_count_below_what_the_built_in_chains_hold_is_not_used() {
+    // nft: 301 rules, all but one in a user chain (the built-in chains'
+    // lookups show 1); legacy: 200. A forged entry saying nft holds none
+    // contradicts the one rule the call reads anyway: it is dropped and the
+    // rules counted, so the call still goes to nft.
+    let node = Node::new("cache-below-bounds");
+    let user_chain = long_user_chain(300, false)
+        .replace("-A INPUT -p udp -j LONG\n", "")
+        .replace("-A OUTPUT -j LONG\n", "");
+    restore(&node, "iptables-nft-restore", &user_chain);
+    restore(&node, "iptables-legacy-restore", &long_builtin_chain(200, false));
+    assert_eq!((saved(NFT_SAVES), saved(LEGACY_SAVES)), (301, 200));
+    assert_eq!(node.version_mode("iptables"), "nft");
+    for forged_count in [0, 150] {
+        let forged = count_cache::format(&[(
+            this_namespace(),
+            Entry {
+                generation: generation(),
+                rules: RuleBounds::exact(forged_count),
+                confirmed: true,
+            },
+        )]);
+        let file = run_dir(&node).join(count_cache::FILE_NAME);
+        std::fs::write(&file, &forged).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let decided = node.version_mode("iptables");
+        if forged_count == 0 {
+            assert_eq!(decided, "nft", "a count below the bounds is not used");
+            assert_eq!(
+                cached_entry(&node),
+                Some((generation(), RuleBounds { low: 201, high: u64::MAX }, false)),
+                "the call counted (until past legacy's 200), and its count replaced the forged one"
+            );
+        } else {
+            // Within the bounds a forged count is believed: the trust
+            // boundary is the runtime directory (see the README).
+            assert_eq!(decided, "legacy");
+            let (low, _, _, method) = nft_count(&node.detect());
+            assert_eq!(low, 301, "detect always counts");
+            assert!(
+                method.ends_with("; the count cache said 150: disagrees, replaced"),
+                "{method}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -291,12 +363,12 @@ fn a_count_from_another_network_namespace_is_not_used() {
     assert_eq!(again, 401);
     assert_eq!(
         again_method,
-        format!("count cache, generation {second_generation}, counted by netlink GETRULE dumps")
+        format!("netlink GETRULE dumps, generation {second_generation}; the count cache agrees")
     );
     // Both namespaces keep their own entry.
     let (low, _, _, method) = nft_count(&node.detect());
     assert_eq!(low, 400);
-    assert!(method.starts_with("count cache"), "{method}");
+    assert!(method.ends_with("the count cache agrees"), "{method}");
     let entries = count_cache::parse(&std::fs::read(run_dir(&node).join(count_cache::FILE_NAME)).unwrap()).unwrap();
     assert_eq!(entries.len(), 2);
 }

@@ -7,14 +7,21 @@
 //! (`SO_NETNS_COOKIE`, Linux 5.14+, never reused within a boot, unlike the
 //! namespace's inode number) and the nf_tables generation id (GETGEN, bumped
 //! by every commit). Without a boot id or a cookie there is no cache. The
-//! counts stored come from GETGEN-bracketed dumps ([`super::nft`]), so each
-//! is the count of exactly the generation it is stored under, but for one
-//! window the bracket cannot see (a commit bumps the generation just before
-//! it makes the new ruleset visible). So a count is stored *pending* and is
-//! served only once a second count of the same namespace and generation
-//! agreed with it (*confirmed*): a count torn in that window would otherwise
-//! be reused for as long as the ruleset stays unchanged, which on a quiet
-//! node is hours. Each generation is counted twice, then never again.
+//! counts stored come from dumps of one generation ([`super::nft`]; a count
+//! read while the generation moved is not stored), so each is the count of
+//! exactly the generation it is stored under, but for what the checks there
+//! cannot see (an aborted transaction's entries leaving the kernel's lists
+//! mid-dump). So a count is stored *pending* and is served only once a
+//! second count of the same namespace and generation agreed with it
+//! (*confirmed*): a wrong count would otherwise be reused for as long as the
+//! ruleset stays unchanged, which on a quiet node is hours. Each generation
+//! is counted twice, then never again.
+//!
+//! Trust: the file is believed as far as the runtime directory is private.
+//! Whoever can write it (root, or the wrapper's user) can make wrapped calls
+//! believe any count; a caller drops one that contradicts the bounds it
+//! reads anyway ([`super::KernelReader::compare_rule_counts`]), and `detect`
+//! never serves one, it counts and says where the file disagrees.
 //!
 //! The file is `counts` in the wrapper's runtime directory
 //! ([`crate::run_dir`]: private to the effective user, never followed

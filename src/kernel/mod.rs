@@ -323,9 +323,11 @@ impl KernelReader {
     }
 
     /// Compares the backends' rule counts, IPv4 and IPv6 together. With
-    /// `exact` both counts are read in full; otherwise only as far as the
-    /// verdict needs: cheap bounds first, then the nft count remembered for
-    /// this generation, then the exact legacy count, then the nft rules until
+    /// `exact` (detect) both counts are read in full, and the nft count
+    /// remembered for this generation is only compared with the fresh one;
+    /// otherwise only as far as the verdict needs: cheap bounds first, then
+    /// the nft count remembered for this generation (unless the bounds
+    /// contradict it), then the exact legacy count, then the nft rules until
     /// they pass it (remembered for the next call).
     pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
         let mut legacy = self.legacy_bounds("getsockopt GET_INFO entry counts")?;
@@ -340,18 +342,25 @@ impl KernelReader {
         if let Some(verdict) = settled(&legacy, &nft) {
             return Ok(CountComparison { legacy, nft, verdict });
         }
-        if let Some(cached) = self.nft_cached() {
-            // Both belong to this generation; the dump's figure is the sharper.
-            let low = cached.value.low.max(nft.value.low);
-            nft = Reading {
-                value: RuleBounds {
-                    low,
-                    high: cached.value.high.max(low),
-                },
-                method: cached.method,
-            };
-            if let Some(verdict) = settled(&legacy, &nft) {
-                return Ok(CountComparison { legacy, nft, verdict });
+        let cached = self.nft_cached();
+        if let Some((_, cached)) = cached.as_ref().filter(|_| !exact) {
+            if cached.value.high < nft.value.low {
+                // Only a forged or damaged file can say so: counted again.
+                log::debug!(
+                    "count cache says {}..={} nft rules, below the {} the built-in chains hold: not used",
+                    cached.value.low,
+                    cached.value.high,
+                    nft.value.low
+                );
+            } else {
+                // Both belong to this generation; the lookups' figure may be
+                // the sharper lower bound.
+                let low = cached.value.low.max(nft.value.low);
+                nft = cached.clone();
+                nft.value.low = low;
+                if let Some(verdict) = settled(&legacy, &nft) {
+                    return Ok(CountComparison { legacy, nft, verdict });
+                }
             }
         }
         if !legacy.value.is_exact() {
@@ -362,7 +371,13 @@ impl KernelReader {
         }
         if !nft.value.is_exact() {
             let stop_above = if exact { None } else { Some(legacy.value.low) };
-            nft = self.nft_count(stop_above, nft.value)?;
+            let generation;
+            (nft, generation) = self.nft_count(stop_above, nft.value)?;
+            if let Some((cached_generation, cached)) = cached.filter(|_| exact) {
+                if generation == Some(cached_generation) {
+                    nft.method = with_cache_check(nft.method, nft.value, &cached);
+                }
+            }
         }
         let verdict = verdict_from_bounds(legacy.value, nft.value)
             .expect("an exact legacy count and an nft count read past it always settle");
@@ -450,35 +465,44 @@ impl KernelReader {
     /// The nft count remembered, and confirmed by a second count, for the
     /// current generation of this network namespace, if any (one GETGEN
     /// round trip and a small file read).
-    fn nft_cached(&mut self) -> Option<Reading<RuleBounds>> {
+    fn nft_cached(&mut self) -> Option<(u32, Reading<RuleBounds>)> {
         let NftSource::Netlink(socket) = self.nft_source() else {
             return None;
         };
         let generation = socket.generation().ok()?;
         let rules = count_cache::lookup(&namespace_of(socket)?, generation)?;
-        Some(Reading {
-            value: rules,
-            method: format!("count cache, generation {generation}, counted by netlink GETRULE dumps"),
-        })
+        Some((
+            generation,
+            Reading {
+                value: rules,
+                method: format!("count cache, generation {generation}, counted by netlink GETRULE dumps"),
+            },
+        ))
     }
 
     /// Counts the nft rules (GETRULE dumps of one generation), stopping past
-    /// `stop_above`, and remembers the count for that generation.
-    fn nft_count(&mut self, stop_above: Option<u64>, bounds: RuleBounds) -> Result<Reading<RuleBounds>, String> {
+    /// `stop_above`, and remembers the count for that generation; with the
+    /// generation it belongs to, when one does.
+    fn nft_count(
+        &mut self,
+        stop_above: Option<u64>,
+        bounds: RuleBounds,
+    ) -> Result<(Reading<RuleBounds>, Option<u32>), String> {
         if let NftSource::Netlink(socket) = self.nft_source() {
             match socket.count_rules(&Family::BOTH, stop_above) {
                 Ok(count) => {
                     let reading = counted(count, bounds);
-                    if let Some(ns) = namespace_of(socket) {
-                        count_cache::store(&ns, count.generation, reading.value);
+                    // A count read while the generation moved belongs to none.
+                    if let (Some(generation), Some(ns)) = (count.generation, namespace_of(socket)) {
+                        count_cache::store(&ns, generation, reading.value);
                     }
-                    return Ok(reading);
+                    return Ok((reading, count.generation));
                 }
                 Err(e) if RulesetKeptChanging::is(&e) => return Err(e.to_string()),
                 Err(e) => self.fall_back_nft(e),
             }
         }
-        self.nft_settled_count()
+        self.nft_settled_count().map(|reading| (reading, None))
     }
 
     /// The nft count when it does not come from netlink: nothing, or a save.
@@ -577,11 +601,14 @@ impl KernelReader {
 /// The reading of a dump's count; one that stopped early keeps `bounds`'
 /// upper bound.
 fn counted(count: RuleCount, bounds: RuleBounds) -> Reading<RuleBounds> {
-    let generation = count.generation;
+    let of = match count.generation {
+        Some(generation) => format!("generation {generation}"),
+        None => "read twice alike while other commits moved the generation".to_string(),
+    };
     if count.complete {
         Reading {
             value: RuleBounds::exact(count.rules),
-            method: format!("netlink GETRULE dumps, generation {generation}"),
+            method: format!("netlink GETRULE dumps, {of}"),
         }
     } else {
         Reading {
@@ -589,11 +616,24 @@ fn counted(count: RuleCount, bounds: RuleBounds) -> Reading<RuleBounds> {
                 low: count.rules,
                 high: bounds.high.max(count.rules),
             },
-            method: format!(
-                "netlink GETRULE dumps, generation {generation}, stopped after {} rules",
-                count.rules
-            ),
+            method: format!("netlink GETRULE dumps, {of}, stopped after {} rules", count.rules),
         }
+    }
+}
+
+/// `method`, followed by whether the count cache's figure for the same
+/// generation agrees with the fresh count `rules`.
+fn with_cache_check(method: String, rules: RuleBounds, cached: &Reading<RuleBounds>) -> String {
+    let agrees = cached.value.low <= rules.high && rules.low <= cached.value.high;
+    let said = match cached.value {
+        b if b.is_exact() => b.low.to_string(),
+        RuleBounds { low, high: u64::MAX } => format!("at least {low}"),
+        RuleBounds { low, high } => format!("{low} to {high}"),
+    };
+    if agrees {
+        format!("{method}; the count cache agrees")
+    } else {
+        format!("{method}; the count cache said {said}: disagrees, replaced")
     }
 }
 

@@ -2,7 +2,9 @@
 //! streamed dumps.
 //!
 //! Only read requests are ever sent (GETTABLE, GETCHAIN, GETRULE, GETGEN),
-//! so nothing here changes the ruleset or its generation id. The first
+//! and one empty batch that waits for the commit mutex and commits nothing
+//! ([`NftSocket::wait_for_commits`]), so nothing here changes the ruleset or
+//! its generation id. The first
 //! nf_tables message can autoload the `nf_tables` module: callers check
 //! [`crate::kernel::modules::nf_tables`] before opening an [`NftSocket`].
 //!
@@ -18,13 +20,17 @@
 //!   streamed through a fixed buffer and abandoned as soon as the count
 //!   passes the caller's limit; one per family, not per table (see there).
 //!
-//! Counts from one generation: a dump spans many datagrams, and a ruleset
+//! Counts from one state: a dump spans many datagrams, and a ruleset
 //! committed meanwhile (a full `iptables-nft-restore` in another process)
 //! can tear it without the kernel flagging `NLM_F_DUMP_INTR`. So every
-//! count is bracketed by GETGEN before and after; when the generation moved
-//! (or the kernel flagged the dump) the count is read again, a few times at
-//! most, and then it is unknown ([`RulesetKeptChanging`]), never a guess.
-//! A count is tagged with the generation it belongs to.
+//! count is bracketed by GETGEN before and after, with the commit mutex
+//! taken and released after the first, and every dump is checked for
+//! datagrams that resumed in the wrong place; when the generation moved the
+//! count is read again, a few times at most, and two identical readings of
+//! the iptables tables give it then (commits in other tables move the
+//! generation too); else it is unknown ([`RulesetKeptChanging`]), never a
+//! guess. [`NftSocket::count_rules`] argues why from the kernel's commit
+//! path. A count is tagged with the generation it belongs to, if one.
 //!
 //! What a count cannot be taken from: `NFTA_CHAIN_USE` and `NFTA_TABLE_USE`.
 //! They are O(1) point lookups (one built-in chain's use is its exact rule
@@ -58,13 +64,11 @@
 //! miss a table being replaced (see [`NftSocket::count_rules`]). Repeated
 //! calls on an unchanged ruleset take the count from [`super::count_cache`].
 //!
-//! One more window, of a few instructions (longer when the committing thread
-//! is preempted inside it): the commit bumps the generation just before it
-//! switches the visible ruleset, so a GETGEN in between followed by a dump's
-//! first batch could label the old state with the new generation. Nothing
-//! read-only can close it; measured with a rule moved between two tables as
-//! fast as `nft -f` commits, about 1 count in 200,000 came out torn (the test
-//! `counts_are_torn_only_in_the_kernels_commit_window`).
+//! What no check here sees: a transaction prepared and then aborted, or a
+//! table with an owner removed when its process exits, takes entries out of
+//! the kernel's lists without moving the generation; a dump that resumes
+//! just then skips rules, unseen when the skip ends at the start of a chain
+//! (see [`DumpOrder`]).
 //!
 //! Requests and replies are encoded by hand: a `nlmsghdr`, a `nfgenmsg`
 //! (family, version 0, res_id 0), then netlink attributes.
@@ -92,7 +96,12 @@ const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_USE: u16 = 6;
 const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
+const NFTA_RULE_POSITION: u16 = 6;
 const NFTA_GEN_ID: u16 = 1;
+/// `NFNL_BATCH_GENID` from `<linux/netfilter/nfnetlink.h>`.
+const NFNL_BATCH_GENID: u16 = 1;
 
 const NLMSG_HEADER_LEN: usize = std::mem::size_of::<libc::nlmsghdr>();
 /// `struct nfgenmsg`: family (u8), version (u8), res_id (u16, big endian).
@@ -128,9 +137,12 @@ pub struct RuleCount {
     pub rules: u64,
     /// False when the dump stopped early because `rules` passed the limit.
     pub complete: bool,
-    /// The nf_tables generation the count belongs to (GETGEN before and
-    /// after the dumps gave this same id).
-    pub generation: u32,
+    /// The nf_tables generation the count belongs to: GETGEN before the
+    /// dumps, the commit mutex then taken with that same id, and GETGEN
+    /// after them all agreed. None when the generation moved during each
+    /// attempt and the count is two consecutive dumps that read the iptables
+    /// tables' rules identically (see [`NftSocket::count_rules`]).
+    pub generation: Option<u32>,
 }
 
 /// The ruleset changed during every attempt at a count: it is unknown.
@@ -253,57 +265,169 @@ impl NftSocket {
     /// stopping as soon as the count exceeds `stop_above`.
     ///
     /// One dump per family, on one fresh socket per attempt, counting the
-    /// rules of the iptables tables. GETGEN before and after the dumps must
-    /// agree (and no dump be flagged interrupted), or the count is read
-    /// again; after [`COUNT_TRIES`] attempts it is [`RulesetKeptChanging`].
+    /// rules of the iptables tables. An attempt is taken as the count of one
+    /// generation when GETGEN before it, the commit mutex taken with that
+    /// generation ([`NftSocket::wait_for_commits`]) and GETGEN after it agree,
+    /// no dump was flagged interrupted, and every dump read as one state
+    /// ([`DumpOrder`]). Why that is never a torn count:
+    ///
+    /// - The rules a dump shows are those active in the current generation
+    ///   (`nft_is_active`: the rule's genmask against `gencursor`). Only a
+    ///   commit changes that, by flipping `gencursor`, and it bumps the
+    ///   generation (`base_seq`) just *before* the flip, both under the
+    ///   commit mutex. A transaction being prepared marks its new rules
+    ///   inactive and its deleted ones inactive only from the next
+    ///   generation; an abort undoes that. None of it changes what a dump
+    ///   shows.
+    /// - GETGEN alone can read a bumped generation whose flip is still to
+    ///   come (the committing thread between the two stores, or preempted
+    ///   there): a dump then mixes both rulesets under one generation. Once
+    ///   the commit mutex has been taken and released after that GETGEN,
+    ///   the commit that made the generation has finished (flip included),
+    ///   and any later commit bumps the generation before it flips. So if
+    ///   GETGEN after the dumps still gives the same id, no flip happened
+    ///   between the mutex and that GETGEN, and every dump saw one ruleset.
+    /// - A dump spans many datagrams; each resumes by skipping as many list
+    ///   entries as the previous ones walked, inactive entries included. A
+    ///   transaction being prepared inserts inactive entries (and an abort
+    ///   removes them) without moving the generation, so a later datagram
+    ///   can start a few rules early (repeating rules) or late (skipping
+    ///   them). [`DumpOrder`] catches every repeat and every skip that does
+    ///   not end exactly at the start of a chain (each rule names its
+    ///   chain, its handle and its predecessor's handle).
+    ///
+    /// When the generation moved during an attempt (any commit in the
+    /// namespace moves it, also one in a table iptables-nft never touches),
+    /// two consecutive attempts that each read as one state and read the
+    /// same rules of the iptables tables (same tables, chains, rule handles
+    /// and order) give the count, with no generation: a commit that changed
+    /// those tables during the first would have given the second other
+    /// rules (handles are never reused within a table), or a table or chain
+    /// read twice. After [`COUNT_TRIES`] attempts without either, the count
+    /// is [`RulesetKeptChanging`].
     ///
     /// Not one dump per table: the kernel's table filter (`NFTA_RULE_TABLE`)
     /// stops at the first table of that name in its list, active or not.
     /// While a transaction that replaces a table (as every
-    /// `iptables-nft-restore` does) is being committed, the generation has
-    /// already moved and the old table, its rules no longer active, still
-    /// precedes the new one: a filtered dump then counts nothing in that
-    /// table, at a generation that stays the same before and after (seen
-    /// here: 34 counted of 3,002, and the wrapper deciding legacy). A dump of
-    /// the whole family walks both tables and counts the active rules only.
-    /// It also serialises the rules of other nf_tables tables (kube-proxy's
-    /// own, say), which are skipped after parsing their table name.
+    /// `iptables-nft-restore` does) is being committed, the old table, its
+    /// rules no longer active, still precedes the new one: a filtered dump
+    /// then counts nothing in that table. A dump of the whole family walks
+    /// both tables and counts the active rules only. It also serialises the
+    /// rules of other nf_tables tables (kube-proxy's own, say), which are
+    /// skipped after parsing their names.
     pub fn count_rules(&self, families: &[Family], stop_above: Option<u64>) -> io::Result<RuleCount> {
         let limit = stop_above.unwrap_or(u64::MAX);
+        let mut previous: Option<DumpReading> = None;
         for attempt in 1..=COUNT_TRIES {
             let before = self.generation()?;
-            let socket = NftSocket::open()?;
-            let mut rules = 0;
-            let mut end = DumpEnd::Done;
-            for &family in families {
-                let request = Request::new(libc::NFT_MSG_GETRULE, family);
-                end = socket.dump(&request, |payload| {
-                    if !in_iptables_table(payload) {
-                        return ControlFlow::Continue(());
-                    }
-                    rules += 1;
-                    if rules > limit {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                })?;
-                if !matches!(end, DumpEnd::Done) {
-                    break;
-                }
-            }
+            let settled = self.wait_for_commits(before)?;
+            let reading = self.read_rules(families, limit)?;
             let after = self.generation()?;
-            if before != after || matches!(end, DumpEnd::Interrupted) {
-                log::debug!("nf_tables count attempt {attempt}: generation {before} -> {after}, read again");
-                continue;
+            if settled && before == after && reading.consistent && !reading.interrupted {
+                return Ok(reading.count(Some(before)));
             }
-            return Ok(RuleCount {
-                rules,
-                complete: matches!(end, DumpEnd::Done),
-                generation: before,
-            });
+            if reading.consistent && previous.as_ref().is_some_and(|p| p.same_rules(&reading)) {
+                log::debug!("nf_tables count attempt {attempt}: generation moved, the same rules read twice");
+                return Ok(reading.count(None));
+            }
+            log::debug!(
+                "nf_tables count attempt {attempt}: generation {before} -> {after}{}{}{}, read again",
+                if settled { "" } else { " (moved before the commit mutex)" },
+                if reading.consistent { "" } else { ", dump not of one state" },
+                if reading.interrupted { ", dump interrupted" } else { "" },
+            );
+            previous = reading.consistent.then_some(reading);
         }
         Err(io::Error::other(RulesetKeptChanging))
+    }
+
+    /// One attempt: the dumps of `families` on a fresh socket, counted and
+    /// checked, stopping once the count passes `limit`.
+    fn read_rules(&self, families: &[Family], limit: u64) -> io::Result<DumpReading> {
+        let socket = NftSocket::open()?;
+        let mut reading = DumpReading {
+            rules: 0,
+            complete: true,
+            consistent: true,
+            interrupted: false,
+            fingerprint: Fingerprint::new(),
+        };
+        for &family in families {
+            let request = Request::new(libc::NFT_MSG_GETRULE, family);
+            let mut order = DumpOrder::default();
+            let outcome = socket.dump(&request, |payload| {
+                let rule = RuleMessage::parse(payload);
+                order.see(&rule);
+                if !rule.table.is_some_and(is_iptables_table) {
+                    return ControlFlow::Continue(());
+                }
+                reading.fingerprint.add(family, &rule);
+                reading.rules += 1;
+                if reading.rules > limit {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            reading.consistent &= !order.broken;
+            reading.interrupted |= outcome.interrupted;
+            if matches!(outcome.end, DumpEnd::Stopped) {
+                reading.complete = false;
+                break;
+            }
+        }
+        Ok(reading)
+    }
+
+    /// Waits for any nf_tables transaction in progress in this namespace to
+    /// end, and says whether the generation then was still `generation`.
+    ///
+    /// Sends an empty batch (BATCH_BEGIN with `NFNL_BATCH_GENID`, then
+    /// BATCH_END): the kernel takes the commit mutex for it (waiting for a
+    /// transaction being prepared or committed), compares the generation
+    /// (`ERESTART` when it moved), finds nothing to commit and releases the
+    /// mutex. An empty commit returns before anything else: no generation
+    /// bump, no notification, no audit record, nothing changed. The kernel
+    /// handles a batch within the `send`, so its only reply, the `ERESTART`,
+    /// is queued before `send` returns; a successful batch sends nothing.
+    /// Kernels that ignore the attribute (before 4.19) still wait for the
+    /// mutex; the GETGEN after the dumps then does the comparison.
+    pub fn wait_for_commits(&self, generation: u32) -> io::Result<bool> {
+        let first_seq = self.take_seqs(2);
+        let mut datagram = Vec::new();
+        Request::batch(libc::NFNL_MSG_BATCH_BEGIN, Some(generation)).encode(
+            &mut datagram,
+            libc::NLM_F_REQUEST,
+            first_seq,
+        );
+        Request::batch(libc::NFNL_MSG_BATCH_END, None).encode(
+            &mut datagram,
+            libc::NLM_F_REQUEST,
+            first_seq.wrapping_add(1),
+        );
+        self.send(&datagram)?;
+
+        let mut settled = true;
+        let mut buffer = vec![0; RECV_BUFFER_LEN];
+        loop {
+            let datagram = match recv(self.fd.as_raw_fd(), &mut buffer, MsgFlags::MSG_DONTWAIT) {
+                Err(Errno::EAGAIN) => return Ok(settled),
+                Err(Errno::EINTR) => continue,
+                Err(errno) => return Err(errno.into()),
+                Ok(len) => &buffer[..len.min(RECV_BUFFER_LEN)],
+            };
+            for message in messages(datagram) {
+                let message = message?;
+                if message.seq.wrapping_sub(first_seq) > 1 || message.kind != NLMSG_ERROR {
+                    continue; // left over from an abandoned request
+                }
+                match message.error_code()? {
+                    Ok(()) => {}
+                    Err(Errno::ERESTART) => settled = false,
+                    Err(errno) => return Err(errno.into()),
+                }
+            }
+        }
     }
 
     /// The cookie of this socket's network namespace (`SO_NETNS_COOKIE`,
@@ -391,12 +515,13 @@ impl NftSocket {
 
     /// Runs one dump, passing the payload of each object message to
     /// `on_object`, which may break to abandon the rest of the dump.
-    fn dump(&self, request: &Request, mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>) -> io::Result<DumpEnd> {
+    fn dump(&self, request: &Request, mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>) -> io::Result<DumpOutcome> {
         let seq = self.take_seqs(1);
         let mut datagram = Vec::new();
         request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_DUMP, seq);
         self.send(&datagram)?;
 
+        let mut interrupted = false;
         let mut buffer = vec![0; RECV_BUFFER_LEN];
         loop {
             for message in messages(self.recv(&mut buffer)?) {
@@ -404,20 +529,24 @@ impl NftSocket {
                 if message.seq != seq {
                     continue; // left over from an abandoned request
                 }
-                if message.flags & NLM_F_DUMP_INTR != 0 {
-                    return Ok(DumpEnd::Interrupted);
-                }
+                interrupted |= message.flags & NLM_F_DUMP_INTR != 0;
                 match message.kind {
                     NLMSG_NOOP => {}
                     NLMSG_ERROR | NLMSG_DONE => {
                         return match message.error_code()? {
-                            Ok(()) => Ok(DumpEnd::Done),
+                            Ok(()) => Ok(DumpOutcome {
+                                end: DumpEnd::Done,
+                                interrupted,
+                            }),
                             Err(errno) => Err(errno.into()),
                         };
                     }
                     _ => {
                         if on_object(message.payload).is_break() {
-                            return Ok(DumpEnd::Stopped);
+                            return Ok(DumpOutcome {
+                                end: DumpEnd::Stopped,
+                                interrupted,
+                            });
                         }
                     }
                 }
@@ -464,8 +593,156 @@ enum DumpEnd {
     Done,
     /// The caller stopped reading; the rest is still pending on the socket.
     Stopped,
-    /// The kernel flagged NLM_F_DUMP_INTR: the ruleset changed mid-dump.
-    Interrupted,
+}
+
+struct DumpOutcome {
+    end: DumpEnd,
+    /// The kernel flagged NLM_F_DUMP_INTR on a message: the generation moved
+    /// between two of the dump's datagrams.
+    interrupted: bool,
+}
+
+/// One attempt at a count: what its dumps read.
+struct DumpReading {
+    rules: u64,
+    complete: bool,
+    /// Every dump read as one state ([`DumpOrder`]).
+    consistent: bool,
+    interrupted: bool,
+    /// The iptables tables' rules read, in order.
+    fingerprint: Fingerprint,
+}
+
+impl DumpReading {
+    fn count(&self, generation: Option<u32>) -> RuleCount {
+        RuleCount {
+            rules: self.rules,
+            complete: self.complete,
+            generation,
+        }
+    }
+
+    /// Whether both read the same rules of the iptables tables, in the same
+    /// order, as far as they read.
+    fn same_rules(&self, other: &DumpReading) -> bool {
+        (self.rules, self.complete, self.fingerprint.0) == (other.rules, other.complete, other.fingerprint.0)
+    }
+}
+
+/// A rule message's names and handles (`None` where absent).
+struct RuleMessage<'a> {
+    table: Option<&'a [u8]>,
+    chain: Option<&'a [u8]>,
+    handle: Option<u64>,
+    /// The handle of the rule before it in its chain, as the kernel walked
+    /// it; absent for the first rule of a chain.
+    position: Option<u64>,
+}
+
+impl<'a> RuleMessage<'a> {
+    fn parse(payload: &'a [u8]) -> RuleMessage<'a> {
+        let mut rule = RuleMessage {
+            table: None,
+            chain: None,
+            handle: None,
+            position: None,
+        };
+        for (kind, value) in attributes(payload) {
+            match kind {
+                NFTA_RULE_TABLE => rule.table = Some(until_nul(value)),
+                NFTA_RULE_CHAIN => rule.chain = Some(until_nul(value)),
+                NFTA_RULE_HANDLE => rule.handle = be_u64(value),
+                NFTA_RULE_POSITION => rule.position = be_u64(value),
+                _ => {}
+            }
+        }
+        rule
+    }
+}
+
+/// Checks that one family's rule dump reads as one state of the kernel's
+/// lists, whatever datagrams it came in.
+///
+/// The kernel walks tables, their chains, then each chain's rules in list
+/// order, and gives each rule its table, chain, handle and (but for the
+/// first of a chain) the handle of the active rule before it. Read in one
+/// state, each table's rules come as one run, each chain's as one run
+/// within it, the first without a predecessor and every other naming the
+/// rule just read. A datagram that resumed early repeats a rule (its
+/// predecessor is not the last one read, or its chain or table was already
+/// left); one that resumed late skips one (its predecessor was never read).
+/// A skip that ends exactly at the start of a chain not yet read cannot be
+/// told from a chain that ended there.
+#[derive(Default)]
+struct DumpOrder {
+    current: Option<(Vec<u8>, Vec<u8>, u64)>,
+    tables_left: Vec<Vec<u8>>,
+    chains_left: std::collections::HashSet<Vec<u8>>,
+    broken: bool,
+}
+
+impl DumpOrder {
+    fn see(&mut self, rule: &RuleMessage) {
+        let (Some(table), Some(chain), Some(handle)) = (rule.table, rule.chain, rule.handle) else {
+            self.broken = true;
+            return;
+        };
+        match &mut self.current {
+            Some((t, c, last)) if t.as_slice() == table && c.as_slice() == chain => {
+                if rule.position != Some(*last) {
+                    self.broken = true;
+                }
+                *last = handle;
+                return;
+            }
+            Some((t, c, _)) if t.as_slice() == table => {
+                let left = std::mem::take(c);
+                self.chains_left.insert(left);
+            }
+            Some((t, _, _)) => {
+                let left = std::mem::take(t);
+                self.tables_left.push(left);
+                self.chains_left.clear();
+            }
+            None => {}
+        }
+        if rule.position.is_some()
+            || self.chains_left.contains(chain)
+            || self.tables_left.iter().any(|t| t.as_slice() == table)
+        {
+            self.broken = true;
+        }
+        self.current = Some((table.to_vec(), chain.to_vec(), handle));
+    }
+}
+
+/// FNV-1a (64 bits) over the family, table, chain, handle and predecessor
+/// of each rule of the iptables tables read.
+struct Fingerprint(u64);
+
+impl Fingerprint {
+    fn new() -> Fingerprint {
+        Fingerprint(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn add(&mut self, family: Family, rule: &RuleMessage) {
+        let family = [matches!(family, Family::Ipv6) as u8];
+        let handle = rule.handle.unwrap_or(0).to_be_bytes();
+        let position = rule.position.map_or([0xff; 8], u64::to_be_bytes);
+        for part in [
+            &family[..],
+            rule.table.unwrap_or_default(),
+            &[0],
+            rule.chain.unwrap_or_default(),
+            &[0],
+            &handle,
+            &position,
+        ] {
+            for &byte in part {
+                self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
 }
 
 const NLMSG_NOOP: u16 = libc::NLMSG_NOOP as u16;
@@ -478,6 +755,10 @@ struct Request {
     message_type: u16,
     family: Family,
     attributes: Vec<(u16, &'static str)>,
+    /// A batch message: family AF_UNSPEC, res_id the nf_tables subsystem.
+    batch: bool,
+    /// `NFNL_BATCH_GENID` (a batch's BATCH_BEGIN).
+    generation: Option<u32>,
 }
 
 impl Request {
@@ -486,6 +767,20 @@ impl Request {
             message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,
             family,
             attributes: Vec::new(),
+            batch: false,
+            generation: None,
+        }
+    }
+
+    /// BATCH_BEGIN (with the generation it expects) or BATCH_END of an
+    /// nf_tables batch.
+    fn batch(kind: c_int, generation: Option<u32>) -> Request {
+        Request {
+            message_type: kind as u16,
+            family: Family::Ipv4, // not sent: a batch message says AF_UNSPEC
+            attributes: Vec::new(),
+            batch: true,
+            generation,
         }
     }
 
@@ -516,7 +811,17 @@ impl Request {
             Family::Ipv4 => libc::NFPROTO_IPV4,
             Family::Ipv6 => libc::NFPROTO_IPV6,
         };
-        datagram.extend_from_slice(&[family as u8, libc::NFNETLINK_V0 as u8, 0, 0]);
+        if self.batch {
+            let res_id = (libc::NFNL_SUBSYS_NFTABLES as u16).to_be_bytes();
+            datagram.extend_from_slice(&[libc::AF_UNSPEC as u8, libc::NFNETLINK_V0 as u8, res_id[0], res_id[1]]);
+        } else {
+            datagram.extend_from_slice(&[family as u8, libc::NFNETLINK_V0 as u8, 0, 0]);
+        }
+        if let Some(generation) = self.generation {
+            datagram.extend_from_slice(&((NLA_HEADER_LEN + 4) as u16).to_ne_bytes());
+            datagram.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
+            datagram.extend_from_slice(&generation.to_be_bytes());
+        }
         for &(kind, value) in &self.attributes {
             // NLA_STRING, NUL-terminated as the kernel's nla_strcmp expects.
             let len = NLA_HEADER_LEN + value.len() + 1;
@@ -594,11 +899,9 @@ fn attributes(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
-/// Whether a GETRULE reply is a rule of one of the iptables tables.
-fn in_iptables_table(payload: &[u8]) -> bool {
-    attributes(payload)
-        .find(|&(kind, _)| kind == NFTA_RULE_TABLE)
-        .is_some_and(|(_, name)| IPTABLES_TABLES.iter().any(|table| until_nul(name) == table.as_bytes()))
+/// Whether `name` is one of the iptables tables.
+fn is_iptables_table(name: &[u8]) -> bool {
+    IPTABLES_TABLES.iter().any(|table| name == table.as_bytes())
 }
 
 /// A string attribute without its terminating NUL.
@@ -609,6 +912,11 @@ fn until_nul(value: &[u8]) -> &[u8] {
 /// A u32 attribute in network byte order.
 fn be_u32(value: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(value.try_into().ok()?))
+}
+
+/// A u64 attribute in network byte order.
+fn be_u64(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.try_into().ok()?))
 }
 
 fn align4(len: usize) -> usize {
