@@ -939,7 +939,6 @@ const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_CHAIN_TYPE: u16 = 7;
 const NFTA_HOOK_HOOKNUM: u16 = 1;
 const NFTA_HOOK_PRIORITY: u16 = 2;
-const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
@@ -1087,10 +1086,14 @@ impl NftSocket {
     }
 }
 
-/// A dump that the kernel flagged interrupted is no reading.
-fn dump_complete(end: DumpEnd) -> io::Result<()> {
-    match end {
-        DumpEnd::Done => Ok(()),
+/// A dump that stopped early, or that the kernel flagged interrupted, is no
+/// reading.
+fn dump_complete(outcome: DumpOutcome) -> io::Result<()> {
+    match outcome {
+        DumpOutcome {
+            end: DumpEnd::Done,
+            interrupted: false,
+        } => Ok(()),
         _ => Err(io::Error::other(
             "the nf_tables ruleset changed during the dump; read again",
         )),
