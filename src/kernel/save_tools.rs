@@ -13,7 +13,9 @@
 //! execs and ends with exit signal 0, so its end raises no signal either:
 //! the wrapper's disposition, mask and pending signals are never touched.
 //! Only a stop of the helper (job control) still sends the wrapper a
-//! SIGCHLD, as any child's stop does.
+//! SIGCHLD, as any child's stop does. Where the helper cannot be started
+//! (qemu-user refuses `CLONE_VM` without `CLONE_THREAD`), the save tool is
+//! the wrapper's own child, as before: right unless SIGCHLD is ignored.
 
 use crate::backend;
 use crate::command::WrappedCommand;
@@ -102,10 +104,15 @@ fn in_helper<T, F: FnOnce() -> T>(task: F) -> Result<T, String> {
         )
     };
     if pid < 0 {
-        return Err(format!(
-            "cannot start a helper process: {}",
-            std::io::Error::last_os_error()
-        ));
+        let error = std::io::Error::last_os_error();
+        // qemu-user emulates CLONE_VM only as a thread (EINVAL otherwise):
+        // run the task here, as a plain child of the wrapper's. It works
+        // unless the caller ignores SIGCHLD.
+        if error.raw_os_error() == Some(libc::EINVAL) {
+            log::debug!("cannot start a helper process ({error}): the save tool runs as the wrapper's own child");
+            return Ok(job.task.take().expect("the helper never ran")());
+        }
+        return Err(format!("cannot start a helper process: {error}"));
     }
     let mut status = 0;
     // SAFETY: waits for this process's own child, writing a live integer.
