@@ -66,9 +66,19 @@ FNR == 1 { fence = 0 }
     if (fence) next
     line = $0
     gsub(/`[^`]*`/, "", line)          # inline code
-    while (match(line, /\]\([^)]*\)/)) {
-        link = substr(line, RSTART + 2, RLENGTH - 3)
+    n = 0
+    if (match(line, /^ *\[[^]]+\]:[ \t]+[^ \t]+/)) {   # a reference definition: [name]: target
+        def = substr(line, RSTART, RLENGTH); sub(/^ *\[[^]]+\]:[ \t]+/, "", def)
+        gsub(/^<|>$/, "", def)
+        links[++n] = def
+    }
+    while (match(line, /\]\([^)]*\)/)) {               # an inline link or image: [text](target)
+        links[++n] = substr(line, RSTART + 2, RLENGTH - 3)
         line = substr(line, RSTART + RLENGTH)
+    }
+    for (j = 1; j <= n; j++) {
+        link = links[j]
+        gsub(/^<|>$/, "", link)
         sub(/[ \t]+"[^"]*"$/, "", link)   # a title
         if (link ~ /^[a-zA-Z][a-zA-Z0-9+.-]*:/ || link == "") continue
         path = link; anchor = ""
