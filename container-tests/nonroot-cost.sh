@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a wrapped call costs in the non-root image (README "Non-root images"):
+# What a wrapped call costs in the non-root image (docs/nonroot.md, "Non-root images"):
 # the wrapper without capabilities (its kernel reads refused, it runs the
 # backends' save tools) against a copy with file capabilities of its own, with
 # and without the host link mounted. Needs the image that run-matrix.sh builds

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: unit and integration tests against the real
+# The whole test suite: the Markdown files' relative links
+# (scripts/check-links.sh); the API docs without warnings (cargo doc); unit
+# and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
 # of its own; needs root); the static binaries of both architectures with
 # their checksums and --version; the aarch64 binary under qemu-user
@@ -18,6 +20,8 @@ timed() {
 }
 
 bash scripts/install-deps.sh
+timed "markdown links" bash scripts/check-links.sh
+timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 timed "cargo tests" cargo test --release --target "$(bash scripts/static-target.sh)"
 
 check_release_binaries() {

@@ -7,17 +7,17 @@
 //! not the wrapper itself (compared by device and inode, without `/proc`:
 //! see `own_file`); if the kernel still refuses to run it (a `noexec`
 //! mount), the search goes on. The exec passes the caller's
-//! argv[0] as given, environment, descriptors, signal state, working
+//! `argv[0]` as given, environment, descriptors, signal state, working
 //! directory and limits untouched: the wrapper changes none of them.
 //!
 //! The process name (`comm`, what `pgrep -x` matches) is the one thing the
 //! exec cannot keep: the kernel takes it from the file name executed, not
-//! from argv[0]. A direct call through `/usr/sbin/iptables` is named
+//! from `argv[0]`. A direct call through `/usr/sbin/iptables` is named
 //! `iptables`; a wrapped one is named after the backend's own link for the
 //! command (`iptables-nft`; `iptables-nft-sa` for `iptables-nft-save`, the
 //! kernel keeps 15 bytes), which is why that link is run in preference to
 //! the `xtables-<mode>-multi` it leads to (the multi-call binary dispatches
-//! on argv[0], not on the name it was run by).
+//! on `argv[0]`, not on the name it was run by).
 
 use crate::command::WrappedCommand;
 use crate::mode::Mode;
@@ -37,7 +37,7 @@ pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
 /// Where backends are looked for when `IPTABLES_WRAPPER_SBIN` gives no value.
 pub const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
 
-/// A backend program to exec. It runs the command its argv[0]'s file name
+/// A backend program to exec. It runs the command its `argv[0]`'s file name
 /// names (one of the six), whatever its own file is called.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
@@ -324,7 +324,7 @@ fn may_execute(meta: &std::fs::Metadata) -> bool {
     mode & 0o001 != 0
 }
 
-/// Replaces this process with the backend: same PID, arguments (argv[0]
+/// Replaces this process with the backend: same PID, arguments (`argv[0]`
 /// included), environment and file descriptors. Returns only on failure.
 fn exec(backend: &Backend, argv0: &CStr, args: &[&CStr]) -> io::Error {
     let Ok(path) = CString::new(backend.path.as_os_str().as_bytes()) else {

@@ -58,7 +58,7 @@ wins over its file; detect shows where each came from):
                               `warnings` records the warnings of wrapped calls
   XTABLES_LOCKFILE            the xtables lock file (/run/xtables.lock)";
 
-/// Runs the command line (`args` after argv[0]); returns the exit status.
+/// Runs the command line (`args` after `argv[0]`); returns the exit status.
 pub fn run(args: &[&CStr]) -> i32 {
     let mut utf8_args = Vec::with_capacity(args.len());
     for arg in args {

@@ -21,7 +21,7 @@ pub const COMMAND_NAMES: [&str; 6] = [
 ];
 
 impl WrappedCommand {
-    /// The command for an invocation name (the basename of argv[0]), if it is one.
+    /// The command for an invocation name (the basename of `argv[0]`), if it is one.
     pub fn from_name(name: &str) -> Option<WrappedCommand> {
         let name = *COMMAND_NAMES.iter().find(|known| **known == name)?;
         let family = if name.starts_with("ip6") {

@@ -321,7 +321,7 @@ fn a_cached_count_below_what_the_built_in_chains_hold_is_not_used() {
             );
         } else {
             // Within the bounds a forged count is believed: the trust
-            // boundary is the runtime directory (see the README).
+            // boundary is the runtime directory (see docs/limits.md, "The count cache is trusted as far as its directory is").
             assert_eq!(decided, "legacy");
             let (low, _, _, method) = nft_count(&node.detect());
             assert_eq!(low, 301, "detect always counts");

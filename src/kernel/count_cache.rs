@@ -152,7 +152,7 @@ pub fn format(entries: &[(Namespace, Entry)]) -> String {
 }
 
 /// The entries of a cache file; None if anything in it is not as
-/// [`format`] writes it.
+/// [`format()`] writes it.
 pub fn parse(contents: &[u8]) -> Option<Vec<(Namespace, Entry)>> {
     let text = std::str::from_utf8(contents).ok()?;
     let body = text.strip_prefix(HEADER)?.strip_prefix('\n')?;

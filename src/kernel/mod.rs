@@ -180,7 +180,7 @@ impl KernelReader {
     /// A netlink socket needs no capability, so EPERM on opening one is such
     /// a refusal; a raw IP socket is refused (EPERM) without `CAP_NET_RAW`,
     /// which a backend with file capabilities has where the wrapper does not
-    /// (see the README's non-root images), so there it counts only when
+    /// (see docs/nonroot.md, "Non-root images"), so there it counts only when
     /// this process holds `CAP_NET_RAW` and `CAP_NET_ADMIN`. EACCES (an LSM,
     /// whose policy may differ for the backend after exec) and a missing
     /// protocol (qemu-user refuses `NETLINK_NETFILTER`, yet runs native

@@ -68,7 +68,7 @@
 //! table with an owner removed when its process exits, takes entries out of
 //! the kernel's lists without moving the generation; a dump that resumes
 //! just then skips rules, unseen when the skip ends at the start of a chain
-//! (see [`DumpOrder`]).
+//! (see `DumpOrder`).
 //!
 //! Requests and replies are encoded by hand: a `nlmsghdr`, a `nfgenmsg`
 //! (family, version 0, res_id 0), then netlink attributes.
@@ -269,7 +269,7 @@ impl NftSocket {
     /// generation when GETGEN before it, the commit mutex taken with that
     /// generation ([`NftSocket::wait_for_commits`]) and GETGEN after it agree,
     /// no dump was flagged interrupted, and every dump read as one state
-    /// ([`DumpOrder`]). Why that is never a torn count:
+    /// (`DumpOrder`). Why that is never a torn count:
     ///
     /// - The rules a dump shows are those active in the current generation
     ///   (`nft_is_active`: the rule's genmask against `gencursor`). Only a
@@ -292,7 +292,7 @@ impl NftSocket {
     ///   transaction being prepared inserts inactive entries (and an abort
     ///   removes them) without moving the generation, so a later datagram
     ///   can start a few rules early (repeating rules) or late (skipping
-    ///   them). [`DumpOrder`] catches every repeat and every skip that does
+    ///   them). `DumpOrder` catches every repeat and every skip that does
     ///   not end exactly at the start of a chain (each rule names its
     ///   chain, its handle and its predecessor's handle).
     ///
@@ -303,7 +303,7 @@ impl NftSocket {
     /// and order) give the count, with no generation: a commit that changed
     /// those tables during the first would have given the second other
     /// rules (handles are never reused within a table), or a table or chain
-    /// read twice. After [`COUNT_TRIES`] attempts without either, the count
+    /// read twice. After `COUNT_TRIES` attempts without either, the count
     /// is [`RulesetKeptChanging`].
     ///
     /// Not one dump per table: the kernel's table filter (`NFTA_RULE_TABLE`)
