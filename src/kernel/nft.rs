@@ -888,15 +888,7 @@ fn messages(datagram: &[u8]) -> impl Iterator<Item = io::Result<Message<'_>>> {
 /// The top-level attributes of an nf_tables message payload (after its
 /// `nfgenmsg`), as (type, value). Stops at the first malformed attribute.
 fn attributes(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut rest = payload.get(NFGENMSG_LEN..).unwrap_or_default();
-    std::iter::from_fn(move || {
-        let header = rest.get(..NLA_HEADER_LEN)?;
-        let len = u16::from_ne_bytes([header[0], header[1]]) as usize;
-        let kind = u16::from_ne_bytes([header[2], header[3]]) & libc::NLA_TYPE_MASK as u16;
-        let value = rest.get(NLA_HEADER_LEN..len)?;
-        rest = &rest[align4(len).min(rest.len())..];
-        Some((kind, value))
-    })
+    nested(payload.get(NFGENMSG_LEN..).unwrap_or_default())
 }
 
 /// Whether `name` is one of the iptables tables.
@@ -1100,7 +1092,8 @@ fn dump_complete(outcome: DumpOutcome) -> io::Result<()> {
     }
 }
 
-/// The attributes nested in an attribute's value, as (type, value).
+/// The attributes nested in an attribute's value, as (type, value). Stops
+/// at the first malformed attribute.
 fn nested(value: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut rest = value;
     std::iter::from_fn(move || {
