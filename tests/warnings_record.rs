@@ -39,14 +39,7 @@ fn looked_at(node: &Node, setup: &str, run_dir: &std::path::Path) -> String {
     let out = command.output().expect("unshare runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    let trace = std::fs::read_to_string(trace).unwrap();
-    let until_backend = trace
-        .lines()
-        .take_while(|line| !line.contains("execve(\"/usr/sbin/xtables-"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    assert!(until_backend.len() < trace.len(), "the backend ran: {trace}");
-    until_backend
+    common::until_backend(&std::fs::read_to_string(trace).unwrap())
 }
 
 #[test]

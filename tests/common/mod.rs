@@ -251,3 +251,16 @@ impl Drop for Node {
 pub fn legacy_tables(family_file: &str) -> String {
     std::fs::read_to_string(Path::new("/proc/thread-self/net").join(family_file)).unwrap_or_default()
 }
+
+/// The part of an `strace -f` trace that comes before the backend: every
+/// line before the first `execve` of a program in `/usr/sbin` (where the
+/// backends are, whatever their file is called: `iptables-nft`,
+/// `xtables-legacy-multi`). Panics if the backend never ran.
+pub fn until_backend(trace: &str) -> String {
+    let until: Vec<&str> = trace
+        .lines()
+        .take_while(|line| !line.contains("execve(\"/usr/sbin/"))
+        .collect();
+    assert!(until.len() < trace.lines().count(), "the backend never ran: {trace}");
+    until.join("\n")
+}
