@@ -98,6 +98,8 @@ impl fmt::Display for BackendError {
                 };
                 if tried.is_empty() && skipped.is_empty() {
                     write!(f, "no {mode} backend for {command}: {given} names no absolute directory")?;
+                } else if tried.is_empty() {
+                    write!(f, "no {mode} backend for {command}")?;
                 } else {
                     write!(f, "no {mode} backend for {command}: tried {}", join_paths(tried))?;
                 }

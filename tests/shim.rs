@@ -509,6 +509,7 @@ fn candidates_that_cannot_run_are_skipped() {
         stderr.contains("not executable") && stderr.contains("not a regular file"),
         "{stderr}"
     );
+    assert!(!stderr.contains("tried ;"), "no empty list of tried paths: {stderr}");
 }
 
 /// Runs `program args` in a mount namespace of its own with a tmpfs over /proc.
