@@ -6,7 +6,7 @@
 //! legacy tables, host link names and the hint chains.
 
 mod common;
-use common::{refuse_syscall, Node, WRAPPER};
+use common::{refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
 use serde_json::Value;
 use std::process::{Command, Output};
 
@@ -254,21 +254,6 @@ fn built_in_nf_tables_without_sysfs_entry_is_found() {
         &[],
     );
     assert_eq!(mode_and_source(&report), ("nft", "hint-chain"), "{report}");
-}
-
-/// Runs `command` with a seccomp filter that refuses the wrapper's own raw
-/// IP sockets (`SOCK_RAW | SOCK_CLOEXEC`, `IPPROTO_RAW`) but not libiptc's
-/// (plain `SOCK_RAW`, close-on-exec set later): the wrapper's getsockopt
-/// reads fail and it falls back to `iptables-legacy-save`, which works.
-fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
-    refuse_syscall(
-        command,
-        libc::SYS_socket,
-        &[
-            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
-            (2, libc::IPPROTO_RAW as u32),
-        ],
-    )
 }
 
 #[test]

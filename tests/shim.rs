@@ -6,7 +6,7 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{copy_program, refuse_syscall, Node, WRAPPER};
+use common::{copy_program, refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -635,21 +635,6 @@ impl CallerSignal {
         assert_eq!(has("ShdPnd"), self.pending == Pending::Process, "{self:?}: {report}");
         assert_eq!(has("SigPnd"), self.pending == Pending::Thread, "{self:?}: {report}");
     }
-}
-
-/// Refuses the wrapper's own raw IP sockets (`SOCK_RAW | SOCK_CLOEXEC`,
-/// `IPPROTO_RAW`) but not libiptc's (plain `SOCK_RAW`): the wrapper's legacy
-/// getsockopt reads fail and it falls back to `iptables-legacy-save`, which
-/// works (as in tests/kernel_evidence.rs).
-fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
-    refuse_syscall(
-        command,
-        libc::SYS_socket,
-        &[
-            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
-            (2, libc::IPPROTO_RAW as u32),
-        ],
-    )
 }
 
 #[test]

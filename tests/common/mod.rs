@@ -105,6 +105,21 @@ pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: 
     }
 }
 
+/// Refuses the wrapper's own raw IP sockets (`SOCK_RAW | SOCK_CLOEXEC`,
+/// `IPPROTO_RAW`) but not libiptc's (plain `SOCK_RAW`, close-on-exec set
+/// later): the wrapper's legacy getsockopt reads fail and it falls back to
+/// `iptables-legacy-save`, which works.
+pub fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
+    refuse_syscall(
+        command,
+        libc::SYS_socket,
+        &[
+            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
+            (2, libc::IPPROTO_RAW as u32),
+        ],
+    )
+}
+
 /// Writes a script and makes it executable, by way of [`copy_program`]: the
 /// text goes to a file that is never run, and `cp` makes the one that is.
 pub fn write_program(to: &Path, text: &str) {
