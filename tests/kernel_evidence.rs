@@ -213,7 +213,12 @@ fn each_evidence_says_what_it_knows() {
         evidence(report)
             .iter()
             .filter(|e| e["source"] == source && e["location"].as_str().unwrap().contains(location))
-            .map(|e| e["state"].as_str().unwrap_or_else(|| panic!("no state: {e}")).to_string())
+            .map(|e| {
+                e["state"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no state: {e}"))
+                    .to_string()
+            })
             .collect()
     };
     let as_is = detect_in_view(&node, View::AsIs, &[]);
@@ -234,9 +239,17 @@ fn each_evidence_says_what_it_knows() {
     assert_eq!(mode_and_source(&as_is), ("nft", "rule-counts"), "{as_is}");
     assert_eq!(states(&as_is, "hint-chain", "nft mangle"), ["absent"], "{as_is}");
     assert_eq!(states(&as_is, "hint-chain", "legacy mangle"), ["absent"], "{as_is}");
-    assert_eq!(states(&as_is, "rule-counts", "rules (ipv4 + ipv6)"), ["known", "known"], "{as_is}");
+    assert_eq!(
+        states(&as_is, "rule-counts", "rules (ipv4 + ipv6)"),
+        ["known", "known"],
+        "{as_is}"
+    );
     assert_eq!(states(&as_is, "backend-presence", "nf_tables"), ["known"], "{as_is}");
-    assert_eq!(states(&no_proc, "hint-chain", "legacy mangle"), ["unknown"], "{no_proc}");
+    assert_eq!(
+        states(&no_proc, "hint-chain", "legacy mangle"),
+        ["unknown"],
+        "{no_proc}"
+    );
     assert_eq!(states(&no_proc, "rule-counts", "rule counts"), ["unknown"], "{no_proc}");
 }
 

@@ -8,7 +8,8 @@
 //! wrapped call, more than bounds where exact counts would cost a walk
 //! (`detect` counts exactly; see [`RuleBounds`]).
 
-use super::{Collector, Depth, Evidence, Finding, Source};
+use super::collector::{Collector, Depth};
+use super::evidence::{Evidence, Finding, Source};
 use crate::kernel::{CountVerdict, KernelReader, RuleBounds};
 use crate::mode::Mode;
 

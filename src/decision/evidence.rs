@@ -1,6 +1,7 @@
-//! One piece of evidence, and what it knows: something found
-//! ([`Finding::Known`]), nothing there ([`Finding::Absent`]), or nothing
-//! learned because it could not be read ([`Finding::Unknown`]).
+//! One piece of evidence: which [`Source`] read it, where, how, the mode it
+//! points to, and what it knows: something found ([`Finding::Known`]),
+//! nothing there ([`Finding::Absent`]), or nothing learned because it could
+//! not be read ([`Finding::Unknown`]).
 //!
 //! Whether a piece of evidence is unknown is asked of its [`Finding`], never
 //! of its text: the texts come partly from outside (a link's target, an
@@ -11,10 +12,39 @@
 //! and a finding known in part (legacy tables listed whose rules could not
 //! be read) is known: what was found is what makes it evidence.
 
-use super::Source;
 use crate::kernel::modules::Presence;
 use crate::mode::Mode;
 use std::fmt;
+
+/// The sources of evidence, in the order they are consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Override,
+    HostLink,
+    HintChain,
+    KubeProxyTable,
+    RuleCounts,
+    XtablesLock,
+    Default,
+    /// Whether the running kernel has each backend: never decides alone.
+    BackendPresence,
+}
+
+impl Source {
+    /// A stable key for machine-readable output.
+    pub fn key(self) -> &'static str {
+        match self {
+            Source::Override => "override",
+            Source::HostLink => "host-link",
+            Source::HintChain => "hint-chain",
+            Source::KubeProxyTable => "kube-proxy-table",
+            Source::RuleCounts => "rule-counts",
+            Source::XtablesLock => "xtables-lock",
+            Source::Default => "default",
+            Source::BackendPresence => "backend-presence",
+        }
+    }
+}
 
 /// One piece of evidence: where it was read, what it found, how it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,8 +10,9 @@
 //! switched backends without updating it), and, for a large table on a
 //! wrapped call, more than an upper bound of its rules.
 
+use super::collector::{Collector, Depth};
+use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
-use super::{Collector, Depth, Evidence, Finding, Source};
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::host_link;

@@ -11,8 +11,9 @@
 //! kube-proxy under the same names, and where netlink is refused and the
 //! save tool cannot show them, kube-proxy's nftables tables.
 
+use super::collector::Collector;
 use super::counts::{read_rule_counts, RuleCounts};
-use super::{Collector, Evidence, Finding, Source};
+use super::evidence::{Evidence, Finding, Source};
 use crate::kernel::modules::Presence;
 use crate::kernel::{HintChain, KernelReader, HINT_CHAINS};
 use crate::mode::Mode;

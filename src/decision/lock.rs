@@ -10,9 +10,10 @@
 //! go-iptables leave it alike), and, with the rule counts unknown, whether
 //! there is a tie to break at all (then it decides nothing).
 
+use super::collector::Collector;
 use super::counts::RuleCounts;
+use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
-use super::{Collector, Evidence, Finding, Source};
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::mode::Mode;

@@ -27,10 +27,12 @@
 //! `host_link` (with the stale legacy tables under an nft link),
 //! `kernel_state` (hint chains, kube-proxy tables) and `counts`, `lock`, and
 //! `presence` (with the default); `evidence` says what a piece of evidence
-//! knows. This module orders them and says what their evidence adds up to
-//! ([`Decision::warnings`]). It sees only what they found, and weighs it by
-//! its [`Finding`], never by its text.
+//! knows, `collector` how much is read and what was. This module orders the
+//! sources and says what their evidence adds up to ([`Decision::warnings`]).
+//! It sees only what they found, and weighs it by its [`Finding`], never by
+//! its text.
 
+mod collector;
 mod counts;
 mod evidence;
 mod host_link;
@@ -40,8 +42,9 @@ mod lock;
 mod override_setting;
 mod presence;
 
+pub use collector::Depth;
 pub use counts::{RuleCounts, MIXED_STATE_RULES};
-pub use evidence::{Evidence, Finding, ReasonShown};
+pub use evidence::{Evidence, Finding, ReasonShown, Source};
 pub use host_link::STALE_COMMAND_HINT;
 
 use crate::command::WrappedCommand;
@@ -49,63 +52,8 @@ use crate::host_link::DEFAULT_HOST_ROOT;
 use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::{self, InvalidSetting};
+use collector::Collector;
 use std::time::{Duration, Instant};
-
-/// How much to read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Depth {
-    /// Stop at the first source that decides, and skip the reads that could
-    /// only add a warning (a wrapped call whose warnings nobody will see).
-    Decide,
-    /// Stop at the first source that decides, then read what could add a
-    /// warning about that decision (a wrapped call whose warnings go to
-    /// stderr or are due in the warnings record).
-    DecideAndWarn,
-    /// Read every source, with exact counts (the `detect` report).
-    Everything,
-}
-
-impl Depth {
-    /// Whether reading stops at the first source that decides.
-    fn stops_early(self) -> bool {
-        self != Depth::Everything
-    }
-
-    /// Whether the reads that could only add a warning are made.
-    fn warns(self) -> bool {
-        self != Depth::Decide
-    }
-}
-
-/// The sources of evidence, in the order they are consulted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Override,
-    HostLink,
-    HintChain,
-    KubeProxyTable,
-    RuleCounts,
-    XtablesLock,
-    Default,
-    /// Whether the running kernel has each backend: never decides alone.
-    BackendPresence,
-}
-
-impl Source {
-    /// A stable key for machine-readable output.
-    pub fn key(self) -> &'static str {
-        match self {
-            Source::Override => "override",
-            Source::HostLink => "host-link",
-            Source::HintChain => "hint-chain",
-            Source::KubeProxyTable => "kube-proxy-table",
-            Source::RuleCounts => "rule-counts",
-            Source::XtablesLock => "xtables-lock",
-            Source::Default => "default",
-            Source::BackendPresence => "backend-presence",
-        }
-    }
-}
 
 /// The outcome: the mode, the source that decided and why, the evidence.
 #[derive(Clone, Debug)]
@@ -191,41 +139,13 @@ impl Decision {
     }
 }
 
-/// Collects evidence; the first source to decide wins.
-struct Collector {
-    depth: Depth,
-    evidence: Vec<Evidence>,
-    decided: Option<(Mode, Source, String)>,
-}
-
-impl Collector {
-    fn add(&mut self, evidence: Evidence) {
-        self.evidence.push(evidence);
-    }
-
-    fn decide(&mut self, mode: Mode, source: Source, reason: String) {
-        if self.decided.is_none() {
-            self.decided = Some((mode, source, reason));
-        }
-    }
-
-    /// Whether reading can stop here.
-    fn done(&self) -> bool {
-        self.depth.stops_early() && self.decided.is_some()
-    }
-}
-
 /// Decides the mode for `command`. Fails only on invalid settings.
 pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidSetting> {
     if let Some(invalid) = &settings::current().invalid {
         return Err(invalid.clone());
     }
     let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
-    let mut collector = Collector {
-        depth,
-        evidence: Vec::new(),
-        decided: None,
-    };
+    let mut collector = Collector::new(depth);
     let mut rule_counts = None;
     let mut kernel = KernelReader::new();
 

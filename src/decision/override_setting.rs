@@ -7,7 +7,8 @@
 //! presence read warns about that, see `presence`), and an invalid value,
 //! which `decide` refuses before any source is read.
 
-use super::{Collector, Evidence, Finding, Source};
+use super::collector::Collector;
+use super::evidence::{Evidence, Finding, Source};
 use crate::mode::OVERRIDE_VAR;
 use crate::settings::{self, Origin};
 

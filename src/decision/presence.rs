@@ -15,7 +15,8 @@
 //! qemu-user's missing protocol) would serve the backend itself: neither is
 //! counted as lacking.
 
-use super::{Collector, Depth, Evidence, Finding, Source};
+use super::collector::{Collector, Depth};
+use super::evidence::{Evidence, Finding, Source};
 use crate::family::Family;
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::KernelReader;
