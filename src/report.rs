@@ -184,7 +184,7 @@ pub fn text(decision: &Decision, settings: &Settings) -> String {
             "  [{}] {}: {}  ({}){}",
             evidence.source.key(),
             printable(&evidence.location),
-            printable(&evidence.value),
+            printable(&evidence.finding.to_string()),
             printable(&evidence.method),
             pointer(evidence, decision.mode)
         );
@@ -224,10 +224,11 @@ pub fn json(decision: &Decision, settings: &Settings) -> String {
         .iter()
         .map(|e| {
             format!(
-                "{{\"source\":{},\"location\":{},\"value\":{},\"method\":{},\"points_to\":{}}}",
+                "{{\"source\":{},\"location\":{},\"value\":{},\"state\":{},\"method\":{},\"points_to\":{}}}",
                 string(e.source.key()),
                 string(&e.location),
-                string(&e.value),
+                string(&e.finding.to_string()),
+                string(e.finding.state()),
                 string(&e.method),
                 e.points_to.map_or("null".to_string(), |m| string(m.name()))
             )

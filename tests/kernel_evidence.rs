@@ -203,6 +203,57 @@ fn without_proc_legacy_is_unknown_not_empty() {
 }
 
 #[test]
+fn each_evidence_says_what_it_knows() {
+    // One nft rule, no hint chain, no legacy table, no host link, no lock
+    // file: read as it is, then without /proc (legacy and nft unknown).
+    let node = Node::new("states");
+    node.sh("iptables-nft -A INPUT -j ACCEPT");
+    let _ = std::fs::remove_file(&node.lockfile);
+    let states = |report: &Value, source: &str, location: &str| -> Vec<String> {
+        evidence(report)
+            .iter()
+            .filter(|e| e["source"] == source && e["location"].as_str().unwrap().contains(location))
+            .map(|e| {
+                e["state"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no state: {e}"))
+                    .to_string()
+            })
+            .collect()
+    };
+    let as_is = detect_in_view(&node, View::AsIs, &[]);
+    let no_proc = detect_in_view(&node, View::NoProc, &[]);
+    for report in [&as_is, &no_proc] {
+        for e in evidence(report) {
+            let state = e["state"].as_str().unwrap_or_else(|| panic!("no state: {e}"));
+            assert!(["known", "absent", "unknown"].contains(&state), "{e}");
+            assert_eq!(
+                state == "unknown",
+                e["value"].as_str().unwrap().starts_with("unknown"),
+                "the state and the value agree: {e}"
+            );
+        }
+        assert_eq!(states(report, "host-link", "alternatives"), ["absent"], "{report}");
+        assert_eq!(states(report, "xtables-lock", ""), ["absent"], "{report}");
+    }
+    assert_eq!(mode_and_source(&as_is), ("nft", "rule-counts"), "{as_is}");
+    assert_eq!(states(&as_is, "hint-chain", "nft mangle"), ["absent"], "{as_is}");
+    assert_eq!(states(&as_is, "hint-chain", "legacy mangle"), ["absent"], "{as_is}");
+    assert_eq!(
+        states(&as_is, "rule-counts", "rules (ipv4 + ipv6)"),
+        ["known", "known"],
+        "{as_is}"
+    );
+    assert_eq!(states(&as_is, "backend-presence", "nf_tables"), ["known"], "{as_is}");
+    assert_eq!(
+        states(&no_proc, "hint-chain", "legacy mangle"),
+        ["unknown"],
+        "{no_proc}"
+    );
+    assert_eq!(states(&no_proc, "rule-counts", "rule counts"), ["unknown"], "{no_proc}");
+}
+
+#[test]
 fn built_in_nf_tables_without_sysfs_entry_is_found() {
     // A modular kernel with nf_tables built in: no /sys/module/nf_tables,
     // not in /proc/modules; only modules.builtin says it is there.

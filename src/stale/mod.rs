@@ -113,12 +113,54 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
             let hints = || decision.evidence.iter().filter(|e| e.source == Source::HintChain);
             if let Some(other) = hints().find(|e| e.points_to == Some(decision.mode.other())) {
                 Err(format!("a hint chain is in both backends: {}", other.location))
-            } else if let Some(unread) = hints().find(|e| e.value.starts_with("unknown")) {
-                Err(format!("{}: {}", unread.location, unread.value))
+            } else if let Some(unread) = hints().find(|e| e.finding.is_unknown()) {
+                Err(format!("{}: {}", unread.location, unread.finding))
             } else {
                 Ok(())
             }
         }
         source => Err(format!("decided by {}", source.key())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::certainty;
+    use crate::decision::{Decision, Evidence, Finding, Source};
+    use crate::mode::Mode;
+
+    fn by_hint_chain(finding: Finding) -> Decision {
+        Decision {
+            command: "iptables",
+            mode: Mode::Nft,
+            decided_by: Source::HintChain,
+            reason: "hint chain KUBE-IPTABLES-HINT found in nft (ipv4)".into(),
+            evidence: vec![Evidence {
+                source: Source::HintChain,
+                location: "legacy mangle hint chains".into(),
+                finding,
+                method: "none".into(),
+                points_to: None,
+            }],
+            rule_counts: None,
+            lacking: Vec::new(),
+            took: None,
+        }
+    }
+
+    #[test]
+    fn unread_hint_chains_are_found_by_their_finding() {
+        assert_eq!(
+            certainty(&by_hint_chain(Finding::unknown("GET_INFO refused"))),
+            Err("legacy mangle hint chains: unknown: GET_INFO refused".to_string())
+        );
+        assert_eq!(
+            certainty(&by_hint_chain(Finding::Absent("unknown (a name)".into()))),
+            Ok(())
+        );
+        assert_eq!(
+            certainty(&by_hint_chain(Finding::Absent("absent (ipv4, ipv6)".into()))),
+            Ok(())
+        );
     }
 }

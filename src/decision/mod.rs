@@ -1,0 +1,266 @@
+//! The decision, made afresh on every call: which backend this call goes to,
+//! which source decided, and every piece of evidence read on the way.
+//!
+//! First match wins: the `IPTABLES_MODE` override (from the environment or
+//! the settings directory, see `settings`); the host's alternatives
+//! link; the kernel's state (the hint chains, nft kube-proxy tables, rule
+//! counts); the `/run/xtables.lock` tie-breaker; otherwise nft. On the hot
+//! path reading stops at the first source that decides, and what could only
+//! add a warning (stale legacy tables under an nft host link, whether the
+//! kernel has the backend the override or the link picked) is read only when
+//! the caller will show or record warnings ([`Depth::DecideAndWarn`]);
+//! `detect` reads everything so it can show where sources disagree.
+//!
+//! Evidence that cannot be read is unknown, and an unknown side never loses
+//! a comparison: rule counts decide only when both are known. The lock file
+//! decides only when the kernel shows legacy traces, state a legacy write
+//! left (a rule, a DROP policy), not merely listed tables (go-iptables
+//! makes and locks it on nft hosts too, and a read-only `iptables-legacy -L`
+//! leaves empty tables). A backend the running kernel lacks (a kernel built
+//! without legacy x_tables, or without nf_tables), or that this process is
+//! known to be unable to use (a seccomp filter refusing its socket, see
+//! [`KernelReader::unusable`]), is never picked by counts, the lock or the
+//! default; the override and the host link are obeyed anyway, with a
+//! warning.
+//!
+//! Each source is read in a module of its own: `override_setting`,
+//! `host_link` (with the stale legacy tables under an nft link),
+//! `kernel_state` (hint chains, kube-proxy tables) and `counts`, `lock`, and
+//! `presence` (with the default); `evidence` says what a piece of evidence
+//! knows, `collector` how much is read and what was. This module orders the
+//! sources and says what their evidence adds up to ([`Decision::warnings`]).
+//! It sees only what they found, and weighs it by its [`Finding`], never by
+//! its text.
+
+mod collector;
+mod counts;
+mod evidence;
+mod host_link;
+mod kernel_state;
+mod legacy_state;
+mod lock;
+mod override_setting;
+mod presence;
+
+pub use collector::Depth;
+pub use counts::{RuleCounts, MIXED_STATE_RULES};
+pub use evidence::{Evidence, Finding, ReasonShown, Source};
+pub use host_link::STALE_COMMAND_HINT;
+
+use crate::command::WrappedCommand;
+use crate::host_link::DEFAULT_HOST_ROOT;
+use crate::kernel::KernelReader;
+use crate::mode::{Mode, OVERRIDE_VAR};
+use crate::settings::{self, InvalidSetting};
+use collector::Collector;
+use std::time::{Duration, Instant};
+
+/// The outcome: the mode, the source that decided and why, the evidence.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub command: &'static str,
+    pub mode: Mode,
+    pub decided_by: Source,
+    /// One line: why this mode.
+    pub reason: String,
+    pub evidence: Vec<Evidence>,
+    pub rule_counts: Option<RuleCounts>,
+    /// Backends the running kernel lacks, or that this process is known to
+    /// be unable to use, each with a clause saying so ("the running kernel
+    /// lacks it (...)", "this process cannot use it (...)").
+    pub lacking: Vec<(Mode, String)>,
+    /// How long deciding took, when it was timed: for `detect` and for a
+    /// call that logs at debug level (reading the clock costs a wrapped call
+    /// two page faults of the vDSO otherwise).
+    pub took: Option<Duration>,
+}
+
+impl Decision {
+    /// Evidence that points to the other mode.
+    pub fn disagreements(&self) -> impl Iterator<Item = &Evidence> {
+        self.evidence.iter().filter(|e| e.points_to == Some(self.mode.other()))
+    }
+
+    /// Both backends hold many rules, as far as they were counted.
+    pub fn is_mixed(&self) -> bool {
+        self.rule_counts.as_ref().is_some_and(RuleCounts::is_mixed)
+    }
+
+    /// The warning lines to print for disagreements and a mixed state.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings: Vec<String> = self
+            .disagreements()
+            .map(|e| {
+                format!(
+                    "{} uses {} ({}); disagreeing evidence for {}: {}: {}",
+                    self.command,
+                    self.mode,
+                    self.reason,
+                    self.mode.other(),
+                    e.location,
+                    e.finding
+                )
+            })
+            .collect();
+        // Both backends busy is only a risk when nothing stronger than the
+        // counts decided.
+        let rests_on_counts = matches!(
+            self.decided_by,
+            Source::RuleCounts | Source::XtablesLock | Source::Default
+        );
+        if rests_on_counts && self.is_mixed() {
+            warnings.push(format!(
+                "both backends hold many rules (mixed state); mount the host's /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives or set {OVERRIDE_VAR} so the choice does not rest on counts"
+            ));
+        }
+        if self.decided_by == Source::Default {
+            let unknown: Vec<&str> = self
+                .evidence
+                .iter()
+                .filter(|e| e.finding.is_unknown())
+                .map(|e| e.location.as_str())
+                .collect();
+            if !unknown.is_empty() {
+                warnings.push(format!(
+                    "{} uses {} only by default, and part of the kernel's state is unknown ({}); see iptables-wrapper detect",
+                    self.command,
+                    self.mode,
+                    unknown.join("; ")
+                ));
+            }
+        }
+        for (_, how) in self.lacking.iter().filter(|(mode, _)| *mode == self.mode) {
+            warnings.push(format!(
+                "{} uses {} ({}), but {how}: the backend's calls will likely fail",
+                self.command, self.mode, self.reason
+            ));
+        }
+        warnings
+    }
+}
+
+/// Decides the mode for `command`. Fails only on invalid settings.
+pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidSetting> {
+    if let Some(invalid) = &settings::current().invalid {
+        return Err(invalid.clone());
+    }
+    let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
+    let mut collector = Collector::new(depth);
+    let mut rule_counts = None;
+    let mut kernel = KernelReader::new();
+
+    override_setting::read_override(&mut collector);
+    if !collector.done() {
+        host_link::read_host_link(&mut collector, command);
+    }
+    if !collector.done() {
+        rule_counts = kernel_state::read_kernel(&mut collector, &mut kernel);
+    }
+    if !collector.done() {
+        lock::read_xtables_lock(&mut collector, rule_counts.as_ref());
+    }
+    let lacking = presence::read_backend_presence(&mut collector, &mut kernel, command.family);
+    let (mode, decided_by, reason) = collector
+        .decided
+        .take()
+        .unwrap_or_else(|| presence::default_mode(&lacking));
+    Ok(Decision {
+        command: command.name,
+        mode,
+        decided_by,
+        reason,
+        evidence: collector.evidence,
+        rule_counts,
+        lacking,
+        took: started.map(|started| started.elapsed()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Decision, Evidence, Finding, Source};
+    use crate::mode::Mode;
+
+    fn evidence(source: Source, location: &str, finding: Finding) -> Evidence {
+        Evidence {
+            source,
+            location: location.into(),
+            finding,
+            method: "test".into(),
+            points_to: None,
+        }
+    }
+
+    fn by_default(evidence: Vec<Evidence>) -> Decision {
+        Decision {
+            command: "iptables",
+            mode: Mode::Nft,
+            decided_by: Source::Default,
+            reason: "no evidence for either backend: nft is the default".into(),
+            evidence,
+            rule_counts: None,
+            lacking: Vec::new(),
+            took: None,
+        }
+    }
+
+    #[test]
+    fn a_default_resting_on_unknowns_names_them_by_their_finding() {
+        let decision = by_default(vec![
+            // Known and absent texts that merely start with "unknown" are
+            // not unknown.
+            evidence(
+                Source::HostLink,
+                "/host/etc/alternatives/iptables",
+                Finding::Known("unknown-target".into()),
+            ),
+            evidence(
+                Source::XtablesLock,
+                "/run/xtables.lock",
+                Finding::Absent("unknown".into()),
+            ),
+            evidence(Source::RuleCounts, "rule counts", Finding::unknown("GET_INFO refused")),
+            evidence(
+                Source::KubeProxyTable,
+                "nft tables ip/ip6 kube-proxy",
+                Finding::unknown_aside("netlink refused; the save tool cannot show them"),
+            ),
+        ]);
+        assert_eq!(
+            decision.warnings(),
+            ["iptables uses nft only by default, and part of the kernel's state is unknown (rule counts; nft tables ip/ip6 kube-proxy); see iptables-wrapper detect"]
+        );
+    }
+
+    #[test]
+    fn known_texts_starting_with_unknown_give_no_warning() {
+        let decision = by_default(vec![
+            evidence(Source::Override, "IPTABLES_MODE", Finding::Known("unknown".into())),
+            evidence(
+                Source::HintChain,
+                "nft mangle chains",
+                Finding::Absent("unknown: absent".into()),
+            ),
+        ]);
+        assert!(decision.warnings().is_empty(), "{:?}", decision.warnings());
+    }
+
+    #[test]
+    fn a_disagreement_shows_its_finding_as_rendered() {
+        let mut decision = by_default(Vec::new());
+        decision.decided_by = Source::HostLink;
+        decision.reason = "host link /host/etc/alternatives/iptables -> /usr/sbin/iptables-nft".into();
+        decision.evidence.push(Evidence {
+            points_to: Some(Mode::Legacy),
+            ..evidence(
+                Source::HintChain,
+                "legacy ipv4 mangle chain KUBE-IPTABLES-HINT",
+                Finding::Known("present".into()),
+            )
+        });
+        assert_eq!(
+            decision.warnings(),
+            ["iptables uses nft (host link /host/etc/alternatives/iptables -> /usr/sbin/iptables-nft); disagreeing evidence for legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT: present"]
+        );
+    }
+}
