@@ -20,19 +20,16 @@
 //! on `argv[0]`, not on the name it was run by).
 
 use crate::command::WrappedCommand;
+use crate::escape::{printable_bytes, quoted};
 use crate::mode::Mode;
 use crate::own_file::{self, OwnFile};
-use crate::report::{printable_bytes, quoted};
-use crate::settings::{self, Origin};
+use crate::settings::{self, Origin, SBIN_VAR};
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-/// Overrides the directories backends are looked up in.
-pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
 
 /// Where backends are looked for when `IPTABLES_WRAPPER_SBIN` gives no value.
 pub const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
@@ -79,7 +76,7 @@ impl BackendError {
     }
 }
 
-/// Paths are shown escaped (`report::printable_bytes`): the text is shown
+/// Paths are shown escaped (`escape::printable_bytes`): the text is shown
 /// as it is.
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -4,9 +4,10 @@
 
 use crate::command::WrappedCommand;
 use crate::decision::{self, Depth};
+use crate::escape::{printable, quoted};
 use crate::install::{self, LinkOutcome};
 use crate::own_file;
-use crate::report::{self, printable, quoted};
+use crate::report;
 use crate::settings;
 use crate::stale;
 use crate::standard_fds::say;

@@ -11,10 +11,9 @@
 
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
-use crate::settings;
+use crate::settings::{self, HOST_ROOT_VAR};
 use std::path::{Component, Path, PathBuf};
 
-pub const HOST_ROOT_VAR: &str = "IPTABLES_WRAPPER_HOST_ROOT";
 pub const DEFAULT_HOST_ROOT: &str = "/host";
 
 /// Where the host's filesystem is mounted: the `IPTABLES_WRAPPER_HOST_ROOT`

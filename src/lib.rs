@@ -6,7 +6,7 @@
 //! kernel's state (`kernel`), the lock file (`xtables_lock`), the ordered
 //! decision (`decision`), finding and running the backend (`backend`), the
 //! wrapper's own file (`own_file`), the caller's standard descriptors and the
-//! wrapper's own messages (`standard_fds`), the `detect` report (`report`),
+//! wrapper's own messages (`standard_fds`), the `detect` report (`report`), how text from outside is shown (`escape`),
 //! link installation (`install`), showing and removing
 //! what the backend the host does not use still holds (`stale`), the wrapper's runtime directory for state
 //! kept between calls (`run_dir`), the record of warnings kept there
@@ -18,6 +18,7 @@ pub mod backend;
 pub mod cli;
 pub mod command;
 pub mod decision;
+pub mod escape;
 pub mod family;
 pub mod host_link;
 pub mod install;

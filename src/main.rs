@@ -20,7 +20,7 @@ use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
 use iptables_wrapper::decision::{self, Depth};
-use iptables_wrapper::report::{printable, quoted};
+use iptables_wrapper::escape::{printable, quoted};
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
 use log::LevelFilter;

@@ -1,7 +1,7 @@
 //! The two iptables backends, and the `IPTABLES_MODE` override that picks one
 //! (where the override's value comes from is `settings`' concern).
 
-use crate::report::quoted;
+use crate::escape::quoted;
 use std::fmt;
 
 /// Which iptables backend a call goes to.

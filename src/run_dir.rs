@@ -11,6 +11,7 @@
 //! means the directory is not used, which costs speed or the record, never
 //! correctness: every caller must work without it.
 
+use crate::settings::{self, RUN_DIR_VAR};
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
@@ -20,7 +21,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-pub const RUN_DIR_VAR: &str = "IPTABLES_WRAPPER_RUN_DIR";
 pub const DEFAULT_RUN_DIR: &str = "/run/iptables-wrapper";
 
 /// The runtime directory, open and checked.
@@ -164,7 +164,7 @@ impl RunDir {
 /// The configured directory: absolute paths only (a relative one would
 /// depend on the caller's working directory).
 fn configured_path() -> Option<PathBuf> {
-    let path = match crate::settings::current().value(RUN_DIR_VAR) {
+    let path = match settings::current().value(RUN_DIR_VAR) {
         Some(value) => PathBuf::from(value),
         None => PathBuf::from(DEFAULT_RUN_DIR),
     };

@@ -38,11 +38,8 @@
 //! reads of two files gives one call the old value of one and the new value
 //! of the other.
 
-use crate::backend::SBIN_VAR;
-use crate::host_link::HOST_ROOT_VAR;
+use crate::escape::{printable_bytes, quoted};
 use crate::mode::{self, Mode, OVERRIDE_VAR};
-use crate::report::{printable_bytes, quoted};
-use crate::run_dir::RUN_DIR_VAR;
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use std::ffi::{OsStr, OsString};
@@ -55,6 +52,15 @@ use std::sync::OnceLock;
 
 /// The settings directory: one file per setting, named as its variable.
 pub const SETTINGS_DIR: &str = "/etc/iptables-wrapper";
+
+/// Where the host's filesystem is mounted (the host link, its `lib/modules`).
+pub const HOST_ROOT_VAR: &str = "IPTABLES_WRAPPER_HOST_ROOT";
+
+/// The directories backends are looked up in.
+pub const SBIN_VAR: &str = "IPTABLES_WRAPPER_SBIN";
+
+/// The wrapper's runtime directory (warnings record, count cache, backups).
+pub const RUN_DIR_VAR: &str = "IPTABLES_WRAPPER_RUN_DIR";
 
 /// The settings that can be given by file, in the order `detect` shows them.
 pub const FILE_SETTINGS: [&str; 4] = [OVERRIDE_VAR, HOST_ROOT_VAR, SBIN_VAR, RUN_DIR_VAR];

@@ -37,7 +37,7 @@
 //! the host's journal would need a socket round trip per call, and the
 //! record must not grow with the call rate.
 
-use crate::report::printable;
+use crate::escape::printable;
 use crate::run_dir::RunDir;
 use std::borrow::Cow;
 

@@ -25,10 +25,11 @@ pub mod show;
 
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
+use crate::escape::printable;
 use crate::family::Family;
-use crate::host_link::{DEFAULT_HOST_ROOT, HOST_ROOT_VAR};
+use crate::host_link::DEFAULT_HOST_ROOT;
 use crate::mode::{Mode, OVERRIDE_VAR};
-use crate::report::printable;
+use crate::settings::HOST_ROOT_VAR;
 use crate::standard_fds::say;
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 
 use super::find::{self, Finding};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::report::{printable, string};
+use crate::escape::{printable, string};
 use crate::standard_fds::say;
 use std::fmt::Write as _;
 use std::io::Write as _;
