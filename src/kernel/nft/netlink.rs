@@ -1,0 +1,201 @@
+//! The wire format of nf_tables read requests and their replies, encoded
+//! and parsed by hand: a `nlmsghdr`, a `nfgenmsg` (family, version 0,
+//! res_id 0), then netlink attributes.
+//!
+//! It builds datagrams and splits received ones into messages and
+//! attributes; it sends nothing and knows nothing of what the attributes
+//! mean beyond their numbers.
+
+use std::io;
+
+use libc::c_int;
+use nix::errno::Errno;
+
+use crate::family::Family;
+
+// Attribute numbers from <linux/netfilter/nf_tables.h> (libc lacks them).
+pub(super) const NFTA_TABLE_NAME: u16 = 1;
+pub(super) const NFTA_CHAIN_TABLE: u16 = 1;
+pub(super) const NFTA_CHAIN_NAME: u16 = 3;
+pub(super) const NFTA_CHAIN_HOOK: u16 = 4;
+pub(super) const NFTA_CHAIN_USE: u16 = 6;
+pub(super) const NFTA_RULE_TABLE: u16 = 1;
+pub(super) const NFTA_RULE_CHAIN: u16 = 2;
+pub(super) const NFTA_RULE_HANDLE: u16 = 3;
+pub(super) const NFTA_RULE_POSITION: u16 = 6;
+pub(super) const NFTA_GEN_ID: u16 = 1;
+/// `NFNL_BATCH_GENID` from `<linux/netfilter/nfnetlink.h>`.
+const NFNL_BATCH_GENID: u16 = 1;
+
+const NLMSG_HEADER_LEN: usize = std::mem::size_of::<libc::nlmsghdr>();
+/// `struct nfgenmsg`: family (u8), version (u8), res_id (u16, big endian).
+const NFGENMSG_LEN: usize = 4;
+const NLA_HEADER_LEN: usize = std::mem::size_of::<libc::nlattr>();
+
+pub(super) const NLMSG_NOOP: u16 = libc::NLMSG_NOOP as u16;
+pub(super) const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
+pub(super) const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
+pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
+
+/// An nf_tables read request: message, family and string attributes.
+pub(super) struct Request {
+    message_type: u16,
+    family: Family,
+    attributes: Vec<(u16, &'static str)>,
+    /// A batch message: family AF_UNSPEC, res_id the nf_tables subsystem.
+    batch: bool,
+    /// `NFNL_BATCH_GENID` (a batch's BATCH_BEGIN).
+    generation: Option<u32>,
+}
+
+impl Request {
+    pub(super) fn new(nft_msg: c_int, family: Family) -> Request {
+        Request {
+            message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,
+            family,
+            attributes: Vec::new(),
+            batch: false,
+            generation: None,
+        }
+    }
+
+    /// BATCH_BEGIN (with the generation it expects) or BATCH_END of an
+    /// nf_tables batch.
+    pub(super) fn batch(kind: c_int, generation: Option<u32>) -> Request {
+        Request {
+            message_type: kind as u16,
+            family: Family::Ipv4, // not sent: a batch message says AF_UNSPEC
+            attributes: Vec::new(),
+            batch: true,
+            generation,
+        }
+    }
+
+    pub(super) fn attr(mut self, kind: u16, value: &'static str) -> Request {
+        self.attributes.push((kind, value));
+        self
+    }
+
+    /// Appends the request as one netlink message to `datagram`.
+    pub(super) fn encode(&self, datagram: &mut Vec<u8>, flags: c_int, seq: u32) {
+        let start = datagram.len();
+        datagram.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_len, set below
+        datagram.extend_from_slice(&self.message_type.to_ne_bytes());
+        datagram.extend_from_slice(&(flags as u16).to_ne_bytes());
+        datagram.extend_from_slice(&seq.to_ne_bytes());
+        datagram.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: the kernel fills it in
+        let family = match self.family {
+            Family::Ipv4 => libc::NFPROTO_IPV4,
+            Family::Ipv6 => libc::NFPROTO_IPV6,
+        };
+        if self.batch {
+            let res_id = (libc::NFNL_SUBSYS_NFTABLES as u16).to_be_bytes();
+            datagram.extend_from_slice(&[libc::AF_UNSPEC as u8, libc::NFNETLINK_V0 as u8, res_id[0], res_id[1]]);
+        } else {
+            datagram.extend_from_slice(&[family as u8, libc::NFNETLINK_V0 as u8, 0, 0]);
+        }
+        if let Some(generation) = self.generation {
+            datagram.extend_from_slice(&((NLA_HEADER_LEN + 4) as u16).to_ne_bytes());
+            datagram.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
+            datagram.extend_from_slice(&generation.to_be_bytes());
+        }
+        for &(kind, value) in &self.attributes {
+            // NLA_STRING, NUL-terminated as the kernel's nla_strcmp expects.
+            let len = NLA_HEADER_LEN + value.len() + 1;
+            datagram.extend_from_slice(&(len as u16).to_ne_bytes());
+            datagram.extend_from_slice(&kind.to_ne_bytes());
+            datagram.extend_from_slice(value.as_bytes());
+            datagram.push(0);
+            datagram.resize(align4(datagram.len()), 0);
+        }
+        let len = (datagram.len() - start) as u32;
+        datagram[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+    }
+}
+
+/// One netlink message of a received datagram.
+pub(super) struct Message<'a> {
+    pub(super) kind: u16,
+    pub(super) flags: u16,
+    pub(super) seq: u32,
+    /// Everything after the `nlmsghdr`.
+    pub(super) payload: &'a [u8],
+}
+
+impl Message<'_> {
+    /// The error code of an NLMSG_ERROR or NLMSG_DONE message: a negative
+    /// errno, or 0 (an ACK, or a dump that completed).
+    pub(super) fn error_code(&self) -> io::Result<Result<(), Errno>> {
+        let code = self
+            .payload
+            .get(..4)
+            .map(|bytes| i32::from_ne_bytes(bytes.try_into().unwrap()))
+            .ok_or_else(|| invalid_data("netlink error message too short"))?;
+        Ok(match code {
+            0 => Ok(()),
+            code => Err(Errno::from_raw(-code)),
+        })
+    }
+}
+
+/// The netlink messages of a datagram; an error for a malformed one.
+pub(super) fn messages(datagram: &[u8]) -> impl Iterator<Item = io::Result<Message<'_>>> {
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let header = rest.get(..NLMSG_HEADER_LEN)?;
+        let len = u32::from_ne_bytes(header[0..4].try_into().unwrap()) as usize;
+        if !(NLMSG_HEADER_LEN..=rest.len()).contains(&len) {
+            rest = &[];
+            return Some(Err(invalid_data("malformed netlink message")));
+        }
+        let message = Message {
+            kind: u16::from_ne_bytes(header[4..6].try_into().unwrap()),
+            flags: u16::from_ne_bytes(header[6..8].try_into().unwrap()),
+            seq: u32::from_ne_bytes(header[8..12].try_into().unwrap()),
+            payload: &rest[NLMSG_HEADER_LEN..len],
+        };
+        rest = &rest[align4(len).min(rest.len())..];
+        Some(Ok(message))
+    })
+}
+
+/// The top-level attributes of an nf_tables message payload (after its
+/// `nfgenmsg`), as (type, value). Stops at the first malformed attribute.
+pub(super) fn attributes(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    nested(payload.get(NFGENMSG_LEN..).unwrap_or_default())
+}
+
+/// A u32 attribute in network byte order.
+pub(super) fn be_u32(value: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(value.try_into().ok()?))
+}
+
+/// A u64 attribute in network byte order.
+pub(super) fn be_u64(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.try_into().ok()?))
+}
+
+fn align4(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+pub(super) fn invalid_data(message: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// The attributes nested in an attribute's value, as (type, value). Stops
+/// at the first malformed attribute.
+pub(super) fn nested(value: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut rest = value;
+    std::iter::from_fn(move || {
+        let header = rest.get(..NLA_HEADER_LEN)?;
+        let len = u16::from_ne_bytes([header[0], header[1]]) as usize;
+        let kind = u16::from_ne_bytes([header[2], header[3]]) & libc::NLA_TYPE_MASK as u16;
+        let value = rest.get(NLA_HEADER_LEN..len)?;
+        rest = &rest[align4(len).min(rest.len())..];
+        Some((kind, value))
+    })
+}

@@ -1,0 +1,188 @@
+//! What `iptables-wrapper stale` reads of the iptables tables in nf_tables:
+//! enough to show their chains and to tell a table iptables-nft made from a
+//! native nftables table of the same name. Dumps, one table at a time; read
+//! requests only, like everything here.
+//!
+//! Each dump is taken as the kernel sends it, with no generation bracket
+//! (unlike the counts of `count`): a ruleset committed between the chain
+//! dump and the rule dump can mix two states in one reading. A dump the
+//! kernel flags interrupted is refused (`dump_complete`).
+
+use std::io;
+use std::ops::ControlFlow;
+
+use super::netlink::{
+    attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
+    NFTA_RULE_TABLE, NFTA_TABLE_NAME,
+};
+use super::{DumpEnd, DumpOutcome, NftSocket};
+use crate::family::Family;
+use crate::kernel::bytes::until_nul;
+
+const NFTA_TABLE_FLAGS: u16 = 2;
+const NFTA_TABLE_USE: u16 = 3;
+const NFTA_TABLE_USERDATA: u16 = 6;
+const NFTA_CHAIN_POLICY: u16 = 5;
+const NFTA_CHAIN_TYPE: u16 = 7;
+const NFTA_HOOK_HOOKNUM: u16 = 1;
+const NFTA_HOOK_PRIORITY: u16 = 2;
+const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+
+/// An nf_tables table, as GETTABLE shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NftTable {
+    pub family: Family,
+    pub name: String,
+    /// `NFTA_TABLE_FLAGS` (dormant, owner, ...).
+    pub flags: u32,
+    /// `NFTA_TABLE_USE`: its chains, sets, objects and flowtables.
+    pub use_count: u32,
+    /// Whether it carries `NFTA_TABLE_USERDATA` (`nft`'s table comments).
+    pub has_userdata: bool,
+}
+
+/// A chain of an nf_tables table, with its rules counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NftChain {
+    pub name: String,
+    /// For a base chain: hook number, priority and type.
+    pub base: Option<BaseChain>,
+    pub rules: u64,
+    /// Rules without a `counter` expression (iptables-nft gives every rule one).
+    pub rules_without_counter: u64,
+}
+
+/// What makes a chain a base chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseChain {
+    pub hook: u32,
+    pub priority: i32,
+    pub chain_type: String,
+    /// `NF_ACCEPT` (1) or `NF_DROP` (0).
+    pub policy: u32,
+}
+
+/// `NF_ACCEPT`, as a base chain's policy.
+pub const NF_ACCEPT: u32 = 1;
+
+impl NftSocket {
+    /// Every table of `family` (a GETTABLE dump).
+    pub fn tables(&self, family: Family) -> io::Result<Vec<NftTable>> {
+        let mut tables = Vec::new();
+        let request = Request::new(libc::NFT_MSG_GETTABLE, family);
+        let end = self.dump(&request, |payload| {
+            let mut table = NftTable {
+                family,
+                name: String::new(),
+                flags: 0,
+                use_count: 0,
+                has_userdata: false,
+            };
+            for (kind, value) in attributes(payload) {
+                match kind {
+                    NFTA_TABLE_NAME => table.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
+                    NFTA_TABLE_FLAGS => table.flags = be_u32(value).unwrap_or(0),
+                    NFTA_TABLE_USE => table.use_count = be_u32(value).unwrap_or(0),
+                    NFTA_TABLE_USERDATA => table.has_userdata = true,
+                    _ => {}
+                }
+            }
+            tables.push(table);
+            ControlFlow::Continue(())
+        })?;
+        dump_complete(end)?;
+        Ok(tables)
+    }
+
+    /// The chains of table `table` of `family`, in the kernel's order, each
+    /// with its rules counted: a GETCHAIN dump of the family (the kernel
+    /// filters chain dumps by no table, so the replies are) and a GETRULE
+    /// dump filtered to the table.
+    pub fn chains(&self, family: Family, table: &'static str) -> io::Result<Vec<NftChain>> {
+        let mut chains = Vec::new();
+        let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
+        let end = self.dump(&request, |payload| {
+            let mut chain = NftChain {
+                name: String::new(),
+                base: None,
+                rules: 0,
+                rules_without_counter: 0,
+            };
+            let (mut hook, mut priority, mut chain_type, mut policy) = (None, 0, String::new(), NF_ACCEPT);
+            let mut in_table = false;
+            for (kind, value) in attributes(payload) {
+                match kind {
+                    NFTA_CHAIN_TABLE => in_table = until_nul(value) == table.as_bytes(),
+                    NFTA_CHAIN_NAME => chain.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
+                    NFTA_CHAIN_HOOK => {
+                        for (kind, value) in nested(value) {
+                            match kind {
+                                NFTA_HOOK_HOOKNUM => hook = be_u32(value),
+                                NFTA_HOOK_PRIORITY => priority = be_u32(value).unwrap_or(0) as i32,
+                                _ => {}
+                            }
+                        }
+                    }
+                    NFTA_CHAIN_TYPE => chain_type = String::from_utf8_lossy(until_nul(value)).into_owned(),
+                    NFTA_CHAIN_POLICY => policy = be_u32(value).unwrap_or(NF_ACCEPT),
+                    _ => {}
+                }
+            }
+            if !in_table {
+                return ControlFlow::Continue(());
+            }
+            chain.base = hook.map(|hook| BaseChain {
+                hook,
+                priority,
+                chain_type,
+                policy,
+            });
+            chains.push(chain);
+            ControlFlow::Continue(())
+        })?;
+        dump_complete(end)?;
+        let request = Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
+        let end = self.dump(&request, |payload| {
+            let mut chain_name: &[u8] = &[];
+            let mut counted = false;
+            for (kind, value) in attributes(payload) {
+                match kind {
+                    NFTA_RULE_CHAIN => chain_name = until_nul(value),
+                    NFTA_RULE_EXPRESSIONS => {
+                        counted = nested(value)
+                            .filter(|&(kind, _)| kind == NFTA_LIST_ELEM)
+                            .any(|(_, expr)| {
+                                nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
+                            })
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(chain) = chains.iter_mut().find(|c| c.name.as_bytes() == chain_name) {
+                chain.rules += 1;
+                if !counted {
+                    chain.rules_without_counter += 1;
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        dump_complete(end)?;
+        Ok(chains)
+    }
+}
+
+/// A dump that stopped early, or that the kernel flagged interrupted, is no
+/// reading.
+fn dump_complete(outcome: DumpOutcome) -> io::Result<()> {
+    match outcome {
+        DumpOutcome {
+            end: DumpEnd::Done,
+            interrupted: false,
+        } => Ok(()),
+        _ => Err(io::Error::other(
+            "the nf_tables ruleset changed during the dump; read again",
+        )),
+    }
+}
