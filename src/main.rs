@@ -160,9 +160,10 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             printable(&decision.reason),
             backend.path.display(),
             printable(&argv0.to_string_lossy()),
-            decision
-                .took
-                .map_or("(not timed)".to_string(), |took| format!("{:.3} ms", took.as_secs_f64() * 1e3))
+            decision.took.map_or("(not timed)".to_string(), |took| format!(
+                "{:.3} ms",
+                took.as_secs_f64() * 1e3
+            ))
         )
     });
     say(&format!(

@@ -203,7 +203,10 @@ mod tests {
         dir.replace("state", b"two").unwrap();
         assert_eq!(dir.read("state", 64).as_deref(), Some(&b"two"[..]));
         assert_eq!(dir.read("state", 2), None, "larger than allowed");
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
         assert!((now - 5..=now + 5).contains(&dir.modified("state").unwrap()));
         assert_eq!(dir.modified("absent"), None);
         let mode = std::fs::metadata(path.join("state")).unwrap().permissions().mode();

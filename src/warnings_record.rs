@@ -281,7 +281,10 @@ mod tests {
         assert!(updated(&first, Some(1000), &[], 1060).is_some());
         let with = updated(&first, Some(1000), &["w".to_string()], 1010).unwrap();
         let kept = updated(&with, Some(1010), &[], 2000).expect("refreshed");
-        assert!(kept.lines().nth(1).unwrap().ends_with(" w"), "earlier warnings stay: {kept}");
+        assert!(
+            kept.lines().nth(1).unwrap().ends_with(" w"),
+            "earlier warnings stay: {kept}"
+        );
     }
 
     #[test]

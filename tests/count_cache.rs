@@ -130,7 +130,10 @@ fn assert_cached_count_is_exact(node: &Node) {
     assert_eq!(saved(LEGACY_SAVES), expected, "the setup is a tie");
     assert_eq!(node.version_mode("iptables"), "nft", "a tie goes to the default");
     let generation = generation();
-    assert_eq!(cached_entry(node), Some((generation, RuleBounds::exact(expected), false)));
+    assert_eq!(
+        cached_entry(node),
+        Some((generation, RuleBounds::exact(expected), false))
+    );
     let (low, _, exact, method) = nft_count(&node.detect());
     assert_eq!((low, exact), (expected, true));
     assert_eq!(
@@ -138,7 +141,10 @@ fn assert_cached_count_is_exact(node: &Node) {
         format!("netlink GETRULE dumps, generation {generation}"),
         "a count seen once is not served"
     );
-    assert_eq!(cached_entry(node), Some((generation, RuleBounds::exact(expected), true)));
+    assert_eq!(
+        cached_entry(node),
+        Some((generation, RuleBounds::exact(expected), true))
+    );
     let (low, _, exact, method) = nft_count(&node.detect());
     assert_eq!((low, exact), (expected, true), "the cached figure stays the same");
     assert_eq!(
@@ -195,7 +201,10 @@ fn a_changed_ruleset_is_counted_again() {
     assert_eq!(low, 701);
     assert_eq!(
         method,
-        format!("netlink GETRULE dumps, generation {}; the count cache agrees", generation())
+        format!(
+            "netlink GETRULE dumps, generation {}; the count cache agrees",
+            generation()
+        )
     );
 }
 
@@ -265,7 +274,11 @@ fn a_cache_file_is_used_only_when_private_and_not_linked() {
     std::fs::remove_file(&file).unwrap();
     std::fs::copy(&elsewhere, &file).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(unused(&node.detect()), (400, false), "a file others can read is not used");
+    assert_eq!(
+        unused(&node.detect()),
+        (400, false),
+        "a file others can read is not used"
+    );
 
     // The same file, private: the wrapper reads it (which is why the
     // directory and file checks above matter), but detect counts anyway and
@@ -316,7 +329,14 @@ fn a_cached_count_below_what_the_built_in_chains_hold_is_not_used() {
             assert_eq!(decided, "nft", "a count below the bounds is not used");
             assert_eq!(
                 cached_entry(&node),
-                Some((generation(), RuleBounds { low: 201, high: u64::MAX }, false)),
+                Some((
+                    generation(),
+                    RuleBounds {
+                        low: 201,
+                        high: u64::MAX
+                    },
+                    false
+                )),
                 "the call counted (until past legacy's 200), and its count replaced the forged one"
             );
         } else {

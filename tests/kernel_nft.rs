@@ -293,10 +293,16 @@ fn waiting_for_commits_changes_nothing() {
     let lines: Vec<&str> = seen.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(lines.iter().any(|l| l.contains("MONITOR-SEES-THIS")), "{seen}");
     assert!(
-        lines.iter().all(|l| l.contains("MONITOR-SEES-THIS") || l.contains("new generation")),
+        lines
+            .iter()
+            .all(|l| l.contains("MONITOR-SEES-THIS") || l.contains("new generation")),
         "{seen}"
     );
-    assert_eq!(lines.iter().filter(|l| l.contains("new generation")).count(), 1, "{seen}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("new generation")).count(),
+        1,
+        "{seen}"
+    );
     common::sh("iptables-nft -X MONITOR-SEES-THIS");
     assert_eq!(common::sh("nft list ruleset"), ruleset_before);
 }
@@ -414,7 +420,10 @@ fn no_call_decides_on_a_count_torn_by_a_concurrent_restore() {
 
 /// Two threads that spin until the returned flag is cleared: the
 /// committing process then gets preempted, as on a busy node.
-fn load_both_cpus() -> (std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>) {
+fn load_both_cpus() -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<()>>,
+) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let running = std::sync::Arc::new(AtomicBool::new(true));
     let spinners = (0..2)
@@ -490,7 +499,10 @@ fn no_count_is_torn_by_a_restore_loop_on_a_busy_machine() {
     monitor.kill().unwrap();
     monitor.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(wrong.is_empty(), "torn counts {wrong:?} ({right} right, {unknown} unknown)");
+    assert!(
+        wrong.is_empty(),
+        "torn counts {wrong:?} ({right} right, {unknown} unknown)"
+    );
     assert!(right > 10, "only {right} counts ({unknown} unknown)");
 }
 
@@ -513,7 +525,9 @@ fn no_count_is_torn_by_noflush_restores_into_user_chains() {
         refill.push_str(&format!(":KUBE-SVC-{s} - [0:0]\n"));
     }
     for s in 0..300 {
-        refill.push_str(&format!("-A KUBE-SVC-{s} -m comment --comment \"svc {s}\" -j KUBE-SEP-{s}\n"));
+        refill.push_str(&format!(
+            "-A KUBE-SVC-{s} -m comment --comment \"svc {s}\" -j KUBE-SEP-{s}\n"
+        ));
     }
     refill.push_str("COMMIT\n");
     let refill_file = dir.join("refill");
@@ -526,7 +540,10 @@ fn no_count_is_torn_by_noflush_restores_into_user_chains() {
     );
     let (right, unknown, wrong) = counts_beside(&writer, 3002, 3000, 40);
     std::fs::remove_dir_all(&dir).unwrap();
-    assert!(wrong.is_empty(), "torn counts {wrong:?} ({right} right, {unknown} unknown)");
+    assert!(
+        wrong.is_empty(),
+        "torn counts {wrong:?} ({right} right, {unknown} unknown)"
+    );
     assert!(right > 10, "only {right} counts ({unknown} unknown)");
 }
 
@@ -559,9 +576,7 @@ fn commits_in_other_tables_leave_the_count_known() {
     common::sh(&format!("nft -f {}", other_file.display()));
     let mut churn = Command::new("sh")
         .arg("-c")
-        .arg(
-            "for i in 1 2; do (while :; do nft add table ip churn$i; nft delete table ip churn$i; done) & done; wait",
-        )
+        .arg("for i in 1 2; do (while :; do nft add table ip churn$i; nft delete table ip churn$i; done) & done; wait")
         .spawn()
         .unwrap();
     let mut decided = std::collections::BTreeMap::<String, u32>::new();
@@ -574,7 +589,11 @@ fn commits_in_other_tables_leave_the_count_known() {
     churn.wait().unwrap();
     assert_eq!(decided.get("legacy"), Some(&40), "{decided:?}");
     let nft = &report["rule_counts"]["nft"];
-    assert_eq!((nft["low"].as_u64(), nft["high"].as_u64()), (Some(0), Some(0)), "{report}");
+    assert_eq!(
+        (nft["low"].as_u64(), nft["high"].as_u64()),
+        (Some(0), Some(0)),
+        "{report}"
+    );
     assert_eq!(report["mode"], "legacy", "{report}");
 }
 
@@ -649,7 +668,10 @@ fn counts_are_never_torn_by_atomic_swaps_between_tables() {
     // old rules out of the lists (about 1 torn count in 200,000 with this
     // loop, against 57 in 10,100 without the bracket). Waiting for the
     // commit mutex after the first GETGEN closes it: none.
-    assert!(torn.is_empty(), "torn counts {torn:?} ({counted} right, {unknown} unknown)");
+    assert!(
+        torn.is_empty(),
+        "torn counts {torn:?} ({counted} right, {unknown} unknown)"
+    );
     assert!(counted > 10, "only {counted} counts ({unknown} unknown)");
 }
 

@@ -275,10 +275,20 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
 
     // A minute later the next call looks again and refreshes the record.
     let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
-    std::fs::File::options().write(true).open(&record).unwrap().set_modified(minute_ago).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&record)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
     let later = looked_at(&node, &|_| {});
     assert!(looked_for_stale_rules(&later), "{later}");
-    let age = std::fs::metadata(&record).unwrap().modified().unwrap().elapsed().unwrap_or_default();
+    let age = std::fs::metadata(&record)
+        .unwrap()
+        .modified()
+        .unwrap()
+        .elapsed()
+        .unwrap_or_default();
     assert!(age.as_secs() < 30, "refreshed: {age:?}");
 
     // Where no record can be kept and stderr shows nothing, nobody would
@@ -294,11 +304,19 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
     // Once the stale rules are gone, the next look leaves the record's
     // earlier warning as it was seen, with its time, and adds nothing.
     node.sh("iptables-legacy -F INPUT");
-    std::fs::File::options().write(true).open(&record).unwrap().set_modified(minute_ago).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&record)
+        .unwrap()
+        .set_modified(minute_ago)
+        .unwrap();
     let before = std::fs::read_to_string(&record).unwrap();
     assert!(looked_for_stale_rules(&looked_at(&node, &|_| {})));
     let after = std::fs::read_to_string(&record).unwrap();
-    assert_eq!(before.lines().skip(1).collect::<Vec<_>>(), after.lines().skip(1).collect::<Vec<_>>());
+    assert_eq!(
+        before.lines().skip(1).collect::<Vec<_>>(),
+        after.lines().skip(1).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -310,7 +328,9 @@ fn the_record_keeps_true_times_where_the_clock_syscall_is_refused() {
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP");
     let mut command = node.command("iptables");
     command.arg("-V");
-    let out = refuse_syscall(&mut command, libc::SYS_clock_gettime, &[]).output().unwrap();
+    let out = refuse_syscall(&mut command, libc::SYS_clock_gettime, &[])
+        .output()
+        .unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let recorded = std::fs::read_to_string(node.path("run/warnings")).unwrap();
     let written_at: u64 = recorded

@@ -71,7 +71,10 @@ pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: 
         k: value,
     };
     let mut checks = vec![(SECCOMP_DATA_ARCH, AUDIT_ARCH_X86_64), (SECCOMP_DATA_NR, number as u32)];
-    checks.extend(when.iter().map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index, value)));
+    checks.extend(
+        when.iter()
+            .map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index, value)),
+    );
     // Each check loads a word and jumps to the final `allow` unless it is
     // equal; past all of them, `refuse`.
     let last = 2 * checks.len() + 1;
