@@ -1,17 +1,25 @@
 //! iptables-wrapper: decides on every call whether the host runs iptables
 //! `legacy` (x_tables) or `nft` (nf_tables), then execs that backend.
 //!
-//! The binary (`src/main.rs`) is thin; each concern lives in its own module:
-//! the override and mode names (`mode`), the host's link (`host_link`), the
-//! kernel's state (`kernel`), the lock file (`xtables_lock`), the ordered
-//! decision (`decision`), finding and running the backend (`backend`), the
-//! wrapper's own file (`own_file`), the caller's standard descriptors and the
-//! wrapper's own messages (`standard_fds`), the `detect` report (`report`), how text from outside is shown (`escape`),
-//! link installation (`install`), showing and removing
-//! what the backend the host does not use still holds (`stale`), the wrapper's runtime directory for state
-//! kept between calls (`run_dir`), the record of warnings kept there
-//! (`warnings_record`), where each setting comes from (`settings`), the
-//! command line (`cli`) and the binary's memory allocator (`allocator`).
+//! The binary (`src/main.rs`) is thin; each concern lives in its own module.
+//! From the top down, each layer importing only those below it:
+//!
+//! - the command line (`cli`), the `detect` report (`report`), showing and
+//!   removing what the backend the host does not use still holds (`stale`);
+//! - the ordered decision (`decision`, one module per source of evidence),
+//!   and the record of warnings it leaves (`warnings_record`);
+//! - the kernel's state (`kernel`: nf_tables through netlink, legacy
+//!   x_tables through getsockopt, their save tools, the count cache);
+//! - the host's link (`host_link`), finding and running the backend
+//!   (`backend`), the wrapper's runtime directory for state kept between
+//!   calls (`run_dir`), where each setting comes from (`settings`), link
+//!   installation (`install`);
+//! - the override and mode names (`mode`), the wrapped command (`command`),
+//!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
+//!   file (`own_file`), the caller's standard descriptors and the wrapper's
+//!   own messages (`standard_fds`), how text from outside is shown
+//!   (`escape`), the address families (`family`) and the binary's memory
+//!   allocator (`allocator`).
 
 pub mod allocator;
 pub mod backend;
