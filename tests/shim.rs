@@ -275,12 +275,7 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
 
     // A minute later the next call looks again and refreshes the record.
     let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
-    std::fs::File::options()
-        .write(true)
-        .open(&record)
-        .unwrap()
-        .set_modified(minute_ago)
-        .unwrap();
+    common::set_modified(&record, minute_ago);
     let later = looked_at(&node, &|_| {});
     assert!(looked_for_stale_rules(&later), "{later}");
     let age = std::fs::metadata(&record)
@@ -304,12 +299,7 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
     // Once the stale rules are gone, the next look leaves the record's
     // earlier warning as it was seen, with its time, and adds nothing.
     node.sh("iptables-legacy -F INPUT");
-    std::fs::File::options()
-        .write(true)
-        .open(&record)
-        .unwrap()
-        .set_modified(minute_ago)
-        .unwrap();
+    common::set_modified(&record, minute_ago);
     let before = std::fs::read_to_string(&record).unwrap();
     assert!(looked_for_stale_rules(&looked_at(&node, &|_| {})));
     let after = std::fs::read_to_string(&record).unwrap();

@@ -107,12 +107,7 @@ fn an_earlier_record_is_cleaned_when_rewritten() {
     std::fs::write(&record, &dirty).unwrap();
     std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o600)).unwrap();
     let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
-    std::fs::File::options()
-        .write(true)
-        .open(&record)
-        .unwrap()
-        .set_modified(minute_ago)
-        .unwrap();
+    common::set_modified(&record, minute_ago);
 
     let out = node.command("iptables").arg("-V").output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");

@@ -282,3 +282,12 @@ pub fn until_backend(trace: &str) -> String {
     assert!(until.len() < trace.lines().count(), "the backend never ran: {trace}");
     until.join("\n")
 }
+
+/// Sets `path`'s modification time (a record made to look older).
+pub fn set_modified(path: &Path, time: std::time::SystemTime) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(time))
+        .unwrap_or_else(|error| panic!("set the modification time of {}: {error}", path.display()));
+}
