@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: the Markdown files' relative links
-# (scripts/check-links.sh); the API docs without warnings (cargo doc); unit
+# (scripts/check-links.sh); the API docs without warnings (cargo doc); the
+# crate's style (cargo fmt --check, cargo clippy without warnings); unit
 # and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
 # of its own; needs root); the static binaries of both architectures with
@@ -22,6 +23,7 @@ timed() {
 bash scripts/install-deps.sh
 timed "markdown links" bash scripts/check-links.sh
 timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --release --all-targets -- -D warnings'
 timed "cargo tests" cargo test --release --target "$(bash scripts/static-target.sh)"
 
 check_release_binaries() {
