@@ -6,7 +6,7 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{copy_program, refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
+use common::{copy_program, refuse_syscall, refuse_wrapper_raw_sockets, without_proc, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -520,30 +520,6 @@ fn candidates_that_cannot_run_are_skipped() {
         "{stderr}"
     );
     assert!(!stderr.contains("tried ;"), "no empty list of tried paths: {stderr}");
-}
-
-/// Runs `program args` in a mount namespace of its own with a tmpfs over /proc.
-fn without_proc(command: &Command) -> Output {
-    let mut hidden = Command::new("timeout");
-    hidden
-        .args([
-            "20",
-            "unshare",
-            "-m",
-            "sh",
-            "-c",
-            "mount -t tmpfs none /proc && exec \"$@\"",
-            "sh",
-        ])
-        .arg(command.get_program())
-        .args(command.get_args())
-        .env_clear();
-    for (name, value) in command.get_envs() {
-        if let Some(value) = value {
-            hidden.env(name, value);
-        }
-    }
-    hidden.output().unwrap()
 }
 
 #[test]

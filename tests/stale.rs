@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Node;
+use common::{refuse_syscall, Node};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Output;
@@ -179,6 +179,36 @@ fn refuses_when_the_host_backend_is_not_certain() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A hint chain in nft while legacy's cannot be read (a seccomp filter
+/// refuses every IPv4 socket, the wrapper's reads and the save tool's
+/// alike): calls go to nft, but whether legacy holds the host's own hint is
+/// not known, so `stale` refuses and changes nothing.
+#[test]
+fn refuses_a_hint_chain_while_the_other_backends_cannot_be_read() {
+    let node = Node::new("refuse-unread");
+    node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    let before = legacy_saves(&node);
+    // Readable, the nft hint chain alone is certain: legacy's rule is stale.
+    let out = stale(&node, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    for args in [&[][..], &["--remove"], &["--remove", "--json"]] {
+        let mut command = node.wrapper();
+        command.arg("stale").args(args);
+        let out = refuse_syscall(&mut command, libc::SYS_socket, &[(0, libc::AF_INET as u32)])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}{}", stdout(&out), stderr(&out));
+        let line = stderr(&out);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.contains("refused: iptables uses nft by hint-chain"),
+            "{args:?}: {line}"
+        );
+        assert!(line.contains("legacy mangle hint chains: unknown"), "{args:?}: {line}");
+    }
+    assert_eq!(legacy_saves(&node), before, "a refusal changes nothing");
 }
 
 #[test]

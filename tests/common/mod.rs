@@ -291,3 +291,31 @@ pub fn set_modified(path: &Path, time: std::time::SystemTime) {
         .and_then(|file| file.set_modified(time))
         .unwrap_or_else(|error| panic!("set the modification time of {}: {error}", path.display()));
 }
+
+/// Runs `command` (program, arguments and environment) in a mount namespace
+/// of its own (private: nothing reaches the machine's) with a tmpfs over
+/// `/proc`, so no procfs can be read.
+pub fn without_proc(command: &Command) -> Output {
+    let mut hidden = Command::new("timeout");
+    hidden
+        .args([
+            "20",
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /proc && exec \"$@\"",
+            "sh",
+        ])
+        .arg(command.get_program())
+        .args(command.get_args())
+        .env_clear();
+    for (name, value) in command.get_envs() {
+        if let Some(value) = value {
+            hidden.env(name, value);
+        }
+    }
+    hidden.output().unwrap()
+}
