@@ -10,7 +10,7 @@ use common::{copy_program, refuse_syscall, refuse_wrapper_raw_sockets, without_p
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The stand-in backend, compiled once per test run.
