@@ -81,9 +81,10 @@ fn host_link_decides_alone() {
     assert_eq!(node.version_mode("ip6tables"), "nft");
     assert_eq!(node.version_mode("iptables"), "legacy");
     assert_eq!(decided_by(&node), ("legacy".into(), "host-link".into()));
-    // A link to a wrapper is no hint: detection goes on (and finds nothing).
+    // A link to a wrapper is no hint: detection goes on (and finds no
+    // legacy table).
     node.set_host_link("iptables", "/usr/sbin/iptables-wrapper");
-    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+    assert_eq!(decided_by(&node), ("nft".into(), "rule-counts".into()));
 }
 
 #[test]
@@ -179,7 +180,11 @@ fn lock_file_created_by_legacy_is_a_weak_hint() {
     std::fs::write(&node.lockfile, "").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&node.lockfile, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+    assert_eq!(
+        decided_by(&node),
+        ("nft".into(), "rule-counts".into()),
+        "no legacy table"
+    );
     // Legacy iptables creates it 0600.
     std::fs::remove_file(&node.lockfile).unwrap();
     node.sh("iptables-legacy -w -P FORWARD DROP");
@@ -217,10 +222,93 @@ fn a_held_lock_is_a_weak_hint() {
 }
 
 #[test]
-fn empty_namespace_defaults_to_nft() {
+fn empty_namespace_goes_to_nft_for_want_of_legacy_tables() {
     let node = Node::new("default");
     assert_eq!(node.version_mode("iptables"), "nft");
+    let report = node.detect();
+    assert_eq!(report["decided_by"], "rule-counts", "{report}");
+    assert!(
+        report["reason"].as_str().unwrap().contains("no legacy table exists"),
+        "{report}"
+    );
+    // Empty legacy tables (a read-only `iptables-legacy -L` makes them) are
+    // tables: then the counts tie at 0 and the default decides.
+    node.sh("iptables-legacy -L >/dev/null");
     assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
+}
+
+/// The source and mode a wrapped call logs, from its debug line
+/// (`mode=M source=S (reason)`).
+fn call_decided_by(node: &Node) -> (String, String) {
+    let out = node
+        .command("iptables")
+        .arg("-V")
+        .env("IPTABLES_WRAPPER_LOG", "debug")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let field = |name: &str| {
+        log.split_whitespace()
+            .find_map(|word| word.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {log}"))
+            .to_string()
+    };
+    (field("mode="), field("source="))
+}
+
+/// `detect` explains what wrapped calls do: for each state, a wrapped call
+/// (which stops reading at the first source that decides) and `detect`
+/// (which reads everything) name the same mode and the same source.
+#[test]
+fn a_wrapped_call_and_detect_name_the_same_source() {
+    let node = Node::new("same-source");
+    let lock = node.lockfile.display().to_string();
+    let steps = [
+        ("empty namespace", String::new(), "rule-counts"),
+        (
+            "nft rules only",
+            "iptables-nft -A INPUT -j ACCEPT".to_string(),
+            "rule-counts",
+        ),
+        (
+            "more legacy rules",
+            "iptables-legacy -w -A INPUT -j ACCEPT; iptables-legacy -w -A INPUT -j ACCEPT".to_string(),
+            "rule-counts",
+        ),
+        (
+            "a tie beside a 0600 lock",
+            "iptables-nft -A INPUT -j ACCEPT".to_string(),
+            "xtables-lock",
+        ),
+        ("a tie without a lock", format!("rm -f {lock}"), "default"),
+        (
+            "kube-proxy's nftables table",
+            "nft add table ip kube-proxy".to_string(),
+            "kube-proxy-table",
+        ),
+        (
+            "a legacy hint chain",
+            format!("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT; rm -f {lock}"),
+            "hint-chain",
+        ),
+        (
+            "an nft hint chain too",
+            "iptables-nft -t mangle -N KUBE-KUBELET-CANARY".to_string(),
+            "hint-chain",
+        ),
+    ];
+    for (state, script, source) in steps {
+        if !script.is_empty() {
+            node.sh(&script);
+        }
+        let report = node.detect();
+        let detected = (
+            report["mode"].as_str().unwrap().to_string(),
+            report["decided_by"].as_str().unwrap().to_string(),
+        );
+        assert_eq!(detected.1, source, "{state}: {report}");
+        assert_eq!(call_decided_by(&node), detected, "{state}: {report}");
+    }
 }
 
 #[test]

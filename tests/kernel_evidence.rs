@@ -346,7 +346,8 @@ fn lock_file_decides_only_beside_legacy_tables() {
     )
     .unwrap();
     let report = node.detect();
-    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    // No legacy table: nft, and the lock decides nothing.
+    assert_eq!(mode_and_source(&report), ("nft", "rule-counts"), "{report}");
     let lock = values(&report, "xtables-lock", &node.lockfile.display().to_string());
     assert!(
         lock[0].contains("locked right now") && lock[0].contains("decides nothing"),
@@ -447,7 +448,8 @@ fn host_link_targets_are_classified_by_exact_name() {
     ] {
         node.set_host_link("iptables", target);
         let report = node.detect();
-        assert_eq!(mode_and_source(&report), ("nft", "default"), "{target}: {report}");
+        // No hint, and no legacy table: nft.
+        assert_eq!(mode_and_source(&report), ("nft", "rule-counts"), "{target}: {report}");
         let link = values(&report, "host-link", "etc/alternatives/iptables");
         assert!(link[0].contains(target) && link[0].contains("no hint"), "{report}");
         assert_eq!(node.version_mode("iptables"), "nft", "{target}");

@@ -5,8 +5,9 @@
 //! counts of both backends (see `counts`).
 //!
 //! A backend that cannot be read is unknown, never empty: its hint chains
-//! are unknown, not absent. On a wrapped call with no legacy table at all,
-//! nft's rules are not counted (nothing could favour legacy). What it cannot
+//! are unknown, not absent. With no legacy table at all, nft decides
+//! (nothing could favour legacy), and a wrapped call does not count nft's
+//! rules. What it cannot
 //! see: hint chains or tables made by something other than kubelet and
 //! kube-proxy under the same names, and where netlink is refused and the
 //! save tool cannot show them, kube-proxy's nftables tables.
@@ -103,20 +104,22 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
     // No legacy table at all: legacy holds no rule, so no count can favour
     // it, and the lock file has no legacy table to stand beside. Whatever nft
     // holds, the answer is nft, so a wrapped call skips counting nft's rules
-    // (a netlink round trip of lookups). `detect` still counts both.
-    // Only where nf_tables is known to be there (its lookups answered): where
-    // it may be lacking, the default below decides with that in mind.
-    if collector.depth.stops_early()
-        && nft_lookups.is_ok()
+    // (a netlink round trip of lookups); `detect` decides the same way, for
+    // the same reason, and still counts both as evidence. Only where
+    // nf_tables is known to be there (its lookups answered): where it may be
+    // lacking, the default below decides with that in mind.
+    if nft_lookups.is_ok()
         && matches!(kernel.nf_tables_presence(), Presence::Present(_) | Presence::Askable(_))
         && kernel.legacy_has_no_tables()
     {
         collector.decide(
             Mode::Nft,
             Source::RuleCounts,
-            "no legacy table exists, so legacy holds no rules and nft holds at least as many".into(),
+            "no legacy table exists, so legacy holds no rules and no count can favour it".into(),
         );
-        return None;
+        if collector.done() {
+            return None;
+        }
     }
 
     read_rule_counts(collector, kernel)
