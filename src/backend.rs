@@ -6,7 +6,10 @@
 //! candidate runs only if it is a regular file someone may execute and is
 //! not the wrapper itself (compared by device and inode, without `/proc`:
 //! see `own_file`); if the kernel still refuses to run it (a `noexec`
-//! mount), the search goes on. The exec passes the caller's
+//! mount), the search goes on. A wrapper run under a backend's own name (a
+//! copy installed in a backend's place, found by another wrapper's search)
+//! runs nothing, so that copies cannot run each other without end. The exec
+//! passes the caller's
 //! `argv[0]` as given, environment, descriptors, signal state, working
 //! directory and limits untouched: the wrapper changes none of them.
 //!
@@ -21,7 +24,7 @@
 
 use crate::command::WrappedCommand;
 use crate::escape::{printable_bytes, quoted};
-use crate::mode::Mode;
+use crate::mode::{mode_named_by, Mode};
 use crate::own_file::{self, OwnFile};
 use crate::settings::{self, Origin, SBIN_VAR};
 use std::ffi::{CStr, CString};
@@ -63,6 +66,9 @@ pub enum BackendError {
     },
     /// The kernel refused to run the last candidate.
     Exec { path: PathBuf, error: io::Error },
+    /// The wrapper was run under a backend's own name (see
+    /// [`standing_in_for_a_backend`]).
+    StandingIn { path: PathBuf, mode: Mode },
 }
 
 impl BackendError {
@@ -70,7 +76,7 @@ impl BackendError {
     /// shell) when the found program could not be run.
     pub fn exit_status(&self) -> i32 {
         match self {
-            BackendError::Missing { .. } | BackendError::Loop { .. } => 1,
+            BackendError::Missing { .. } | BackendError::Loop { .. } | BackendError::StandingIn { .. } => 1,
             BackendError::Exec { .. } => 126,
         }
     }
@@ -131,6 +137,11 @@ impl fmt::Display for BackendError {
                 join_paths(wrapper_copies)
             ),
             BackendError::Exec { path, error } => write!(f, "cannot exec {}: {error}", shown(path)),
+            BackendError::StandingIn { path, mode } => write!(
+                f,
+                "{} is the wrapper (a copy of it, or a link to one) in the place of the {mode} backend, so it runs nothing: wrappers that find each other as backends would run each other without end; put the real backend there (the iptables package's xtables-{mode}-multi and its links), or take that directory out of {SBIN_VAR}",
+                shown(path)
+            ),
         }
     }
 }
@@ -148,6 +159,31 @@ fn providing_package(mode: Mode) -> &'static str {
         Mode::Nft => "Debian/Ubuntu/Alpine: iptables; Fedora: iptables-nft",
         Mode::Legacy => "Debian/Ubuntu: iptables; Alpine/Fedora: iptables-legacy",
     }
+}
+
+/// When the wrapper was exec'd under a backend's own name (`iptables-nft`,
+/// `xtables-legacy-multi`, ...; see `mode::mode_named_by`): why it must run
+/// nothing.
+///
+/// Whoever ran that name wanted the backend and got a wrapper installed in
+/// its place: most likely another wrapper, or a copy of this one, whose
+/// search found it there. Deciding and running "the backend" again could
+/// run that other wrapper again, and so on without end: the search's loop
+/// guard recognises only the wrapper's own file, and a copy is another
+/// file. The name is the path the kernel was given (`AT_EXECFN`), so it
+/// costs no system call; a wrapper linked under a backend's name and called
+/// by another name (`/usr/sbin/iptables` leading to it) is not affected.
+pub fn standing_in_for_a_backend() -> Option<BackendError> {
+    let path = own_file::exec_path()?;
+    let name = path.file_name()?.to_str()?;
+    if !(name.contains("-nft") || name.contains("-legacy")) {
+        return None;
+    }
+    let mode = mode_named_by(name)?;
+    Some(BackendError::StandingIn {
+        path: path.to_path_buf(),
+        mode,
+    })
 }
 
 /// The directories `IPTABLES_WRAPPER_SBIN` names, from the environment or

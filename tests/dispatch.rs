@@ -186,6 +186,52 @@ fn a_backend_that_is_the_wrapper_is_a_loop_error() {
     );
 }
 
+/// Copies of the wrapper installed in a backend's place find each other as
+/// backends: the link to the wrapper under one backend name is the wrapper
+/// itself and skipped, the copy under the other is another file and run.
+/// The copy, run under a backend's name, runs nothing, with one line; the
+/// old code exec'd the two in turn without end.
+#[test]
+fn a_copy_of_the_wrapper_in_a_backends_place_runs_nothing() {
+    let node = Node::new("copy-loop");
+    for (linked, copied) in [
+        ("iptables-nft", "xtables-nft-multi"),
+        ("xtables-nft-multi", "iptables-nft"),
+    ] {
+        let sbin = node.path(&format!("copy-sbin-{copied}"));
+        std::fs::create_dir_all(&sbin).unwrap();
+        std::os::unix::fs::symlink(WRAPPER, sbin.join(linked)).unwrap();
+        common::copy_program(Path::new(WRAPPER), &sbin.join(copied));
+        let mut child = node
+            .command("iptables")
+            .env("IPTABLES_MODE", "nft")
+            .env("IPTABLES_WRAPPER_SBIN", &sbin)
+            .arg("-V")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("{copied} (a copy) and {linked} (a link) run each other without end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("{copied} is the wrapper")) && stderr.contains("in the place of the nft backend"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn detect_json_parses_and_explains() {
     let node = Node::new("json");
