@@ -66,8 +66,8 @@ pub enum BackendError {
     },
     /// The kernel refused to run the last candidate.
     Exec { path: PathBuf, error: io::Error },
-    /// The wrapper was run under a backend's own name (see
-    /// [`standing_in_for_a_backend`]).
+    /// The wrapper was run under a backend's own name: it runs nothing, so
+    /// that copies of it cannot run each other without end.
     StandingIn { path: PathBuf, mode: Mode },
 }
 
@@ -162,8 +162,8 @@ fn providing_package(mode: Mode) -> &'static str {
 }
 
 /// When the wrapper was exec'd under a backend's own name (`iptables-nft`,
-/// `xtables-legacy-multi`, ...; see `mode::mode_named_by`): why it must run
-/// nothing.
+/// `xtables-legacy-multi`, ...; see `mode::mode_named_by`): why [`run`]
+/// runs nothing.
 ///
 /// Whoever ran that name wanted the backend and got a wrapper installed in
 /// its place: most likely another wrapper, or a copy of this one, whose
@@ -173,13 +173,17 @@ fn providing_package(mode: Mode) -> &'static str {
 /// file. The name is the path the kernel was given (`AT_EXECFN`), so it
 /// costs no system call; a wrapper linked under a backend's name and called
 /// by another name (`/usr/sbin/iptables` leading to it) is not affected.
-pub fn standing_in_for_a_backend() -> Option<BackendError> {
+fn standing_in_for_a_backend() -> Option<BackendError> {
     let path = own_file::exec_path()?;
-    let name = path.file_name()?.to_str()?;
-    if !(name.contains("-nft") || name.contains("-legacy")) {
+    let name = path.as_os_str().as_bytes().rsplit(|&b| b == b'/').next()?;
+    // Every backend name starts so; the six command names do not.
+    let rest = [&b"iptables-"[..], b"ip6tables-", b"xtables-"]
+        .iter()
+        .find_map(|prefix| name.strip_prefix(*prefix))?;
+    if !(rest.starts_with(b"nft") || rest.starts_with(b"legacy")) {
         return None;
     }
-    let mode = mode_named_by(name)?;
+    let mode = mode_named_by(std::str::from_utf8(name).ok()?)?;
     Some(BackendError::StandingIn {
         path: path.to_path_buf(),
         mode,
@@ -311,7 +315,8 @@ pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendEr
 
 /// Execs the first program for `command` in `mode` that the kernel runs,
 /// with `argv0` (the caller's, whose file name is `command`'s) and `args`;
-/// `before_exec` sees each one about to be run. Returns only when nothing
+/// `before_exec` sees each one about to be run; nothing when the wrapper
+/// itself was run under a backend's name. Returns only when nothing
 /// ran.
 pub fn run(
     command: &WrappedCommand,
@@ -320,6 +325,9 @@ pub fn run(
     args: &[&CStr],
     before_exec: &dyn Fn(&Backend),
 ) -> BackendError {
+    if let Some(standing_in) = standing_in_for_a_backend() {
+        return standing_in;
+    }
     let mut exec_error = None;
     let searched = search(command, mode, &mut |backend| {
         before_exec(&backend);

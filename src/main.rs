@@ -117,10 +117,6 @@ fn init_logger(level: LevelFilter) {
 /// Decides, then replaces this process with the backend, which gets `argv0`
 /// (the caller's, as given) and `args`. Returns only on failure.
 fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: &Logging) -> i32 {
-    if let Some(standing_in) = backend::standing_in_for_a_backend() {
-        say(&standing_in.to_string());
-        return standing_in.exit_status();
-    }
     let to_terminal = matches!(logging, Logging::Quiet) && standard_fds::stderr_is_terminal();
     let on_stderr = match logging {
         Logging::Requested(level) => *level >= LevelFilter::Warn && standard_fds::stderr_open(),
