@@ -97,6 +97,7 @@ printf '%s' '{proc_modules}' > /proc/modules
         .args(args)
         .env("STAGE", node.path("stage"))
         .env("IPTABLES_WRAPPER_HOST_ROOT", &node.host_root)
+        .env("IPTABLES_WRAPPER_RUN_DIR", node.path("run"))
         .env("XTABLES_LOCKFILE", &node.lockfile)
         .env_remove("IPTABLES_MODE")
         .env_remove("IPTABLES_WRAPPER_SBIN")
