@@ -63,7 +63,7 @@ impl Presence {
     pub fn describe(&self) -> String {
         match self {
             Presence::Present(how) => format!("present ({how})"),
-            Presence::Askable(how) => format!("asked ({how})"),
+            Presence::Askable(how) => format!("askable ({how})"),
             Presence::NotLoaded(how) => format!("not loaded ({how})"),
             Presence::Missing(how) => format!("not in this kernel ({how})"),
             Presence::Unknown(why) => format!("unknown ({why})"),
