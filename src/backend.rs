@@ -139,7 +139,7 @@ impl fmt::Display for BackendError {
             BackendError::Exec { path, error } => write!(f, "cannot exec {}: {error}", shown(path)),
             BackendError::StandingIn { path, mode } => write!(
                 f,
-                "{} is the wrapper (a copy of it, or a link to one) in the place of the {mode} backend, so it runs nothing: wrappers that find each other as backends would run each other without end; put the real backend there (the iptables package's xtables-{mode}-multi and its links), or take that directory out of {SBIN_VAR}",
+                "{} is the wrapper (a copy of it, or a link to one) in the place of the {mode} backend, so it runs nothing: wrappers that find each other as backends would run each other without end; put the real backend there (the iptables package's xtables-{mode}-multi and its links)",
                 shown(path)
             ),
         }
@@ -162,18 +162,22 @@ fn providing_package(mode: Mode) -> &'static str {
 }
 
 /// When the wrapper was exec'd under a backend's own name (`iptables-nft`,
-/// `xtables-legacy-multi`, ...; see `mode::mode_named_by`): why [`run`]
-/// runs nothing.
+/// `xtables-legacy-multi`, `iptables-nft-save`, ...; see
+/// `mode::mode_named_by`): why it must run nothing at all, whatever its
+/// arguments, before it decides anything.
 ///
 /// Whoever ran that name wanted the backend and got a wrapper installed in
 /// its place: most likely another wrapper, or a copy of this one, whose
-/// search found it there. Deciding and running "the backend" again could
-/// run that other wrapper again, and so on without end: the search's loop
-/// guard recognises only the wrapper's own file, and a copy is another
-/// file. The name is the path the kernel was given (`AT_EXECFN`), so it
+/// search found it there, as the backend to exec or as the save tool to
+/// read the kernel through. Deciding and running "the backend" again could
+/// run that other wrapper again, and so on without end (an exec loop, or a
+/// chain of save tools each waiting on the next): the search's loop guard
+/// recognises only the wrapper's own file, and a copy is another file. A
+/// caller that runs a backend by its name gets the same one line, not the
+/// wrapper's own command line. The name is the path the kernel was given (`AT_EXECFN`), so it
 /// costs no system call; a wrapper linked under a backend's name and called
 /// by another name (`/usr/sbin/iptables` leading to it) is not affected.
-fn standing_in_for_a_backend() -> Option<BackendError> {
+pub fn standing_in_for_a_backend() -> Option<BackendError> {
     let path = own_file::exec_path()?;
     let name = path.as_os_str().as_bytes().rsplit(|&b| b == b'/').next()?;
     // Every backend name starts so; the six command names do not.
@@ -315,8 +319,7 @@ pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendEr
 
 /// Execs the first program for `command` in `mode` that the kernel runs,
 /// with `argv0` (the caller's, whose file name is `command`'s) and `args`;
-/// `before_exec` sees each one about to be run; nothing when the wrapper
-/// itself was run under a backend's name. Returns only when nothing
+/// `before_exec` sees each one about to be run. Returns only when nothing
 /// ran.
 pub fn run(
     command: &WrappedCommand,
@@ -325,9 +328,6 @@ pub fn run(
     args: &[&CStr],
     before_exec: &dyn Fn(&Backend),
 ) -> BackendError {
-    if let Some(standing_in) = standing_in_for_a_backend() {
-        return standing_in;
-    }
     let mut exec_error = None;
     let searched = search(command, mode, &mut |backend| {
         before_exec(&backend);

@@ -9,6 +9,10 @@
 //! the process starts exactly as the caller made it, and the wrapper changes
 //! nothing the backend inherits.
 //!
+//! Run under a backend's own name (`iptables-nft`, `xtables-nft-multi`, ...),
+//! it runs nothing at all: it is a copy of the wrapper in a backend's place,
+//! and deciding again could run another copy without end (see `backend`).
+//!
 //! A wrapped call writes nothing of its own to stdout or stderr unless the
 //! caller asked (`IPTABLES_WRAPPER_LOG` set) or stderr is a terminal: its
 //! warnings go to the warnings record. Errors where nothing runs always go
@@ -59,6 +63,10 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char, _envp: *c
 }
 
 fn run(args: &[&CStr]) -> i32 {
+    if let Some(standing_in) = backend::standing_in_for_a_backend() {
+        say(&standing_in.to_string());
+        return standing_in.exit_status();
+    }
     let logging = match logging_requested() {
         Ok(logging) => logging,
         Err(problem) => {

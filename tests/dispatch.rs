@@ -232,6 +232,64 @@ fn a_copy_of_the_wrapper_in_a_backends_place_runs_nothing() {
     }
 }
 
+/// A copy of the wrapper in a save tool's place. A caller the kernel
+/// refuses (here: a user without CAP_NET_ADMIN) reads the kernel through the backends'
+/// save tools; each copy, run as the save tool, decided in turn, was refused
+/// in turn and ran the next copy as its save tool: a chain of processes each
+/// waiting on the next, which grew until process creation failed (27,000 in
+/// 2 s). Now a copy run under a backend's name runs nothing: one save tool
+/// run and one exec of a copy, whatever the arguments.
+#[test]
+fn a_copy_of_the_wrapper_in_a_save_tools_place_starts_no_chain_of_processes() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = Node::new("copy-chain");
+    let copies = node.path("copies");
+    std::fs::create_dir_all(&copies).unwrap();
+    for name in ["iptables-nft-save", "xtables-nft-multi"] {
+        common::copy_program(Path::new(WRAPPER), &copies.join(name));
+    }
+    for dir in [&node.dir, &copies] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let trace = node.path("execve.trace");
+    let mut command = Command::new("timeout");
+    // Bounded, should the chain come back: at most 40 processes of a user
+    // nothing else runs as.
+    command
+        .args(["-s", "KILL", "20", "strace", "-f", "-qq", "-e", "trace=execve", "-o"])
+        .arg(&trace)
+        .args([
+            "prlimit",
+            "--nproc=40",
+            "setpriv",
+            "--reuid=65531",
+            "--regid=65531",
+            "--clear-groups",
+        ])
+        .arg(node.bin.join("iptables"))
+        .arg("-V");
+    node.isolate(&mut command);
+    let out = command
+        .env("IPTABLES_WRAPPER_SBIN", &copies)
+        .env("IPTABLES_WRAPPER_RUN_DIR", node.path("user-run"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("xtables-nft-multi is the wrapper") && stderr.contains("in the place of the nft backend"),
+        "{stderr}"
+    );
+    let traced = std::fs::read_to_string(&trace).unwrap();
+    let copies_run = traced
+        .lines()
+        .filter(|line| line.contains(&format!("execve(\"{}/", copies.display())))
+        .count();
+    assert_eq!(copies_run, 2, "the save tool once, the backend once: {traced}");
+}
+
 #[test]
 fn detect_json_parses_and_explains() {
     let node = Node::new("json");
