@@ -169,6 +169,11 @@ fn a_tie_is_not_a_reason_for_legacy() {
     assert_eq!(node.version_mode("iptables"), "nft");
     let report = node.detect();
     assert_eq!(report["decided_by"], "default");
+    // The reason says the counts were read and tied, not that nothing was found.
+    assert_eq!(
+        report["reason"],
+        "the rule counts tie (legacy 3, nft 3) and nothing else decides: nft is the default"
+    );
     assert_eq!(report["rule_counts"]["legacy"]["exact"], 3);
     assert_eq!(report["rule_counts"]["nft"]["exact"], 3);
 }

@@ -89,7 +89,7 @@ pub(super) fn read_rule_counts(collector: &mut Collector, kernel: &mut KernelRea
 }
 
 /// "3", "at least 3", "between 3 and 7".
-fn describe_bounds(bounds: RuleBounds) -> String {
+pub(super) fn describe_bounds(bounds: RuleBounds) -> String {
     if bounds.is_exact() {
         format!("{}", bounds.low)
     } else if bounds.high == u64::MAX {

@@ -163,7 +163,7 @@ pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, Invali
     let (mode, decided_by, reason) = collector
         .decided
         .take()
-        .unwrap_or_else(|| presence::default_mode(&lacking));
+        .unwrap_or_else(|| presence::default_mode(&lacking, rule_counts.as_ref()));
     Ok(Decision {
         command: command.name,
         mode,

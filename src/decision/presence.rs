@@ -16,6 +16,7 @@
 //! counted as lacking.
 
 use super::collector::{Collector, Depth};
+use super::counts::{describe_bounds, RuleCounts};
 use super::evidence::{Evidence, Finding, Source};
 use crate::family::Family;
 use crate::kernel::modules::{self, Presence};
@@ -98,19 +99,24 @@ pub(super) fn read_backend_presence(
 }
 
 /// nft, unless nft is lacking (the kernel lacks nf_tables, or this process
-/// cannot use it) and legacy is not.
-pub(super) fn default_mode(lacking: &[(Mode, String)]) -> (Mode, Source, String) {
+/// cannot use it) and legacy is not. The reason says whether the counts were
+/// read and tied (`counts`), or nothing was found that decides.
+pub(super) fn default_mode(lacking: &[(Mode, String)], counts: Option<&RuleCounts>) -> (Mode, Source, String) {
+    let found = match counts {
+        Some(counts) => format!(
+            "the rule counts tie (legacy {}, nft {}) and nothing else decides",
+            describe_bounds(counts.legacy),
+            describe_bounds(counts.nft)
+        ),
+        None => "no evidence for either backend".to_string(),
+    };
     let lacks = |mode| lacking.iter().find(|(m, _)| *m == mode).map(|(_, how)| how);
     match (lacks(Mode::Nft), lacks(Mode::Legacy)) {
         (Some(how), None) => (
             Mode::Legacy,
             Source::Default,
-            format!("no evidence for either backend, and nft cannot serve: {how}; legacy is the only backend left"),
+            format!("{found}, and nft cannot serve: {how}; legacy is the only backend left"),
         ),
-        _ => (
-            Mode::Nft,
-            Source::Default,
-            "no evidence for either backend: nft is the default".to_string(),
-        ),
+        _ => (Mode::Nft, Source::Default, format!("{found}: nft is the default")),
     }
 }
