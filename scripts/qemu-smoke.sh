@@ -56,7 +56,8 @@ ln -s "$ARM" "$WORK/bin/ip6tables-save"
 # execs the WANT stub with the same arguments and passes on its exit status.
 expect_dispatch() {
     local want="$1" command="$2" out rc=0; shift 2
-    out=$(env IPTABLES_WRAPPER_SBIN="$WORK/stub" IPTABLES_WRAPPER_HOST_ROOT="$WORK/host" "$@" \
+    out=$(env IPTABLES_WRAPPER_SBIN="$WORK/stub" IPTABLES_WRAPPER_HOST_ROOT="$WORK/host" \
+        IPTABLES_WRAPPER_RUN_DIR="$WORK/run" "$@" \
         "$QEMU" "$WORK/bin/$command" -L -n 2>"$WORK/stderr") || rc=$?
     [[ "$out" == "$want -L -n" && $rc -eq 3 ]] \
         || fail "$command ($*): expected '$want -L -n' and status 3, got '$out' status $rc; stderr: $(cat "$WORK/stderr")"
@@ -81,7 +82,7 @@ step "detect in fresh network namespaces (save-tool fallbacks)"
 check_detect() {
     local name="$1" want_mode="$2" want_source="$3" setup="$4"
     XTABLES_LOCKFILE="$WORK/xtables.lock" IPTABLES_WRAPPER_HOST_ROOT="$WORK/nohost" \
-        IPTABLES_WRAPPER_LOG=debug \
+        IPTABLES_WRAPPER_RUN_DIR="$WORK/run" IPTABLES_WRAPPER_LOG=debug \
         unshare -n bash -c "set -e; $setup
             $QEMU $ARM detect >$WORK/emulated.out 2>$WORK/emulated.err
             $NATIVE detect >$WORK/native.out 2>/dev/null" \
@@ -106,7 +107,9 @@ check_detect() {
         || fail "$name: rule counts differ:"$'\n'"$(cat "$WORK/emulated.out")"$'\n'"---"$'\n'"$(cat "$WORK/native.out")"
     step "  $name: $mode by $source"
 }
-check_detect "empty namespace" nft default ""
+check_detect "empty namespace (no legacy table)" nft rule-counts ""
+check_detect "a tie" nft default \
+    "iptables-legacy -A INPUT -j ACCEPT; iptables-nft -A INPUT -j ACCEPT; rm -f $WORK/xtables.lock"
 check_detect "more legacy rules" legacy rule-counts \
     "for i in 1 2 3; do iptables-legacy -A INPUT -j ACCEPT; done; ip6tables-legacy -A INPUT -j ACCEPT; iptables-nft -A INPUT -j ACCEPT"
 check_detect "more nft rules" nft rule-counts \
