@@ -174,13 +174,16 @@ fn providing_package(mode: Mode) -> &'static str {
 /// chain of save tools each waiting on the next): the search's loop guard
 /// recognises only the wrapper's own file, and a copy is another file. A
 /// caller that runs a backend by its name gets the same one line, not the
-/// wrapper's own command line. The name is the path the kernel was given (`AT_EXECFN`), so it
-/// costs no system call; a wrapper linked under a backend's name and called
-/// by another name (`/usr/sbin/iptables` leading to it) is not affected.
+/// wrapper's own command line. The name is the path the kernel was given
+/// (`AT_EXECFN`), so it costs no system call; a wrapper linked under a
+/// backend's name and called by another name (`/usr/sbin/iptables` leading
+/// to it) is not affected.
 pub fn standing_in_for_a_backend() -> Option<BackendError> {
     let path = own_file::exec_path()?;
     let name = path.as_os_str().as_bytes().rsplit(|&b| b == b'/').next()?;
-    // Every backend name starts so; the six command names do not.
+    // A quick test first, for every call: each backend name is `iptables-`,
+    // `ip6tables-` or `xtables-` followed by its mode; none of the six
+    // command names is.
     let rest = [&b"iptables-"[..], b"ip6tables-", b"xtables-"]
         .iter()
         .find_map(|prefix| name.strip_prefix(*prefix))?;

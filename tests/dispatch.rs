@@ -3,7 +3,7 @@
 //! network namespace per test.
 
 mod common;
-use common::{copy_program, legacy_tables, write_program, Node, WRAPPER};
+use common::{copy_program, legacy_tables, output_within, write_program, Node, WRAPPER};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -164,20 +164,9 @@ fn a_backend_that_is_the_wrapper_is_a_loop_error() {
     std::fs::hard_link(WRAPPER, sbin.join("iptables-nft")).unwrap_or_else(|_| {
         std::os::unix::fs::symlink(WRAPPER, sbin.join("iptables-nft")).unwrap();
     });
-    let mut child = node
-        .command("iptables")
-        .env("IPTABLES_WRAPPER_SBIN", &sbin)
-        .arg("-V")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "the wrapper hangs in a loop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
+    let mut command = node.command("iptables");
+    command.env("IPTABLES_WRAPPER_SBIN", &sbin).arg("-V");
+    let out = output_within(&mut command, Duration::from_secs(10), "the wrapper hangs in a loop");
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -201,26 +190,14 @@ fn a_copy_of_the_wrapper_in_a_backends_place_runs_nothing() {
         let sbin = node.path(&format!("copy-sbin-{copied}"));
         std::fs::create_dir_all(&sbin).unwrap();
         std::os::unix::fs::symlink(WRAPPER, sbin.join(linked)).unwrap();
-        common::copy_program(Path::new(WRAPPER), &sbin.join(copied));
-        let mut child = node
-            .command("iptables")
+        copy_program(Path::new(WRAPPER), &sbin.join(copied));
+        let mut command = node.command("iptables");
+        command
             .env("IPTABLES_MODE", "nft")
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
-            .arg("-V")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill().unwrap();
-                child.wait().unwrap();
-                panic!("{copied} (a copy) and {linked} (a link) run each other without end");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
+            .arg("-V");
+        let hangs = format!("{copied} (a copy) and {linked} (a link) run each other without end");
+        let out = output_within(&mut command, Duration::from_secs(10), &hangs);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(out.stdout.is_empty(), "{out:?}");
@@ -246,7 +223,7 @@ fn a_copy_of_the_wrapper_in_a_save_tools_place_starts_no_chain_of_processes() {
     let copies = node.path("copies");
     std::fs::create_dir_all(&copies).unwrap();
     for name in ["iptables-nft-save", "xtables-nft-multi"] {
-        common::copy_program(Path::new(WRAPPER), &copies.join(name));
+        copy_program(Path::new(WRAPPER), &copies.join(name));
     }
     for dir in [&node.dir, &copies] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -319,3 +319,24 @@ pub fn without_proc(command: &Command) -> Output {
     }
     hidden.output().unwrap()
 }
+
+/// Runs `command` with stdout and stderr captured; if it is still running
+/// after `limit`, kills it (a loop would otherwise outlive the test) and
+/// panics with `hangs`.
+pub fn output_within(command: &mut Command, limit: std::time::Duration, hangs: &str) -> Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{hangs}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
