@@ -10,6 +10,9 @@
 //! decision lets it decide only when the kernel also shows legacy traces (a
 //! legacy rule or DROP policy; an empty listed table is none) and
 //! nothing stronger decided.
+//!
+//! [`hold`] takes the lock as legacy iptables does, for `stale --remove`:
+//! every legacy writer that respects it waits until the removal is done.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
@@ -72,6 +75,48 @@ pub fn lockfile_path() -> PathBuf {
     match std::env::var_os(LOCKFILE_VAR) {
         Some(path) if !path.is_empty() => PathBuf::from(path),
         _ => PathBuf::from(DEFAULT_LOCKFILE),
+    }
+}
+
+/// The xtables lock, held until dropped.
+pub struct HeldLock {
+    _file: std::fs::File,
+    pub path: PathBuf,
+}
+
+/// Takes the xtables lock at the path iptables uses, as iptables does
+/// (opened with `O_CREAT`, mode 0600, then `flock(LOCK_EX)`), waiting up to
+/// `wait` for whoever holds it.
+pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = lockfile_path();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| format!("cannot open the xtables lock {}: {e}", path.display()))?;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(HeldLock { _file: file, path });
+        }
+        let error = std::io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) && error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("cannot take the xtables lock {}: {error}", path.display()));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the xtables lock {} stayed held for {} s",
+                path.display(),
+                wait.as_secs()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

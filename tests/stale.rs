@@ -5,44 +5,11 @@
 
 mod common;
 
+use common::stale::{backup_dir_of, json, legacy_saves, nft_ruleset, stale, stderr, stdout, without_headers};
 use common::{refuse_syscall, Node};
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-
-fn stale(node: &Node, args: &[&str]) -> Output {
-    node.wrapper().arg("stale").args(args).output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
-
-/// Both families' legacy saves, without the header lines.
-fn legacy_saves(node: &Node) -> String {
-    without_headers(&node.sh("iptables-legacy-save; ip6tables-legacy-save"))
-}
-
-fn nft_ruleset(node: &Node) -> String {
-    node.sh("nft list ruleset")
-}
-
-fn without_headers(save: &str) -> String {
-    save.lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
 
 fn listed_tables() -> String {
     common::legacy_tables("ip_tables_names") + "|" + &common::legacy_tables("ip6_tables_names")
@@ -109,14 +76,34 @@ fn refuses_when_the_host_backend_is_not_certain() {
             "{line}"
         );
     };
-    // Counts decide (legacy 2, nft 0): not certain.
-    refused(&node, &[], "rule-counts");
+    // Counts decide (legacy 2, nft 0): not certain. Removing is refused;
+    // showing shows what each backend holds, and says why neither is
+    // certainly the stale one.
     refused(&node, &["--remove"], "rule-counts");
-    refused(&node, &["-v", "--json"], "rule-counts");
-    let out = stale(&node, &["--json"]);
+    refused(&node, &["--remove", "--json"], "rule-counts");
+    let out = stale(&node, &["--remove", "--json"]);
     assert_eq!(
         json(&out)["refused"].as_str().map(|r| r.contains("rule-counts")),
         Some(true)
+    );
+    let out = stale(&node, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("which backend is stale is not certain: iptables uses legacy by rule-counts")
+            && text.contains("held by legacy ipv4 filter: 2 rules")
+            && !text.contains("nothing stale in")
+            && text.contains("--remove` refuses until it is"),
+        "{text}"
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    let report = json(&stale(&node, &["-v", "--json"]));
+    assert_eq!(report["certain"], false, "{report}");
+    assert!(report["uncertain"].as_str().unwrap().contains("rule-counts"), "{report}");
+    assert_eq!(report["findings"].as_array().unwrap().len(), 4, "both backends, both families");
+    assert!(
+        report["findings"][0]["rules_saved"].as_str().unwrap().contains("-A INPUT -j ACCEPT"),
+        "{report}"
     );
     // The lock breaks a tie: not certain.
     node.sh("nft add table ip filter && iptables-nft -A INPUT -j ACCEPT && iptables-nft -A INPUT -j ACCEPT");
@@ -135,10 +122,15 @@ fn refuses_when_the_host_backend_is_not_certain() {
     // Refusals changed nothing.
     assert!(before_hint.contains("-A INPUT -j ACCEPT") && before.contains("-A INPUT -j ACCEPT"));
     assert_eq!(legacy_saves(&node), before_hint);
-    // A hint chain in nft alone is certain: legacy's rule is stale.
+    // A hint chain in nft alone, where nft holds no rule and legacy one, is
+    // contradicted by the counts: an empty chain anything can leave.
     node.sh("iptables-legacy -t mangle -X KUBE-IPTABLES-HINT");
+    refused(&node, &["--remove"], "nft holds no rules while legacy holds 1");
+    // With the host's own rules in nft, it is certain: legacy's rule is stale.
+    node.sh("iptables-nft -A OUTPUT -j ACCEPT");
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("stale legacy ipv4 filter: 1 rule"), "{}", stdout(&out));
     // So are the override and the host link.
     let out = node
         .wrapper()
@@ -188,17 +180,20 @@ fn refuses_when_the_host_backend_is_not_certain() {
 #[test]
 fn refuses_a_hint_chain_while_the_other_backends_cannot_be_read() {
     let node = Node::new("refuse-unread");
-    node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-nft -t mangle -N KUBE-IPTABLES-HINT && iptables-nft -A OUTPUT -j ACCEPT");
     let before = legacy_saves(&node);
     // Readable, the nft hint chain alone is certain: legacy's rule is stale.
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
-    for args in [&[][..], &["--remove"], &["--remove", "--json"]] {
+    let unreadable = |args: &[&str]| {
         let mut command = node.wrapper();
         command.arg("stale").args(args);
-        let out = refuse_syscall(&mut command, libc::SYS_socket, &[(0, libc::AF_INET as u32)])
+        refuse_syscall(&mut command, libc::SYS_socket, &[(0, libc::AF_INET as u32)])
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    for args in [&["--remove"][..], &["--remove", "--json"]] {
+        let out = unreadable(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}{}", stdout(&out), stderr(&out));
         let line = stderr(&out);
         assert_eq!(line.lines().count(), 1, "{line}");
@@ -208,6 +203,14 @@ fn refuses_a_hint_chain_while_the_other_backends_cannot_be_read() {
         );
         assert!(line.contains("legacy mangle hint chains: unknown"), "{args:?}: {line}");
     }
+    // Showing says so, and claims nothing it did not read.
+    let out = unreadable(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("which backend is stale is not certain") && text.contains("legacy mangle hint chains: unknown"),
+        "{text}"
+    );
     assert_eq!(legacy_saves(&node), before, "a refusal changes nothing");
 }
 
@@ -277,16 +280,6 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
     // Showing changed nothing: no table created, nft as it was.
     assert_eq!(listed_tables(), tables_before);
     assert_eq!(nft_ruleset(&node), nft_before);
-}
-
-/// The backup directory a removal printed.
-fn backup_dir_of(out: &Output) -> PathBuf {
-    let text = stdout(out);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("backup: "))
-        .unwrap_or_else(|| panic!("no backup line: {text}"));
-    PathBuf::from(line)
 }
 
 #[test]
@@ -408,7 +401,7 @@ nft add rule ip6 security input counter accept");
         "{left:?}"
     );
     assert!(
-        left.iter().any(|l| l.starts_with("raw") && l.contains("sets")),
+        left.iter().any(|l| l.starts_with("raw") && l.contains("1 set")),
         "{left:?}"
     );
     assert!(

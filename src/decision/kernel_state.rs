@@ -1,8 +1,10 @@
 //! The third source: the kernel's state, read directly and without side
 //! effects. In order: kubelet's and kube-proxy's hint chains in the mangle
 //! table (nft first: a hint in nft decides nft, then one in legacy decides
-//! legacy), kube-proxy's nftables tables (they decide nft), then the rule
-//! counts of both backends (see `counts`).
+//! legacy), kube-proxy's nftables tables (they decide nft where legacy
+//! holds no rules: such a table holds none of iptables' own, so it cannot
+//! outweigh rules iptables wrote), then the rule counts of both backends
+//! (see `counts`).
 //!
 //! A backend that cannot be read is unknown, never empty: its hint chains
 //! are unknown, not absent. With no legacy table at all, nft decides
@@ -70,27 +72,43 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
 
     if let Ok(reading) = &nft_lookups {
         match &reading.value.kube_proxy_tables {
-            Some(families) => {
+            Some(families) if !families.is_empty() => {
+                // A native table holds nothing iptables wrote (kube-proxy's
+                // nftables mode writes no iptables rule): it decides
+                // iptables' backend only where legacy holds no iptables
+                // rule to weigh against it.
+                let legacy_rules = kernel.legacy_may_hold_rules();
+                let decides = !matches!(legacy_rules, Ok(true));
                 for family in families {
                     collector.add(Evidence {
                         source: Source::KubeProxyTable,
                         location: format!("nft table {} kube-proxy", family.nft_name()),
-                        finding: Finding::Known("present".into()),
+                        finding: Finding::Known(if decides {
+                            "present".into()
+                        } else {
+                            "present, but it holds no iptables rules and legacy may hold some: the rule counts decide".into()
+                        }),
                         method: reading.method.clone(),
-                        points_to: Some(Mode::Nft),
+                        points_to: decides.then_some(Mode::Nft),
                     });
                 }
-                if let Some(family) = families.first() {
+                if decides {
+                    let family = families[0];
+                    let legacy = match legacy_rules {
+                        Ok(_) => "legacy holds no rules",
+                        Err(_) => "legacy cannot be read",
+                    };
                     collector.decide(
                         Mode::Nft,
                         Source::KubeProxyTable,
-                        format!("kube-proxy's nftables table found ({})", family.label()),
+                        format!("kube-proxy's nftables table found ({}), {legacy}", family.label()),
                     );
                     if collector.done() {
                         return None;
                     }
                 }
             }
+            Some(_) => {}
             None => collector.add(Evidence {
                 source: Source::KubeProxyTable,
                 location: "nft tables ip/ip6 kube-proxy".into(),

@@ -86,6 +86,29 @@ impl Decision {
         self.rule_counts.as_ref().is_some_and(RuleCounts::is_mixed)
     }
 
+    /// Why a decision by a hint chain rests on nothing but that chain, if
+    /// it does: the chosen backend holds no rules while the other holds
+    /// some. An empty chain is what any old container, or a read-only look
+    /// from the wrong backend, can leave behind.
+    pub fn hint_contradicted(&self) -> Option<String> {
+        if self.decided_by != Source::HintChain {
+            return None;
+        }
+        let counts = self.rule_counts.as_ref()?;
+        let (chosen, other) = match self.mode {
+            Mode::Legacy => (counts.legacy, counts.nft),
+            Mode::Nft => (counts.nft, counts.legacy),
+        };
+        (chosen.high == 0 && other.low > 0).then(|| {
+            format!(
+                "{} holds no rules while {} holds {}: the hint chain may be a stray one",
+                self.mode,
+                self.mode.other(),
+                counts::describe_bounds(other)
+            )
+        })
+    }
+
     /// The warning lines to print for disagreements and a mixed state.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self
@@ -102,6 +125,9 @@ impl Decision {
                 )
             })
             .collect();
+        if let Some(why) = self.hint_contradicted() {
+            warnings.push(format!("{} uses {} ({}), but {why}", self.command, self.mode, self.reason));
+        }
         // Both backends busy is only a risk when nothing stronger than the
         // counts decided.
         let rests_on_counts = matches!(

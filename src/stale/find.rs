@@ -20,7 +20,6 @@ use crate::kernel::modules::{self, Presence};
 use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 use crate::mode::Mode;
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -66,6 +65,9 @@ pub struct Finding {
     pub left: Vec<LeftTable>,
     /// Why the family could not be read, if it could not.
     pub unknown: Option<String>,
+    /// The save tool it was read through, where the kernel refused the
+    /// wrapper's own reads (None: read from the kernel directly).
+    pub read_by: Option<String>,
 }
 
 impl Finding {
@@ -83,6 +85,7 @@ pub fn find(backend: Mode, family: Family) -> Finding {
         tables: Vec::new(),
         left: Vec::new(),
         unknown: None,
+        read_by: None,
     };
     let read = match backend {
         Mode::Legacy => find_legacy(&mut finding),
@@ -98,8 +101,12 @@ pub fn find(backend: Mode, family: Family) -> Finding {
 fn find_legacy(finding: &mut Finding) -> Result<(), String> {
     let family = finding.family;
     let names = legacy::listed_tables(family)?.unwrap_or_default();
-    let tables = LegacyFamily::open_listed(family, names)
-        .map_err(|e| format!("legacy {} tables cannot be read: {e}", family.label()))?;
+    let tables = match LegacyFamily::open_listed(family, names) {
+        Ok(tables) => tables,
+        // Refused (no CAP_NET_ADMIN and CAP_NET_RAW here, where the save
+        // tool may have them as file capabilities): what the save tool shows.
+        Err(e) => return find_legacy_saved(finding, &e),
+    };
     for table in &tables.tables {
         let contents = tables
             .contents(table)
@@ -107,30 +114,90 @@ fn find_legacy(finding: &mut Finding) -> Result<(), String> {
         if !contents.holds_state() {
             continue;
         }
-        let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
-            finding.left.push(LeftTable {
-                name: table.name.clone(),
-                why: "not one of the iptables tables this command knows how to empty".into(),
-            });
-            continue;
-        };
-        finding.tables.push(StaleTable {
-            name,
-            builtin_chains: builtin_chains_of(name),
-            chains: contents
-                .chains
-                .iter()
-                .filter(|c| c.rules > 0 || c.policy != Some(legacy::Policy::Accept))
-                .map(|c| StaleChain {
-                    name: c.name.clone(),
-                    builtin: c.policy.is_some(),
-                    policy: c.policy.map(|p| p.name()),
-                    rules: c.rules,
-                })
-                .collect(),
-        });
+        let chains = contents
+            .chains
+            .iter()
+            .filter(|c| c.rules > 0 || c.policy != Some(legacy::Policy::Accept))
+            .map(|c| StaleChain {
+                name: c.name.clone(),
+                builtin: c.policy.is_some(),
+                policy: c.policy.map(|p| p.name()),
+                rules: c.rules,
+            })
+            .collect();
+        add_legacy_table(finding, &table.name, chains);
     }
     Ok(())
+}
+
+/// The stale tables as `<family>-legacy-save` shows them, where the kernel
+/// refused the wrapper's own reads with `refused`.
+fn find_legacy_saved(finding: &mut Finding, refused: &std::io::Error) -> Result<(), String> {
+    let family = finding.family;
+    let saved = save(Mode::Legacy, family).map_err(|why| {
+        format!(
+            "legacy {} tables cannot be read: {refused} (reading them needs root, or CAP_NET_ADMIN and CAP_NET_RAW), and {}-legacy-save failed too: {why}",
+            family.label(),
+            family.program()
+        )
+    })?;
+    for (table, chains) in parse_save(&saved.stdout) {
+        let holding: Vec<StaleChain> = chains
+            .into_iter()
+            .filter(|c| c.rules > 0 || c.policy != Some("ACCEPT"))
+            .collect();
+        if !holding.is_empty() {
+            add_legacy_table(finding, &table, holding);
+        }
+    }
+    finding.read_by = Some(format!("{}-legacy-save", family.program()));
+    Ok(())
+}
+
+fn add_legacy_table(finding: &mut Finding, table: &str, chains: Vec<StaleChain>) {
+    match IPTABLES_TABLES.iter().find(|t| **t == table) {
+        Some(&name) => finding.tables.push(StaleTable {
+            name,
+            builtin_chains: builtin_chains_of(name),
+            chains,
+        }),
+        None => finding.left.push(LeftTable {
+            name: table.to_string(),
+            why: "not one of the iptables tables this command knows how to empty".into(),
+        }),
+    }
+}
+
+/// The tables of a save, each with every chain it declares: its policy
+/// (None for a user chain, declared with `-`) and its `-A` lines.
+pub fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
+    let mut tables: Vec<(String, Vec<StaleChain>)> = Vec::new();
+    for line in save.split(|&b| b == b'\n') {
+        if let Some(table) = line.strip_prefix(b"*") {
+            tables.push((String::from_utf8_lossy(table).into_owned(), Vec::new()));
+        } else if let (Some(declaration), Some((_, chains))) = (line.strip_prefix(b":"), tables.last_mut()) {
+            let mut fields = declaration.split(u8::is_ascii_whitespace);
+            let name = String::from_utf8_lossy(fields.next().unwrap_or_default()).into_owned();
+            let policy = match fields.next() {
+                Some(b"ACCEPT") => Some("ACCEPT"),
+                Some(b"DROP") => Some("DROP"),
+                Some(b"-") | None => None,
+                Some(_) => Some("other"),
+            };
+            chains.push(StaleChain {
+                name,
+                builtin: policy.is_some(),
+                policy,
+                rules: 0,
+            });
+        } else if let (Some(rule), Some((_, chains))) = (line.strip_prefix(b"-A "), tables.last_mut()) {
+            let chain = rule.split(u8::is_ascii_whitespace).next().unwrap_or_default();
+            if let Some(chain) = chains.iter_mut().find(|c| c.name.as_bytes() == chain) {
+                chain.rules += 1;
+            }
+        }
+    }
+    tables
 }
 
 fn find_nft(finding: &mut Finding) -> Result<(), String> {
@@ -148,6 +215,9 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
     let tables = socket
         .tables(family)
         .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
+    let set_tables = socket
+        .set_tables(family)
+        .map_err(|e| format!("nf_tables {} sets cannot be read: {e}", family.nft_name()))?;
     let mut save_notes: Option<Vec<String>> = None;
     for table in tables {
         let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
@@ -172,7 +242,8 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
         if holding.is_empty() {
             continue;
         }
-        let mut why = nft_table_not_ours(&table, &chains);
+        let sets = set_tables.iter().filter(|t| *t == name).count();
+        let mut why = nft_table_not_ours(&table, &chains, sets);
         if why.is_none() {
             let notes = match &save_notes {
                 Some(notes) => notes,
@@ -201,15 +272,21 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
 /// Why a table named like an iptables table is not iptables-nft's alone,
 /// or None when nothing in it says so: no table flags or user data (which
 /// iptables-nft never sets), nothing but chains (no sets, maps, objects or
-/// flowtables), base chains only among the table's built-in ones with the
+/// flowtables; `sets` counts its sets, anonymous ones too), base chains only among the table's built-in ones with the
 /// hook, type and priority iptables-nft gives them, and a counter in every
 /// rule (iptables-nft puts one in each).
-pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain]) -> Option<String> {
+pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain], sets: usize) -> Option<String> {
     if table.flags != 0 {
         return Some(format!("table flags {:#x}, which iptables-nft never sets", table.flags));
     }
     if table.has_userdata {
         return Some("the table carries user data (an nft comment), which iptables-nft never writes".into());
+    }
+    if sets > 0 {
+        return Some(format!(
+            "the table holds {sets} set{} (named or anonymous, as `{{ ... }}` in a rule makes), which iptables-nft never makes",
+            if sets == 1 { "" } else { "s" }
+        ));
     }
     if table.use_count as usize != chains.len() {
         return Some(format!(
@@ -254,7 +331,8 @@ fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'stat
         ("mangle", "OUTPUT") => (-150, "route"),
         ("mangle", _) => (-150, "filter"),
         ("filter", "INPUT" | "FORWARD" | "OUTPUT") => (0, "filter"),
-        ("security", "INPUT" | "FORWARD" | "OUTPUT") => (50, "filter"),
+        // NF_IP_PRI_SECURITY is 50, but iptables-nft gives 150.
+        ("security", "INPUT" | "FORWARD" | "OUTPUT") => (150, "filter"),
         ("nat", "PREROUTING" | "OUTPUT") => (-100, "nat"),
         ("nat", "INPUT" | "POSTROUTING") => (100, "nat"),
         _ => return None,
@@ -273,18 +351,26 @@ fn builtin_chains_of(table: &str) -> Vec<&'static str> {
 /// The `# Table ... incompatible` notes of `iptables-nft-save` (to stdout
 /// or stderr, depending on the version).
 fn incompatibility_notes(family: Family) -> Result<Vec<String>, String> {
-    let output = save(Mode::Nft, family, true)?;
+    let output = save(Mode::Nft, family)?;
     Ok(output
-        .lines()
+        .stdout
+        .split(|&b| b == b'\n')
+        .chain(output.stderr.split(|&b| b == b'\n'))
+        .map(String::from_utf8_lossy)
         .filter(|line| line.starts_with("# Table") && line.contains("incompatible"))
-        .map(str::to_string)
+        .map(|line| line.into_owned())
         .collect())
 }
 
+/// What a save tool printed, byte for byte.
+pub struct SaveOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
 /// Runs `<family>-save` of `backend` (never with `-t`: legacy's would look
-/// the table up, and create it) and returns its stdout (with its stderr
-/// after it when `with_stderr`); an error unless it exits 0.
-pub fn save(backend: Mode, family: Family, with_stderr: bool) -> Result<String, String> {
+/// the table up, and create it); an error unless it exits 0.
+pub fn save(backend: Mode, family: Family) -> Result<SaveOutput, String> {
     let command = WrappedCommand::save_tool(family);
     let tool = backend::locate(&command, backend).map_err(|e| e.to_string())?;
     let output = Command::new(&tool.path)
@@ -301,28 +387,26 @@ pub fn save(backend: Mode, family: Family, with_stderr: bool) -> Result<String, 
             String::from_utf8_lossy(&output.stderr).trim()
         ));
     }
-    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-    if with_stderr {
-        let mut stderr = String::new();
-        let _ = output.stderr.as_slice().read_to_string(&mut stderr);
-        text.push_str(&stderr);
-    }
-    Ok(text)
+    Ok(SaveOutput {
+        stdout: output.stdout,
+        stderr: output.stderr,
+    })
 }
 
 /// The sections of a save for the given tables (`*name` to `COMMIT`).
-pub fn sections(save: &str, tables: &[&str]) -> String {
-    let mut out = String::new();
+pub fn sections(save: &[u8], tables: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
     let mut keep = false;
-    for line in save.lines() {
-        if let Some(table) = line.strip_prefix('*') {
-            keep = tables.contains(&table);
+    for line in save.split_inclusive(|&b| b == b'\n') {
+        let bare = line.strip_suffix(b"\n").unwrap_or(line);
+        if let Some(table) = bare.strip_prefix(b"*") {
+            keep = tables.iter().any(|t| t.as_bytes() == table);
         }
         if keep {
-            out.push_str(line);
-            out.push('\n');
+            out.extend_from_slice(bare);
+            out.push(b'\n');
         }
-        if line == "COMMIT" {
+        if bare == b"COMMIT" {
             keep = false;
         }
     }

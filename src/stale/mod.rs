@@ -4,22 +4,24 @@
 //! evaluates both) without a reboot.
 //!
 //! It decides the host's backend per family as a wrapped call does, and
-//! acts only when that decision is certain: the override, the host link, or
-//! a hint chain present in that backend alone ([`certainty`]). Counts, the
-//! lock and the default can be wrong exactly in the mixed state, so then it
-//! refuses (exit 2) and says what would make it certain.
+//! removes only when that decision is certain: the override, the host link,
+//! or a hint chain present in that backend alone that the rule counts do
+//! not contradict ([`certainty`]). Counts, the lock and the default can be
+//! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
+//! and says what would make it certain, and showing shows what each backend
+//! holds, saying that which one is stale is not certain, and why.
 //!
 //! Showing only reads, with `detect`'s promises: legacy tables are looked up
 //! only when listed, nf_tables is asked only once files show it is in the
 //! kernel. Removing first saves the stale backend's full ruleset per family
-//! into a backup directory ([`remove`]), then replaces each stale table by
-//! an empty one with that backend's own restore tool, one table per commit,
-//! then reads again. What it cannot see: a write into the stale backend
-//! (a component still calling it directly) between the backup and its
-//! table's removal is removed without being in the backup; a write after
-//! the removal shows in the final read and on the next run.
+//! into a backup directory ([`backup`]), proves that the backup restores
+//! each stale table exactly ([`proof`]), then empties each proven table,
+//! holding writers off meanwhile, then reads again ([`remove`]). A write
+//! after the removal shows in the final read and on the next run.
 
+pub mod backup;
 pub mod find;
+pub mod proof;
 pub mod remove;
 pub mod show;
 
@@ -65,48 +67,58 @@ impl HostBackend {
 
 /// Runs `stale` as asked; returns the exit status.
 pub fn run(options: &Options) -> i32 {
-    let hosts = match host_backends() {
-        Ok(hosts) => hosts,
-        Err(refusal) => {
+    let (hosts, uncertain) = match host_backends() {
+        Ok(decided) => decided,
+        Err(invalid) => {
+            if options.json {
+                show::print_json_refusal(&invalid);
+            }
+            say(&printable(&invalid));
+            return EXIT_REFUSED;
+        }
+    };
+    match (uncertain, options.remove) {
+        (None, true) => remove::run(&hosts, options),
+        (None, false) => show::run(&hosts, None, options),
+        (Some(why), false) => show::run(&hosts, Some(&why), options),
+        (Some(why), true) => {
+            let refusal = format!("stale --remove: refused: {why}");
             if options.json {
                 show::print_json_refusal(&refusal);
             }
             say(&printable(&refusal));
-            return EXIT_REFUSED;
+            EXIT_REFUSED
         }
-    };
-    if options.remove {
-        remove::run(&hosts, options)
-    } else {
-        show::run(&hosts, options)
     }
 }
 
-/// Decides each family's host backend; Err with one line when either is not
-/// certain.
-fn host_backends() -> Result<Vec<HostBackend>, String> {
+/// Decides each family's host backend (Err: a setting is invalid), with
+/// why the first family that is not certain is not.
+fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
     let mut hosts = Vec::new();
+    let mut uncertain = None;
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
         let decision = decision::decide(&command, Depth::Everything).map_err(|invalid| invalid.to_string())?;
-        if let Err(why) = certainty(&decision) {
-            return Err(format!(
-                "stale: refused: {} uses {} by {}: {} ({why}), which is not certain enough to remove the other backend's rules; mount the host's /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives (or set {HOST_ROOT_VAR} to where the host's root is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
+        if let (Err(why), None) = (certainty(&decision), &uncertain) {
+            uncertain = Some(format!(
+                "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
                 family.program(),
                 decision.mode,
                 decision.decided_by.key(),
-                decision.reason,
             ));
         }
         hosts.push(HostBackend { family, decision });
     }
-    Ok(hosts)
+    Ok((hosts, uncertain))
 }
 
 /// Whether a decision is certain enough to call the other backend stale:
 /// the override, the host link, or a hint chain found in the chosen backend
-/// while the other's hint chains were read and are absent. Err: what is
-/// missing.
+/// while the other's hint chains were read and are absent, and that the
+/// rest of the state does not contradict (the chosen backend holding no
+/// rules while the other holds some: see [`Decision::hint_contradicted`]).
+/// Err: what is missing.
 pub fn certainty(decision: &Decision) -> Result<(), String> {
     match decision.decided_by {
         Source::Override | Source::HostLink => Ok(()),
@@ -116,19 +128,33 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
                 Err(format!("a hint chain is in both backends: {}", other.location))
             } else if let Some(unread) = hints().find(|e| e.finding.is_unknown()) {
                 Err(format!("{}: {}", unread.location, unread.finding))
+            } else if decision.rule_counts.is_none() {
+                Err("the rule counts could not be read, so nothing shows the hint chain is not a stray one".into())
+            } else if let Some(why) = decision.hint_contradicted() {
+                Err(why)
             } else {
                 Ok(())
             }
         }
-        source => Err(format!("decided by {}", source.key())),
+        _ => Err(decision.reason.clone()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::certainty;
-    use crate::decision::{Decision, Evidence, Finding, Source};
+    use crate::decision::{Decision, Evidence, Finding, RuleCounts, Source};
+    use crate::kernel::RuleBounds;
     use crate::mode::Mode;
+
+    fn counts(legacy: u64, nft: u64) -> Option<RuleCounts> {
+        Some(RuleCounts {
+            legacy: RuleBounds::exact(legacy),
+            legacy_method: "test".into(),
+            nft: RuleBounds::exact(nft),
+            nft_method: "test".into(),
+        })
+    }
 
     fn by_hint_chain(finding: Finding) -> Decision {
         Decision {
@@ -143,10 +169,26 @@ mod tests {
                 method: "none".into(),
                 points_to: None,
             }],
-            rule_counts: None,
+            rule_counts: counts(3, 2),
             lacking: Vec::new(),
             took: None,
         }
+    }
+
+    #[test]
+    fn a_hint_chain_in_a_backend_without_rules_is_contradicted_by_one_with_rules() {
+        let absent = || Finding::Absent("absent (ipv4, ipv6)".into());
+        let with = |rule_counts| Decision {
+            rule_counts,
+            ..by_hint_chain(absent())
+        };
+        assert_eq!(
+            certainty(&with(counts(202, 0))),
+            Err("nft holds no rules while legacy holds 202: the hint chain may be a stray one".to_string())
+        );
+        assert_eq!(certainty(&with(counts(202, 1))), Ok(()));
+        assert_eq!(certainty(&with(counts(0, 0))), Ok(()));
+        assert!(certainty(&with(None)).is_err());
     }
 
     #[test]

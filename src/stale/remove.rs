@@ -1,55 +1,106 @@
-//! Removing what is stale, only when asked (`stale --remove`): a backup
-//! first, then each stale table replaced by an empty one, then a fresh read.
+//! Removing what is stale, only when asked (`stale --remove`): each stale
+//! table backed up, the backup proven, then the table emptied, then a fresh
+//! read.
 //!
-//! The backup is the stale backend's full save (its own save tool, never
-//! with `-t`), one file per family, `iptables-<backend>.rules` and
-//! `ip6tables-<backend>.rules`, each written to a temporary file and linked
-//! into place (mode 0600; an existing file is never replaced), into a new
-//! directory named by the time under the runtime directory, or the
-//! `--backup-dir` given. A backup that cannot be written, or that lacks a
-//! table to be emptied, stops the removal before anything changes.
+//! The backup is the stale backend's full save of each family that holds a
+//! stale table (its own save tool, never with `-t`), byte for byte,
+//! `iptables-<backend>.rules` and `ip6tables-<backend>.rules` in the backup
+//! directory ([`BackupDir`]). A table is emptied only when restoring that
+//! save into a scratch namespace gives the same table ([`proof`]); one that
+//! fails is left as it is, with the reason, and the exit status says
+//! something stale remains. Every backup is written before anything is
+//! emptied: a backup that cannot be written stops the removal before
+//! anything changes.
 //!
-//! Each stale table is then restored as an empty table (its built-in chains
-//! with ACCEPT policies, no user chain, no rule) with the stale backend's own
-//! restore tool, without `--noflush`: one commit per table (legacy's
-//! `SO_SET_REPLACE` under the xtables lock, `-w`; nft's one transaction).
-//! Only tables just read are named, so no legacy table is created.
-//! Legacy tables stay registered (only the module's unloading or the
-//! namespace's end removes them); empty, they weigh nothing anywhere.
+//! Writers are held off from the backup to the emptying. Legacy: the xtables
+//! lock is held from before the first reading to after the last (the backend
+//! tools the removal runs get a lock file of their own meanwhile), so every
+//! writer that takes the lock waits; the tables are read before and after
+//! the save, and a change between the two (a writer that bypasses the lock)
+//! means reading again. Each table is then replaced by an empty one (its
+//! built-in chains, ACCEPT policies) by `<family>-legacy-restore`, one
+//! commit per table; legacy tables stay registered. nft: the tables and the
+//! save are read at one generation, and the emptying is one transaction that
+//! the kernel commits only at that generation ([`NftSocket::empty_tables`]);
+//! when anything committed meanwhile, it backs up, proves and tries again, a
+//! few times, then stops with what is left and why.
 
-use super::find::{self, Finding};
+use super::backup::BackupDir;
+use super::find::{self, Finding, StaleTable};
+use super::proof;
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::backend;
-use crate::command::WrappedCommand;
 use crate::escape::{printable, string};
 use crate::family::Family;
-use crate::kernel::legacy;
-use crate::kernel::modules::{self, Presence};
+use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
-use crate::run_dir::RunDir;
 use crate::standard_fds::say;
-use crate::warnings_record::utc_time;
-use nix::errno::Errno;
-use nix::fcntl::AtFlags;
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fstat, mkdirat, Mode as FileMode, SFlag};
-use nix::unistd::{fsync, linkat, unlinkat, UnlinkatFlags};
+use crate::xtables_lock::{self, HeldLock};
+use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
-/// How long legacy's restore waits for the xtables lock (seconds).
-const LOCK_WAIT_SECONDS: &str = "10";
+/// How long the removal waits for the xtables lock.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// Readings of the legacy tables that may be spoilt by a writer that
+/// bypasses the lock before the removal gives up on a family.
+const LEGACY_TRIES: usize = 3;
+/// Attempts at the nft removal while the generation keeps moving.
+const NFT_TRIES: usize = 5;
+/// The lock file the restore tools get while the removal holds the real one.
+const PRIVATE_LOCK: &str = ".xtables.lock";
 
-/// The backup directory, open.
-struct BackupDir {
-    fd: OwnedFd,
-    path: PathBuf,
+/// One family of one backend, backed up and proven.
+struct Proven<'a> {
+    finding: &'a Finding,
+    save: Vec<u8>,
+    /// Per stale table: whether its backup restores it exactly.
+    verdicts: Vec<Result<(), String>>,
+    /// nft: the tables' images at the generation of the save.
+    images: Vec<NftTableImage>,
+}
+
+impl Proven<'_> {
+    fn file_name(&self) -> String {
+        format!("{}-{}.rules", self.finding.family.program(), self.finding.backend)
+    }
+
+    fn proven_tables(&self) -> impl Iterator<Item = (usize, &StaleTable)> {
+        self.finding
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| self.verdicts[*index].is_ok())
+    }
+}
+
+/// What the removal did, for the report.
+#[derive(Default)]
+struct Removal {
+    files: Vec<(PathBuf, String)>,
+    emptied: Vec<(Table, String)>,
+    failed: Vec<(Table, String)>,
+}
+
+impl Removal {
+    fn fail_all(&mut self, findings: &[&Finding], why: &str) {
+        for finding in findings {
+            for table in &finding.tables {
+                self.failed
+                    .push(((finding.backend, finding.family, table.name), why.to_string()));
+            }
+        }
+    }
+
+    fn record_verdicts(&mut self, proven: &Proven) {
+        for (table, verdict) in proven.finding.tables.iter().zip(&proven.verdicts) {
+            if let Err(why) = verdict {
+                self.failed
+                    .push(((proven.finding.backend, proven.finding.family, table.name), why.clone()));
+            }
+        }
+    }
 }
 
 /// Runs the removal; exit 0 when nothing stale remains.
@@ -63,7 +114,7 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         let out = if options.json {
             format!(
                 "{}\n",
-                show::json(hosts, &before, &[], Some(removal_json(None, &[], &[], &[])))
+                show::json(hosts, &before, &[], Some(removal_json(None, &Removal::default())))
             )
         } else {
             format!(
@@ -73,7 +124,14 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         };
         return print_out(&out).err().unwrap_or(EXIT_NOTHING_STALE);
     }
-    let backup = match open_backup_dir(options.backup_dir.as_deref()) {
+    if let Err(why) = proof::scratch_namespace_available() {
+        say(&format!(
+            "stale --remove: {}; nothing was changed: no table is removed unproven",
+            printable(&why)
+        ));
+        return EXIT_STALE;
+    }
+    let backup = match BackupDir::open(options.backup_dir.as_deref()) {
         Ok(dir) => dir,
         Err(why) => {
             say(&format!(
@@ -83,9 +141,20 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             return EXIT_STALE;
         }
     };
-    let files = match write_backup(&backup, &before) {
-        Ok(files) => files,
+    let stale_in = |backend: Mode| -> Vec<&Finding> {
+        before
+            .iter()
+            .filter(|f| f.backend == backend && !f.tables.is_empty())
+            .collect()
+    };
+    let (legacy, nft) = (stale_in(Mode::Legacy), stale_in(Mode::Nft));
+    let mut removal = Removal::default();
+    let private_lock = backup.private_path(PRIVATE_LOCK);
+    // Held until the tables have been read again after the removal.
+    let lock = match remove(&legacy, &nft, &backup, &private_lock, &mut removal) {
+        Ok(lock) => lock,
         Err(why) => {
+            backup.remove(PRIVATE_LOCK);
             say(&format!(
                 "stale --remove: backup into {}: {}; nothing was changed",
                 backup.path.display(),
@@ -94,39 +163,256 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             return EXIT_STALE;
         }
     };
-    let mut emptied = Vec::new();
-    let mut failed = Vec::new();
-    for finding in &before {
-        for table in &finding.tables {
-            let what = (finding.backend, finding.family, table.name);
-            match restore_empty(finding.backend, finding.family, table.name, &table.builtin_chains) {
-                Ok(()) => emptied.push((what, show::table_summary(table))),
-                Err(why) => failed.push((what, why)),
+    let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
+    drop(lock);
+    backup.remove(PRIVATE_LOCK);
+    report(hosts, options, &backup.path, &removal, &after)
+}
+
+/// Proves and removes; Err (with nothing changed) when a backup cannot be
+/// written. Returns the xtables lock, if it was taken.
+fn remove(
+    legacy: &[&Finding],
+    nft: &[&Finding],
+    backup: &BackupDir,
+    private_lock: &Path,
+    removal: &mut Removal,
+) -> Result<Option<HeldLock>, String> {
+    let mut lock = None;
+    let mut legacy_proven = Vec::new();
+    if !legacy.is_empty() {
+        match xtables_lock::hold(LOCK_WAIT) {
+            Ok(held) => lock = Some(held),
+            Err(why) => removal.fail_all(legacy, &format!("{why}; nothing was changed")),
+        }
+    }
+    if lock.is_some() {
+        for finding in legacy {
+            match prove_legacy(finding, private_lock) {
+                Ok(proven) => legacy_proven.push(proven),
+                Err(why) => removal.fail_all(&[finding], &why),
             }
         }
     }
-    let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
-    let status = if failed.is_empty() {
-        show::status(&after)
+    let mut written: HashSet<String> = HashSet::new();
+    let nft_socket = if nft.is_empty() {
+        None
+    } else {
+        match NftSocket::open() {
+            Ok(socket) => Some(socket),
+            Err(e) => {
+                removal.fail_all(nft, &format!("nf_tables cannot be read: {e}"));
+                None
+            }
+        }
+    };
+    let mut nft_attempt = match &nft_socket {
+        Some(socket) => prove_nft(socket, nft, private_lock),
+        None => Ok(None),
+    };
+    // Every backup on disk before anything is emptied.
+    let nft_first: &[Proven] = match &nft_attempt {
+        Ok(Some((_, proven))) => proven,
+        _ => &[],
+    };
+    let proofs = legacy_proven.iter().chain(nft_first);
+    for proven in proofs.filter(|p| p.verdicts.iter().any(Result::is_ok)) {
+        let name = proven.file_name();
+        let path = backup.write(&name, &proven.save, false).map_err(|e| format!("{name}: {e}"))?;
+        removal.files.push((path, format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend)));
+        written.insert(name);
+    }
+    for proven in &legacy_proven {
+        removal.record_verdicts(proven);
+        for (_, table) in proven.proven_tables() {
+            let what = (Mode::Legacy, proven.finding.family, table.name);
+            match empty_legacy(proven.finding.family, table, private_lock) {
+                Ok(()) => removal.emptied.push((what, show::table_summary(table))),
+                Err(why) => removal.failed.push((what, why)),
+            }
+        }
+    }
+    let Some(socket) = nft_socket else {
+        return Ok(lock);
+    };
+    for attempt in 1..=NFT_TRIES {
+        let (generation, proven) = match nft_attempt {
+            Err(why) => {
+                removal.fail_all(nft, &why);
+                return Ok(lock);
+            }
+            Ok(None) => {
+                nft_attempt = prove_nft(&socket, nft, private_lock);
+                continue;
+            }
+            Ok(Some(attempt)) => attempt,
+        };
+        if attempt > 1 {
+            for proven in proven.iter().filter(|p| p.verdicts.iter().any(Result::is_ok)) {
+                let name = proven.file_name();
+                let replace = written.contains(&name);
+                let path = match backup.write(&name, &proven.save, replace) {
+                    Ok(path) => path,
+                    Err(e) => {
+                        removal.fail_all(nft, &format!("backing up again: {name}: {e}; nothing removed from nft"));
+                        return Ok(lock);
+                    }
+                };
+                if !replace {
+                    removal.files.push((path, format!("{}-nft-restore", proven.finding.family.program())));
+                    written.insert(name);
+                }
+            }
+        }
+        let to_empty: Vec<(Family, &str, &NftTableImage)> = proven
+            .iter()
+            .flat_map(|p| p.proven_tables().map(move |(index, table)| (p.finding.family, table.name, &p.images[index])))
+            .collect();
+        match socket.empty_tables(generation, &to_empty) {
+            Ok(Emptied::Done) => {
+                for proven in &proven {
+                    removal.record_verdicts(proven);
+                    for (_, table) in proven.proven_tables() {
+                        removal
+                            .emptied
+                            .push(((Mode::Nft, proven.finding.family, table.name), show::table_summary(table)));
+                    }
+                }
+                return Ok(lock);
+            }
+            Ok(Emptied::GenerationMoved) => nft_attempt = prove_nft(&socket, nft, private_lock),
+            Err(e) => {
+                removal.fail_all(nft, &format!("emptying: {e}"));
+                return Ok(lock);
+            }
+        }
+    }
+    removal.fail_all(
+        nft,
+        &format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft"),
+    );
+    Ok(lock)
+}
+
+/// Reads a legacy family's stale tables, saves it, reads the tables again
+/// (a difference: a writer that bypasses the xtables lock, so again), and
+/// proves the save against them. Called with the xtables lock held.
+fn prove_legacy<'a>(finding: &'a Finding, private_lock: &Path) -> Result<Proven<'a>, String> {
+    let family = finding.family;
+    let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
+    for _ in 0..LEGACY_TRIES {
+        let live = proof::legacy_images(family, &names)?;
+        let save = find::save(Mode::Legacy, family)?.stdout;
+        if proof::legacy_images(family, &names)? != live {
+            continue;
+        }
+        let restored = proof::in_scratch_namespace(|| {
+            proof::restore(Mode::Legacy, family, &save, private_lock)
+                .map_err(|why| format!("the backup does not restore: {why}"))?;
+            proof::legacy_images(family, &names)
+        })?;
+        return Ok(Proven {
+            finding,
+            verdicts: proof::compare(&live, &restored, proof::legacy_difference),
+            save,
+            images: Vec::new(),
+        });
+    }
+    Err(format!(
+        "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
+    ))
+}
+
+/// One nft attempt's proofs, all read at one generation (returned with
+/// them); Ok(None) when the generation moved while reading.
+fn prove_nft<'a>(
+    socket: &NftSocket,
+    findings: &[&'a Finding],
+    private_lock: &Path,
+) -> Result<Option<(u32, Vec<Proven<'a>>)>, String> {
+    let generation = socket
+        .generation()
+        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let mut read = Vec::new();
+    for finding in findings {
+        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
+        let (images, at) = proof::nft_images(socket, finding.family, &names)?;
+        if at != generation {
+            return Ok(None);
+        }
+        read.push((*finding, names, images, find::save(Mode::Nft, finding.family)?.stdout));
+    }
+    if socket.generation().map_err(|e| format!("nf_tables cannot be read: {e}"))? != generation {
+        return Ok(None);
+    }
+    let restored = proof::in_scratch_namespace(|| {
+        let scratch = NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+        read.iter()
+            .map(|(finding, names, _, save)| {
+                match proof::restore(Mode::Nft, finding.family, save, private_lock) {
+                    Ok(()) => proof::nft_images(&scratch, finding.family, names).map(|(images, _)| Ok(images)),
+                    Err(why) => Ok(Err(format!("the backup does not restore: {why}"))),
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()
+    })?;
+    let proven = read
+        .into_iter()
+        .zip(restored)
+        .map(|((finding, _, images, save), restored)| {
+            let verdicts = match restored {
+                Ok(restored) => proof::compare(&images, &restored, NftTableImage::difference),
+                Err(why) => vec![Err(why); images.len()],
+            };
+            Proven {
+                finding,
+                save,
+                verdicts,
+                images,
+            }
+        })
+        .collect();
+    Ok(Some((generation, proven)))
+}
+
+/// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
+/// policies) in one commit of `<family>-legacy-restore`.
+fn empty_legacy(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
+    let mut input = format!("*{}\n", table.name);
+    for chain in &table.builtin_chains {
+        let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
+    }
+    input.push_str("COMMIT\n");
+    proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
+}
+
+/// The report after a removal; its exit status.
+fn report(hosts: &[HostBackend], options: &Options, dir: &Path, removal: &Removal, after: &[Finding]) -> i32 {
+    let status = if removal.failed.is_empty() {
+        show::status(after)
     } else {
         EXIT_STALE
     };
     let out = if options.json {
-        let removal = removal_json(Some(&backup.path), &files, &emptied, &failed);
-        format!("{}\n", show::json(hosts, &after, &[], Some(removal)))
+        format!("{}\n", show::json(hosts, after, &[], Some(removal_json(Some(dir), removal))))
     } else {
-        let mut out = format!("backup: {}\n", backup.path.display());
-        for (file, tool) in &files {
+        let mut out = format!("backup: {}\n", dir.display());
+        for (file, tool) in &removal.files {
             let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
         }
-        for ((backend, family, table), summary) in &emptied {
+        for ((backend, family, table), summary) in &removal.emptied {
             let _ = writeln!(out, "emptied: {backend} {} {table} (held {summary})", family.label());
         }
-        for ((backend, family, table), why) in &failed {
-            let _ = writeln!(out, "FAILED: {backend} {} {table}: {}", family.label(), printable(why));
+        for ((backend, family, table), why) in &removal.failed {
+            let _ = writeln!(
+                out,
+                "left as it was: {backend} {} {table}: {}",
+                family.label(),
+                printable(why)
+            );
         }
         out.push_str("after the removal:\n");
-        out.push_str(&show::text(hosts, &after, &[]));
+        out.push_str(&show::text(hosts, after, &[]));
         if status == EXIT_NOTHING_STALE {
             out.push_str("nothing stale remains\n");
         } else {
@@ -139,12 +425,8 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
 
 type Table = (Mode, Family, &'static str);
 
-fn removal_json(
-    dir: Option<&Path>,
-    files: &[(PathBuf, String)],
-    emptied: &[(Table, String)],
-    failed: &[(Table, String)],
-) -> String {
+fn removal_json(dir: Option<&Path>, removal: &Removal) -> String {
+    let Removal { files, emptied, failed } = removal;
     let table = |(backend, family, name): &Table| {
         format!(
             "\"backend\":{},\"family\":{},\"table\":{}",
@@ -177,153 +459,3 @@ fn removal_json(
     )
 }
 
-/// The backup directory: `dir` (made, mode 0700, when missing), or a new
-/// directory `stale-backup-<UTC time>` in the runtime directory.
-fn open_backup_dir(dir: Option<&Path>) -> Result<BackupDir, String> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let open = |path: &Path| -> Result<BackupDir, String> {
-        let raw = openat(None, path, flags, FileMode::empty()).map_err(|e| format!("{}: {e}", path.display()))?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        match fstat(fd.as_raw_fd()) {
-            Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => Ok(BackupDir {
-                fd,
-                path: path.to_path_buf(),
-            }),
-            Ok(_) => Err(format!("{}: not a directory", path.display())),
-            Err(e) => Err(format!("{}: {e}", path.display())),
-        }
-    };
-    if let Some(dir) = dir {
-        match mkdirat(None, dir, FileMode::S_IRWXU) {
-            Ok(()) | Err(Errno::EEXIST) => return open(dir),
-            Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
-        }
-    }
-    let run_dir = RunDir::open_or_create().ok_or_else(|| {
-        "the runtime directory cannot be used (see IPTABLES_WRAPPER_RUN_DIR); give --backup-dir DIR".to_string()
-    })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| "the clock is before 1970: give --backup-dir DIR".to_string())?
-        .as_secs();
-    let stamp: String = utc_time(now).chars().filter(|c| *c != '-' && *c != ':').collect();
-    for attempt in 1..100 {
-        let name = match attempt {
-            1 => format!("stale-backup-{stamp}"),
-            n => format!("stale-backup-{stamp}.{n}"),
-        };
-        let path = run_dir.path().join(&name);
-        match mkdirat(None, &path, FileMode::S_IRWXU) {
-            Ok(()) => return open(&path),
-            Err(Errno::EEXIST) => continue,
-            Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
-        }
-    }
-    Err(format!(
-        "too many backups named stale-backup-{stamp} in {}",
-        run_dir.path().display()
-    ))
-}
-
-/// Saves each finding's family of its backend into the backup directory;
-/// returns each file with the command that restores it.
-fn write_backup(dir: &BackupDir, findings: &[Finding]) -> Result<Vec<(PathBuf, String)>, String> {
-    let mut files = Vec::new();
-    for finding in findings {
-        let (backend, family) = (finding.backend, finding.family);
-        // Where the backend holds nothing in this family, its save tool is
-        // not run (nft's could load nf_tables); the file says so instead.
-        let holds_nothing = match backend {
-            Mode::Nft => !matches!(modules::nf_tables(), Presence::Present(_) | Presence::Askable(_)),
-            Mode::Legacy => legacy::listed_tables(family)?.unwrap_or_default().is_empty(),
-        };
-        let save = if holds_nothing {
-            format!("# no {backend} {} tables existed: nothing to restore\n", family.label())
-        } else {
-            find::save(backend, family, false)?
-        };
-        for table in &finding.tables {
-            if !save.lines().any(|line| line.strip_prefix('*') == Some(table.name)) {
-                return Err(format!(
-                    "the {}-{backend}-save output lacks table {}: it would not restore what is removed",
-                    family.program(),
-                    table.name
-                ));
-            }
-        }
-        let name = format!("{}-{backend}.rules", family.program());
-        write_new_file(dir, &name, save.as_bytes()).map_err(|e| format!("{name}: {e}"))?;
-        files.push((dir.path.join(&name), format!("{}-{backend}-restore", family.program())));
-    }
-    fsync(dir.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", dir.path.display()))?;
-    Ok(files)
-}
-
-/// Writes `contents` to a new file `name` (mode 0600) whole: into a
-/// temporary file, synced, then linked under its name, which fails if that
-/// name exists. A reader never sees a part.
-fn write_new_file(dir: &BackupDir, name: &str, contents: &[u8]) -> std::io::Result<()> {
-    let dir_fd = dir.fd.as_raw_fd();
-    let temporary = format!(".{name}.{}.tmp", std::process::id());
-    let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let written = (|| {
-        let raw = openat(
-            Some(dir_fd),
-            temporary.as_str(),
-            flags,
-            FileMode::S_IRUSR | FileMode::S_IWUSR,
-        )?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let mut file = unsafe { File::from_raw_fd(raw) };
-        file.write_all(contents)?;
-        file.sync_all()?;
-        linkat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name, AtFlags::empty())?;
-        Ok(())
-    })();
-    let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-    written
-}
-
-/// Replaces `table` of `backend` in `family` by an empty one, in one commit
-/// of the backend's own restore tool.
-fn restore_empty(backend: Mode, family: Family, table: &str, builtin_chains: &[&str]) -> Result<(), String> {
-    let mut input = format!("*{table}\n");
-    for chain in builtin_chains {
-        let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
-    }
-    input.push_str("COMMIT\n");
-    let name = match family {
-        Family::Ipv4 => "iptables-restore",
-        Family::Ipv6 => "ip6tables-restore",
-    };
-    let command = WrappedCommand::from_name(name).expect("a known name");
-    let tool = backend::locate(&command, backend).map_err(|e| e.to_string())?;
-    let mut restore = Command::new(&tool.path);
-    restore.arg0(command.name);
-    if backend == Mode::Legacy {
-        restore.arg(format!("--wait={LOCK_WAIT_SECONDS}"));
-    }
-    let mut child = restore
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
-    let fed = child.stdin.take().expect("stdin is piped").write_all(input.as_bytes());
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    match (fed, output.status.success()) {
-        (Ok(()), true) => Ok(()),
-        (fed, _) => Err(format!(
-            "{} ({}-{backend}-restore) {}: {}{}",
-            tool.path.display(),
-            family.program(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim(),
-            fed.err()
-                .map(|e| format!(" (writing its input: {e})"))
-                .unwrap_or_default()
-        )),
-    }
-}

@@ -5,20 +5,32 @@
 
 use super::find::{self, Finding};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::escape::{printable, string};
+use crate::escape::{bytes_shown, printable, printable_bytes, string};
 use crate::standard_fds::say;
 use std::fmt::Write as _;
 use std::io::Write as _;
 
-/// Shows the stale state; exit 0 when nothing is stale, 1 when something is.
-pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
-    let findings: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
+/// Shows the stale state; exit 0 when nothing is stale, 1 when something
+/// is or may be. With `uncertain` (why the host's backend is not certain),
+/// what each backend holds, since either may be the stale one.
+pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options) -> i32 {
+    let findings: Vec<Finding> = match uncertain {
+        None => hosts.iter().map(|h| find::find(h.stale(), h.family)).collect(),
+        Some(_) => hosts
+            .iter()
+            .flat_map(|h| [find::find(h.decision.mode, h.family), find::find(h.stale(), h.family)])
+            .collect(),
+    };
     let saves = if options.verbose { saves(&findings) } else { Vec::new() };
     let out = if options.json {
-        format!("{}\n", json(hosts, &findings, &saves, None))
+        format!("{}\n", json_report(hosts, uncertain, &findings, &saves, None))
     } else {
-        let mut out = text(hosts, &findings, &saves);
-        out.push_str(&summary(&findings));
+        let mut out = String::new();
+        if let Some(why) = uncertain {
+            let _ = writeln!(out, "which backend is stale is not certain: {}", printable(why));
+        }
+        out.push_str(&text(hosts, &findings, &saves));
+        out.push_str(&summary(&findings, uncertain.is_some()));
         out
     };
     if let Err(status) = print_out(&out) {
@@ -38,21 +50,21 @@ pub fn status(findings: &[Finding]) -> i32 {
 
 /// Per finding, the stale tables' sections of its backend's save (or why
 /// there is none).
-pub fn saves(findings: &[Finding]) -> Vec<Result<String, String>> {
+pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
     findings
         .iter()
         .map(|f| {
             if f.tables.is_empty() {
-                return Ok(String::new());
+                return Ok(Vec::new());
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
-            find::save(f.backend, f.family, false).map(|save| find::sections(&save, &names))
+            find::save(f.backend, f.family).map(|save| find::sections(&save.stdout, &names))
         })
         .collect()
 }
 
 /// The report in words.
-pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String, String>]) -> String {
+pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>, String>]) -> String {
     let mut out = String::new();
     for host in hosts {
         let _ = writeln!(
@@ -69,10 +81,14 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String,
         if let Some(why) = &finding.unknown {
             let _ = writeln!(out, "{backend} {}: unknown: {}", family.label(), printable(why));
         }
+        if let Some(tool) = &finding.read_by {
+            let _ = writeln!(out, "{backend} {}: read through {tool}", family.label());
+        }
         for table in &finding.tables {
             let _ = writeln!(
                 out,
-                "stale {backend} {} {}: {}",
+                "{} {backend} {} {}: {}",
+                if finding.backend == host_of(hosts, family) { "held by" } else { "stale" },
                 family.label(),
                 table.name,
                 table_summary(table)
@@ -108,8 +124,8 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String,
                     family.label(),
                     family.program()
                 );
-                for line in save.lines() {
-                    let _ = writeln!(out, "  {}", printable(line));
+                for line in save.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+                    let _ = writeln!(out, "  {}", printable_bytes(line));
                 }
             }
             Some(Err(why)) => {
@@ -126,16 +142,19 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<String,
     out
 }
 
-/// The closing line: nothing stale, or what to run.
-fn summary(findings: &[Finding]) -> String {
+/// The closing line: nothing stale, what to run, or what is not known.
+fn summary(findings: &[Finding], uncertain: bool) -> String {
     let backends: Vec<String> = findings
         .iter()
         .map(|f| format!("{} {}", f.backend, f.family.label()))
         .collect();
-    if findings.iter().any(Finding::is_stale) {
-        "stale state found: `iptables-wrapper stale -v` shows the rules, `iptables-wrapper stale --remove` removes them after a backup\n".to_string()
-    } else {
-        format!("nothing stale in {}\n", backends.join(", "))
+    let found = findings.iter().any(|f| !f.tables.is_empty());
+    let unknown = findings.iter().any(|f| f.unknown.is_some());
+    match (found, unknown, uncertain) {
+        (true, _, true) => "state found in the backends above; which is stale is not certain, so `iptables-wrapper stale --remove` refuses until it is\n".to_string(),
+        (true, _, false) => "stale state found: `iptables-wrapper stale -v` shows the rules, `iptables-wrapper stale --remove` removes them after a backup\n".to_string(),
+        (false, true, _) => "whether anything is stale is unknown (see above): reading the tables needs root, or CAP_NET_ADMIN and CAP_NET_RAW\n".to_string(),
+        (false, false, _) => format!("nothing stale in {}\n", backends.join(", ")),
     }
 }
 
@@ -168,14 +187,34 @@ fn rules(count: u64) -> String {
     }
 }
 
+/// The host's backend for `family`, as decided.
+fn host_of(hosts: &[HostBackend], family: crate::family::Family) -> crate::mode::Mode {
+    hosts
+        .iter()
+        .find(|h| h.family == family)
+        .map_or(crate::mode::Mode::Nft, |h| h.decision.mode)
+}
+
 /// The report as one JSON object; `removal` adds what a removal did.
 pub fn json(
     hosts: &[HostBackend],
     findings: &[Finding],
-    saves: &[Result<String, String>],
+    saves: &[Result<Vec<u8>, String>],
     removal: Option<String>,
 ) -> String {
-    let hosts: Vec<String> = hosts
+    json_report(hosts, None, findings, saves, removal)
+}
+
+/// The report as one JSON object, saying whether the host's backend is
+/// certain (and why not).
+fn json_report(
+    hosts: &[HostBackend],
+    uncertain: Option<&str>,
+    findings: &[Finding],
+    saves: &[Result<Vec<u8>, String>],
+    removal: Option<String>,
+) -> String {
+    let host_lines: Vec<String> = hosts
         .iter()
         .map(|h| {
             format!(
@@ -222,24 +261,28 @@ pub fn json(
                 .map(|l| format!("{{\"table\":{},\"why\":{}}}", string(&l.name), string(&l.why)))
                 .collect();
             let save = match saves.get(index) {
-                Some(Ok(save)) => string(save),
+                Some(Ok(save)) => string(&bytes_shown(save)),
                 Some(Err(why)) => format!("{{\"error\":{}}}", string(why)),
                 None => "null".into(),
             };
             format!(
-                "{{\"backend\":{},\"family\":{},\"stale\":{},\"tables\":[{}],\"left_alone\":[{}],\"unknown\":{},\"rules_saved\":{save}}}",
+                "{{\"backend\":{},\"family\":{},\"host_backend\":{},\"stale\":{},\"tables\":[{}],\"left_alone\":[{}],\"unknown\":{},\"read_by\":{},\"rules_saved\":{save}}}",
                 string(f.backend.name()),
                 string(f.family.label()),
-                f.is_stale(),
+                f.backend == host_of(hosts, f.family),
+                f.is_stale() && f.backend != host_of(hosts, f.family),
                 tables.join(","),
                 left.join(","),
                 f.unknown.as_deref().map_or("null".into(), string),
+                f.read_by.as_deref().map_or("null".into(), string),
             )
         })
         .collect();
     format!(
-        "{{\"refused\":null,\"hosts\":[{}],\"findings\":[{}],\"removal\":{}}}",
-        hosts.join(","),
+        "{{\"refused\":null,\"certain\":{},\"uncertain\":{},\"hosts\":[{}],\"findings\":[{}],\"removal\":{}}}",
+        uncertain.is_none(),
+        uncertain.map_or("null".into(), string),
+        host_lines.join(","),
         findings.join(","),
         removal.unwrap_or_else(|| "null".into())
     )

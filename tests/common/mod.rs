@@ -2,6 +2,8 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod stale;
+
 use std::process::{Command, Output};
 
 /// Moves the calling thread into a new, empty network namespace.

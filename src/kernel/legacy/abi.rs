@@ -147,7 +147,12 @@ pub(super) struct Layout {
     pub(super) entry_size: usize,
     pub(super) target_offset_at: usize,
     pub(super) next_offset_at: usize,
+    /// Where an entry's `struct xt_counters` is.
+    pub(super) counters_at: usize,
 }
+
+/// `sizeof(struct xt_counters)`.
+pub(super) const COUNTERS_LEN: usize = size_of::<Counters>();
 
 impl Layout {
     pub(super) fn of(family: Family) -> Layout {
@@ -160,6 +165,7 @@ impl Layout {
                 entry_size: size_of::<IptEntry>(),
                 target_offset_at: offset_of!(IptEntry, target_offset),
                 next_offset_at: offset_of!(IptEntry, next_offset),
+                counters_at: offset_of!(IptEntry, counters),
             },
             Family::Ipv6 => Layout {
                 socket_family: AddressFamily::Inet6,
@@ -169,6 +175,7 @@ impl Layout {
                 entry_size: size_of::<Ip6tEntry>(),
                 target_offset_at: offset_of!(Ip6tEntry, target_offset),
                 next_offset_at: offset_of!(Ip6tEntry, next_offset),
+                counters_at: offset_of!(Ip6tEntry, counters),
             },
         }
     }

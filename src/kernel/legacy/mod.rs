@@ -15,7 +15,11 @@
 //! empty may still drop traffic.
 //!
 //!
-//! This module holds the table list and the two reads; the kernel's
+//! For `stale --remove`, [`LegacyFamily::image`] reads a table whole (its
+//! GET_INFO and its blob, counters zeroed) so that two tables can be
+//! compared byte for byte.
+//!
+//! This module holds the table list and the reads; the kernel's
 //! structures are in `abi`, the walk of the blob in `walk`.
 
 mod abi;
@@ -23,7 +27,10 @@ mod walk;
 
 use crate::family::Family;
 use crate::kernel::procfs;
-use abi::{read_u32, GetEntries, GetInfo, IptEntry, Layout, NUM_HOOKS, SO_GET_ENTRIES, SO_GET_INFO, TABLE_MAXNAMELEN};
+use abi::{
+    read_u16, read_u32, GetEntries, GetInfo, IptEntry, Layout, COUNTERS_LEN, NUM_HOOKS, SO_GET_ENTRIES, SO_GET_INFO,
+    TABLE_MAXNAMELEN,
+};
 use nix::sys::socket::{socket, SockFlag, SockProtocol, SockType};
 use std::io;
 use std::mem::{offset_of, size_of};
@@ -69,6 +76,44 @@ impl TableInfo {
     /// chains.
     pub fn is_empty(&self) -> bool {
         self.num_entries == self.builtin_chains() + 1
+    }
+}
+
+/// A legacy table as the kernel holds it, without its counters: its
+/// GET_INFO (hooks, chain starts and ends, entry count, size) and its entry
+/// blob. Two tables with equal images hold the same rules in the same
+/// chains with the same policies, byte for byte.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LegacyTableImage {
+    info: Vec<u8>,
+    blob: Vec<u8>,
+    /// Where each entry starts in `blob`.
+    entry_starts: Vec<usize>,
+}
+
+impl LegacyTableImage {
+    /// The first difference between this image and `other`, in words (this
+    /// one is "the table", the other "the restored one"); None when equal.
+    pub fn difference(&self, other: &LegacyTableImage) -> Option<String> {
+        if self == other {
+            return None;
+        }
+        fn entry(image: &LegacyTableImage, index: usize) -> Option<&[u8]> {
+            let start = *image.entry_starts.get(index)?;
+            let end = image.entry_starts.get(index + 1).copied().unwrap_or(image.blob.len());
+            Some(&image.blob[start..end])
+        }
+        let first = (0..self.entry_starts.len().max(other.entry_starts.len()))
+            .find(|&index| entry(self, index) != entry(other, index));
+        Some(match first {
+            Some(index) => format!(
+                "entry {} of {} differs (the restored table has {} entries)",
+                index + 1,
+                self.entry_starts.len(),
+                other.entry_starts.len()
+            ),
+            None => "the chains' starts or ends differ".into(),
+        })
     }
 }
 
@@ -215,6 +260,48 @@ impl LegacyFamily {
         }
         Err(io::Error::other(format!(
             "table {}: entries kept changing or did not add up in {MAX_TRIES} reads",
+            table.name
+        )))
+    }
+
+    /// A listed table's image: GET_INFO, then GET_ENTRIES for that size
+    /// (again while the table's size changes under it), counters zeroed.
+    pub fn image(&self, table: &TableInfo) -> io::Result<LegacyTableImage> {
+        let socket = self.listed_socket(table)?;
+        let layout = Layout::of(self.family);
+        for _ in 0..MAX_TRIES {
+            let mut info = [0u8; size_of::<GetInfo>()];
+            put_table_name(&mut info[offset_of!(GetInfo, name)..], &table.name)?;
+            getsockopt_exact(socket, layout.sockopt_level, SO_GET_INFO, &mut info)?;
+            let size = read_u32(&info, offset_of!(GetInfo, size));
+            let sized = TableInfo {
+                size,
+                ..table.clone()
+            };
+            let mut blob = match get_entries(socket, &layout, &sized) {
+                Ok(reply) => reply[layout.get_entries_header..].to_vec(),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,
+                Err(e) => return Err(e),
+            };
+            let mut entry_starts = Vec::new();
+            let mut offset = 0;
+            while offset < blob.len() {
+                let next = usize::from(read_u16(&blob, offset + layout.next_offset_at));
+                if next < layout.entry_size || offset + next > blob.len() {
+                    return Err(invalid_data("an entry's next_offset leaves the blob"));
+                }
+                blob[offset + layout.counters_at..offset + layout.counters_at + COUNTERS_LEN].fill(0);
+                entry_starts.push(offset);
+                offset += next;
+            }
+            return Ok(LegacyTableImage {
+                info: info.to_vec(),
+                blob,
+                entry_starts,
+            });
+        }
+        Err(io::Error::other(format!(
+            "table {}: its size kept changing in {MAX_TRIES} reads",
             table.name
         )))
     }

@@ -1,10 +1,12 @@
 //! nf_tables state, read over NETLINK_NETFILTER with point lookups and
 //! streamed dumps.
 //!
-//! Only read requests are ever sent (GETTABLE, GETCHAIN, GETRULE, GETGEN),
-//! and one empty batch that waits for the commit mutex and commits nothing
+//! Only read requests are ever sent (GETTABLE, GETCHAIN, GETRULE, GETGEN,
+//! and for `stale` GETSET, GETSETELEM, GETOBJ, GETFLOWTABLE), and one empty
+//! batch that waits for the commit mutex and commits nothing
 //! ([`NftSocket::wait_for_commits`]), so nothing here changes the ruleset or
-//! its generation id. The first
+//! its generation id; the one exception is `empty`, which only
+//! `stale --remove` calls ([`NftSocket::empty_tables`]). The first
 //! nf_tables message can autoload the `nf_tables` module: callers check
 //! [`crate::kernel::modules::nf_tables`] before opening an [`NftSocket`].
 //!
@@ -76,6 +78,8 @@
 //! `count`, and what `iptables-wrapper stale` reads in `tables`.
 
 mod count;
+mod empty;
+mod image;
 mod lookups;
 mod netlink;
 mod tables;
@@ -100,6 +104,8 @@ use netlink::{
 };
 
 pub use count::{RuleCount, RulesetKeptChanging};
+pub use empty::Emptied;
+pub use image::{ChainSummary, NftTableImage};
 pub use lookups::NftObject;
 pub use tables::{BaseChain, NftChain, NftTable, NF_ACCEPT};
 

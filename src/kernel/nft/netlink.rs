@@ -37,11 +37,12 @@ pub(super) const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
 pub(super) const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
 pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
 
-/// An nf_tables read request: message, family and string attributes.
+/// An nf_tables request: message, family and attributes (a string, NUL
+/// terminated, or a big-endian u32).
 pub(super) struct Request {
     message_type: u16,
     family: Family,
-    attributes: Vec<(u16, &'static str)>,
+    attributes: Vec<(u16, Vec<u8>)>,
     /// A batch message: family AF_UNSPEC, res_id the nf_tables subsystem.
     batch: bool,
     /// `NFNL_BATCH_GENID` (a batch's BATCH_BEGIN).
@@ -71,8 +72,18 @@ impl Request {
         }
     }
 
-    pub(super) fn attr(mut self, kind: u16, value: &'static str) -> Request {
-        self.attributes.push((kind, value));
+    /// A string attribute, NUL-terminated as the kernel's `nla_strcmp`
+    /// expects (NLA_STRING).
+    pub(super) fn attr(mut self, kind: u16, value: &str) -> Request {
+        let mut bytes = value.as_bytes().to_vec();
+        bytes.push(0);
+        self.attributes.push((kind, bytes));
+        self
+    }
+
+    /// A u32 attribute in network byte order (NLA_U32 of nf_tables).
+    pub(super) fn attr_u32(mut self, kind: u16, value: u32) -> Request {
+        self.attributes.push((kind, value.to_be_bytes().to_vec()));
         self
     }
 
@@ -99,13 +110,11 @@ impl Request {
             datagram.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
             datagram.extend_from_slice(&generation.to_be_bytes());
         }
-        for &(kind, value) in &self.attributes {
-            // NLA_STRING, NUL-terminated as the kernel's nla_strcmp expects.
-            let len = NLA_HEADER_LEN + value.len() + 1;
+        for (kind, value) in &self.attributes {
+            let len = NLA_HEADER_LEN + value.len();
             datagram.extend_from_slice(&(len as u16).to_ne_bytes());
             datagram.extend_from_slice(&kind.to_ne_bytes());
-            datagram.extend_from_slice(value.as_bytes());
-            datagram.push(0);
+            datagram.extend_from_slice(value);
             datagram.resize(align4(datagram.len()), 0);
         }
         let len = (datagram.len() - start) as u32;

@@ -29,6 +29,7 @@ const NFTA_HOOK_PRIORITY: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_SET_TABLE: u16 = 1;
 
 /// An nf_tables table, as GETTABLE shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,6 +171,23 @@ impl NftSocket {
         })?;
         dump_complete(end)?;
         Ok(chains)
+    }
+}
+
+impl NftSocket {
+    /// The table of each set of `family`, named and anonymous, one entry a
+    /// set (a GETSET dump: the table's `use` count leaves anonymous sets
+    /// out).
+    pub fn set_tables(&self, family: Family) -> io::Result<Vec<String>> {
+        let mut tables = Vec::new();
+        let end = self.dump(&Request::new(libc::NFT_MSG_GETSET, family), |payload| {
+            if let Some((_, table)) = attributes(payload).find(|&(kind, _)| kind == NFTA_SET_TABLE) {
+                tables.push(String::from_utf8_lossy(until_nul(table)).into_owned());
+            }
+            ControlFlow::Continue(())
+        })?;
+        dump_complete(end)?;
+        Ok(tables)
     }
 }
 

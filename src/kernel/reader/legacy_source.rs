@@ -77,6 +77,14 @@ impl KernelReader {
         })
     }
 
+    /// Whether legacy may hold rules, as the cheap GET_INFO entry counts
+    /// tell (false only when no listed table can hold one); Err when legacy
+    /// cannot be read.
+    pub fn legacy_may_hold_rules(&mut self) -> Result<bool, String> {
+        self.legacy_bounds("getsockopt GET_INFO entry counts")
+            .map(|reading| reading.value.high > 0)
+    }
+
     /// Legacy counts as far as they are known: exact for walked tables,
     /// `0..=upper bound` for the others.
     pub(super) fn legacy_bounds(&mut self, sockopt_method: &str) -> Result<Reading<RuleBounds>, String> {

@@ -1,0 +1,179 @@
+//! Where `stale --remove` keeps its backup, and how the files get there.
+//!
+//! The directory is `--backup-dir DIR` (made 0700 when missing) or a new
+//! `stale-backup-<UTC time>` in the runtime directory. An existing
+//! directory is used only when the caller owns it and nobody else may write
+//! to it, nor to any directory above it (sticky ones aside, as `/tmp`), so
+//! that nobody else can swap a backup before the undo. Its path is printed
+//! absolute.
+//!
+//! Each file is written to a temporary file, synced, then linked under its
+//! name (mode 0600): a reader never sees a part, and a file that was there
+//! before is never replaced. A removal that backs up again (the ruleset
+//! moved under it) replaces only the file it wrote itself.
+
+use crate::run_dir::RunDir;
+use crate::warnings_record::utc_time;
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, mkdirat, FileStat, Mode as FileMode, SFlag};
+use nix::unistd::{fsync, linkat, unlinkat, Uid, UnlinkatFlags};
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The backup directory, open.
+pub struct BackupDir {
+    fd: OwnedFd,
+    /// Absolute.
+    pub path: PathBuf,
+}
+
+impl BackupDir {
+    /// `dir` (made, mode 0700, when missing), or a new directory
+    /// `stale-backup-<UTC time>` in the runtime directory.
+    pub fn open(dir: Option<&Path>) -> Result<BackupDir, String> {
+        let Some(dir) = dir else {
+            return BackupDir::new_in_run_dir();
+        };
+        let dir = absolute(dir)?;
+        match mkdirat(None, &dir, FileMode::S_IRWXU) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+        }
+        let backup = BackupDir::open_existing(&dir)?;
+        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if stat.st_uid != Uid::effective().as_raw() || stat.st_mode & 0o022 != 0 {
+            return Err(format!(
+                "{} is owned by uid {} with mode {:04o}: a backup directory must be the caller's (uid {}) and writable by nobody else; give a new directory",
+                dir.display(),
+                stat.st_uid,
+                stat.st_mode & 0o7777,
+                Uid::effective()
+            ));
+        }
+        Ok(backup)
+    }
+
+    fn new_in_run_dir() -> Result<BackupDir, String> {
+        let run_dir = RunDir::open_or_create().ok_or_else(|| {
+            "the runtime directory cannot be used (see IPTABLES_WRAPPER_RUN_DIR); give --backup-dir DIR".to_string()
+        })?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| "the clock is before 1970: give --backup-dir DIR".to_string())?
+            .as_secs();
+        let stamp: String = utc_time(now).chars().filter(|c| *c != '-' && *c != ':').collect();
+        let run_dir_path = absolute(run_dir.path())?;
+        for attempt in 1..100 {
+            let name = match attempt {
+                1 => format!("stale-backup-{stamp}"),
+                n => format!("stale-backup-{stamp}.{n}"),
+            };
+            let path = run_dir_path.join(&name);
+            match mkdirat(None, &path, FileMode::S_IRWXU) {
+                Ok(()) => return BackupDir::open_existing(&path),
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
+            }
+        }
+        Err(format!(
+            "too many backups named stale-backup-{stamp} in {}",
+            run_dir_path.display()
+        ))
+    }
+
+    /// Opens `path` (absolute), a directory whose ancestors nobody else may
+    /// write to.
+    fn open_existing(path: &Path) -> Result<BackupDir, String> {
+        for ancestor in path.ancestors().skip(1) {
+            let stat = nix::sys::stat::stat(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
+            if let Some(why) = open_to_others(&stat) {
+                return Err(format!(
+                    "{} is {why}: someone else could replace the backup directory {} in it",
+                    ancestor.display(),
+                    path.display()
+                ));
+            }
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let raw = openat(None, path, flags, FileMode::empty()).map_err(|e| format!("{}: {e}", path.display()))?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        match fstat(fd.as_raw_fd()) {
+            Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => Ok(BackupDir {
+                fd,
+                path: path.to_path_buf(),
+            }),
+            Ok(_) => Err(format!("{}: not a directory", path.display())),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Writes `contents` to a new file `name` (mode 0600) whole; with
+    /// `replace`, over the file of that name this removal wrote before.
+    pub fn write(&self, name: &str, contents: &[u8], replace: bool) -> std::io::Result<PathBuf> {
+        let dir_fd = self.fd.as_raw_fd();
+        let temporary = format!(".{name}.{}.tmp", std::process::id());
+        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let written = (|| {
+            let raw = openat(
+                Some(dir_fd),
+                temporary.as_str(),
+                flags,
+                FileMode::S_IRUSR | FileMode::S_IWUSR,
+            )?;
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            let mut file = unsafe { File::from_raw_fd(raw) };
+            file.write_all(contents)?;
+            file.sync_all()?;
+            if replace {
+                renameat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name)?;
+            } else {
+                linkat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name, AtFlags::empty())?;
+            }
+            fsync(dir_fd)?;
+            Ok(())
+        })();
+        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
+        written.map(|()| self.path.join(name))
+    }
+
+    /// A path in the directory for a file a restore tool makes (its lock).
+    pub fn private_path(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Removes a file the removal made for itself.
+    pub fn remove(&self, name: &str) {
+        let _ = unlinkat(Some(self.fd.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir);
+    }
+}
+
+/// Why a directory lets someone other than root and the caller change
+/// what is in it, if it does: another owner, or group or world write
+/// without the sticky bit.
+fn open_to_others(stat: &FileStat) -> Option<String> {
+    let owner = stat.st_uid;
+    if owner != 0 && owner != Uid::effective().as_raw() {
+        return Some(format!("owned by uid {owner}"));
+    }
+    let sticky = stat.st_mode & libc::S_ISVTX != 0;
+    if stat.st_mode & 0o022 != 0 && !sticky {
+        return Some(format!("writable by others (mode {:04o})", stat.st_mode & 0o7777));
+    }
+    None
+}
+
+/// `path` made absolute from the working directory (not resolved: the
+/// directory is opened by this path).
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    if path.is_absolute() {
+        return Ok(path.to_path_buf());
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .map_err(|e| format!("{}: the working directory is unknown ({e}): give an absolute path", path.display()))
+}

@@ -1,0 +1,153 @@
+//! The proof that a backup restores exactly what a removal takes away.
+//!
+//! A table is emptied only when its backup, restored with the stale
+//! backend's own restore tool into a scratch network namespace the wrapper
+//! makes for the proof, reads back through the wrapper's own kernel readers
+//! byte for byte as the live table does: x_tables' GET_INFO and entry blob
+//! (counters aside) for legacy; for nf_tables the table, its chains, rules
+//! with their expressions, sets with their elements, stateful objects and
+//! flowtables (handles, counters and timers aside: see
+//! [`crate::kernel::nft::NftTableImage`]). This one comparison catches what
+//! a save tool cannot express (`iptables-nft-save` drops anonymous sets,
+//! ranges, repeated matches without a word), names a restore tool refuses
+//! (an nft chain name of 29 characters or more), bytes a save changes, and
+//! a save that does not restore at all (a comment holding a newline).
+//!
+//! The scratch namespace is made by a thread of the wrapper's own
+//! (`unshare(CLONE_NEWNET)`, which needs `CAP_SYS_ADMIN`): the restore tool
+//! runs as its child, in that namespace, and the thread reads the restored
+//! tables there. The namespace goes away with the thread. Where it cannot be
+//! made, nothing is proven and nothing is removed.
+
+use crate::backend;
+use crate::command::WrappedCommand;
+use crate::family::Family;
+use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
+use crate::kernel::nft::{NftSocket, NftTableImage};
+use crate::mode::Mode;
+use crate::xtables_lock::LOCKFILE_VAR;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Runs `task` in a thread of its own in a new, empty network namespace.
+pub fn in_scratch_namespace<T: Send>(task: impl FnOnce() -> Result<T, String> + Send) -> Result<T, String> {
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(|errno| {
+                let needs = if errno == nix::errno::Errno::EPERM {
+                    " (making one needs CAP_SYS_ADMIN)"
+                } else {
+                    ""
+                };
+                format!("no scratch network namespace can be made to prove the backup in: unshare(CLONE_NEWNET): {errno}{needs}")
+            })?;
+            task()
+        });
+        thread
+            .join()
+            .unwrap_or_else(|_| Err("the proof's thread ended early".into()))
+    })
+}
+
+/// Whether a scratch namespace can be made here at all.
+pub fn scratch_namespace_available() -> Result<(), String> {
+    in_scratch_namespace(|| Ok(()))
+}
+
+/// Restores `input` with `backend`'s own `<family>-restore` (no
+/// `--noflush`: each table in it replaced) in this thread's namespace. Its
+/// xtables lock is `private_lock`: the removal holds the real one.
+pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path) -> Result<(), String> {
+    let name = match family {
+        Family::Ipv4 => "iptables-restore",
+        Family::Ipv6 => "ip6tables-restore",
+    };
+    let command = WrappedCommand::from_name(name).expect("a known name");
+    let tool = backend::locate(&command, backend).map_err(|e| e.to_string())?;
+    let mut restore = Command::new(&tool.path);
+    restore.arg0(command.name).env(LOCKFILE_VAR, private_lock);
+    if backend == Mode::Legacy {
+        restore.arg("--wait=10");
+    }
+    let mut child = restore
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+    let fed = child.stdin.take().expect("stdin is piped").write_all(input);
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    match (fed, output.status.success()) {
+        (Ok(()), true) => Ok(()),
+        (fed, _) => Err(format!(
+            "{}-{backend}-restore {}: {}{}",
+            family.program(),
+            output.status,
+            crate::escape::printable_bytes(output.stderr.trim_ascii()),
+            fed.err()
+                .map(|e| format!(" (writing its input: {e})"))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// The images of `tables` of `family` in this thread's namespace (None for
+/// a table that does not exist). Only listed tables are looked up.
+pub fn legacy_images(family: Family, tables: &[&str]) -> Result<Vec<Option<LegacyTableImage>>, String> {
+    let listed = legacy::listed_tables(family)?.unwrap_or_default();
+    let wanted: Vec<String> = listed.into_iter().filter(|name| tables.contains(&name.as_str())).collect();
+    let family_tables = LegacyFamily::open_listed(family, wanted)
+        .map_err(|e| format!("legacy {} tables cannot be read: {e}", family.label()))?;
+    tables
+        .iter()
+        .map(|name| match family_tables.table(name) {
+            None => Ok(None),
+            Some(info) => family_tables
+                .image(info)
+                .map(Some)
+                .map_err(|e| format!("legacy {} {name}: {e}", family.label())),
+        })
+        .collect()
+}
+
+/// The images of `tables` of `family` in this thread's namespace, all read
+/// at one generation, which is returned with them.
+pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result<(Vec<NftTableImage>, u32), String> {
+    let mut images = Vec::new();
+    let mut generation = None;
+    for table in tables {
+        let (image, at) = socket
+            .table_image(family, table)
+            .map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?;
+        if generation.is_some_and(|g| g != at) {
+            return Err("the nf_tables ruleset changed between two tables' readings".into());
+        }
+        generation = Some(at);
+        images.push(image);
+    }
+    Ok((images, generation.unwrap_or_default()))
+}
+
+/// Whether the live images equal the restored ones, per table: Ok, or the
+/// first difference in words.
+pub fn compare<I>(live: &[I], restored: &[I], difference: impl Fn(&I, &I) -> Option<String>) -> Vec<Result<(), String>> {
+    live.iter()
+        .zip(restored)
+        .map(|(live, restored)| match difference(live, restored) {
+            None => Ok(()),
+            Some(why) => Err(format!("the backup does not restore it exactly: {why}")),
+        })
+        .collect()
+}
+
+/// `LegacyTableImage::difference` for tables that may be missing.
+pub fn legacy_difference(live: &Option<LegacyTableImage>, restored: &Option<LegacyTableImage>) -> Option<String> {
+    match (live, restored) {
+        (Some(live), Some(restored)) => live.difference(restored),
+        (Some(_), None) => Some("the backup does not restore the table at all".into()),
+        (None, Some(_)) => Some("the table is gone, but the backup restores one".into()),
+        (None, None) => None,
+    }
+}
