@@ -99,10 +99,20 @@ fn refuses_when_the_host_backend_is_not_certain() {
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
     let report = json(&stale(&node, &["-v", "--json"]));
     assert_eq!(report["certain"], false, "{report}");
-    assert!(report["uncertain"].as_str().unwrap().contains("rule-counts"), "{report}");
-    assert_eq!(report["findings"].as_array().unwrap().len(), 4, "both backends, both families");
     assert!(
-        report["findings"][0]["rules_saved"].as_str().unwrap().contains("-A INPUT -j ACCEPT"),
+        report["uncertain"].as_str().unwrap().contains("rule-counts"),
+        "{report}"
+    );
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        4,
+        "both backends, both families"
+    );
+    assert!(
+        report["findings"][0]["rules_saved"]
+            .as_str()
+            .unwrap()
+            .contains("-A INPUT -j ACCEPT"),
         "{report}"
     );
     // The lock breaks a tie: not certain.
@@ -130,7 +140,11 @@ fn refuses_when_the_host_backend_is_not_certain() {
     node.sh("iptables-nft -A OUTPUT -j ACCEPT");
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains("stale legacy ipv4 filter: 1 rule"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("stale legacy ipv4 filter: 1 rule"),
+        "{}",
+        stdout(&out)
+    );
     // So are the override and the host link.
     let out = node
         .wrapper()

@@ -86,7 +86,8 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
                         finding: Finding::Known(if decides {
                             "present".into()
                         } else {
-                            "present, but it holds no iptables rules and legacy may hold some: the rule counts decide".into()
+                            "present, but it holds no iptables rules and legacy may hold some: the rule counts decide"
+                                .into()
                         }),
                         method: reading.method.clone(),
                         points_to: decides.then_some(Mode::Nft),

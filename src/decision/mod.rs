@@ -126,7 +126,10 @@ impl Decision {
             })
             .collect();
         if let Some(why) = self.hint_contradicted() {
-            warnings.push(format!("{} uses {} ({}), but {why}", self.command, self.mode, self.reason));
+            warnings.push(format!(
+                "{} uses {} ({}), but {why}",
+                self.command, self.mode, self.reason
+            ));
         }
         // Both backends busy is only a risk when nothing stronger than the
         // counts decided.

@@ -173,7 +173,10 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
     if path.is_absolute() {
         return Ok(path.to_path_buf());
     }
-    std::env::current_dir()
-        .map(|cwd| cwd.join(path))
-        .map_err(|e| format!("{}: the working directory is unknown ({e}): give an absolute path", path.display()))
+    std::env::current_dir().map(|cwd| cwd.join(path)).map_err(|e| {
+        format!(
+            "{}: the working directory is unknown ({e}): give an absolute path",
+            path.display()
+        )
+    })
 }

@@ -97,7 +97,10 @@ pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path)
 /// a table that does not exist). Only listed tables are looked up.
 pub fn legacy_images(family: Family, tables: &[&str]) -> Result<Vec<Option<LegacyTableImage>>, String> {
     let listed = legacy::listed_tables(family)?.unwrap_or_default();
-    let wanted: Vec<String> = listed.into_iter().filter(|name| tables.contains(&name.as_str())).collect();
+    let wanted: Vec<String> = listed
+        .into_iter()
+        .filter(|name| tables.contains(&name.as_str()))
+        .collect();
     let family_tables = LegacyFamily::open_listed(family, wanted)
         .map_err(|e| format!("legacy {} tables cannot be read: {e}", family.label()))?;
     tables
@@ -132,7 +135,11 @@ pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result
 
 /// Whether the live images equal the restored ones, per table: Ok, or the
 /// first difference in words.
-pub fn compare<I>(live: &[I], restored: &[I], difference: impl Fn(&I, &I) -> Option<String>) -> Vec<Result<(), String>> {
+pub fn compare<I>(
+    live: &[I],
+    restored: &[I],
+    difference: impl Fn(&I, &I) -> Option<String>,
+) -> Vec<Result<(), String>> {
     live.iter()
         .zip(restored)
         .map(|(live, restored)| match difference(live, restored) {

@@ -218,8 +218,13 @@ fn remove(
     let proofs = legacy_proven.iter().chain(nft_first);
     for proven in proofs.filter(|p| p.verdicts.iter().any(Result::is_ok)) {
         let name = proven.file_name();
-        let path = backup.write(&name, &proven.save, false).map_err(|e| format!("{name}: {e}"))?;
-        removal.files.push((path, format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend)));
+        let path = backup
+            .write(&name, &proven.save, false)
+            .map_err(|e| format!("{name}: {e}"))?;
+        removal.files.push((
+            path,
+            format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend),
+        ));
         written.insert(name);
     }
     for proven in &legacy_proven {
@@ -259,23 +264,29 @@ fn remove(
                     }
                 };
                 if !replace {
-                    removal.files.push((path, format!("{}-nft-restore", proven.finding.family.program())));
+                    removal
+                        .files
+                        .push((path, format!("{}-nft-restore", proven.finding.family.program())));
                     written.insert(name);
                 }
             }
         }
         let to_empty: Vec<(Family, &str, &NftTableImage)> = proven
             .iter()
-            .flat_map(|p| p.proven_tables().map(move |(index, table)| (p.finding.family, table.name, &p.images[index])))
+            .flat_map(|p| {
+                p.proven_tables()
+                    .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
+            })
             .collect();
         match socket.empty_tables(generation, &to_empty) {
             Ok(Emptied::Done) => {
                 for proven in &proven {
                     removal.record_verdicts(proven);
                     for (_, table) in proven.proven_tables() {
-                        removal
-                            .emptied
-                            .push(((Mode::Nft, proven.finding.family, table.name), show::table_summary(table)));
+                        removal.emptied.push((
+                            (Mode::Nft, proven.finding.family, table.name),
+                            show::table_summary(table),
+                        ));
                     }
                 }
                 return Ok(lock);
@@ -342,18 +353,23 @@ fn prove_nft<'a>(
         }
         read.push((*finding, names, images, find::save(Mode::Nft, finding.family)?.stdout));
     }
-    if socket.generation().map_err(|e| format!("nf_tables cannot be read: {e}"))? != generation {
+    if socket
+        .generation()
+        .map_err(|e| format!("nf_tables cannot be read: {e}"))?
+        != generation
+    {
         return Ok(None);
     }
     let restored = proof::in_scratch_namespace(|| {
-        let scratch = NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+        let scratch =
+            NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
         read.iter()
-            .map(|(finding, names, _, save)| {
-                match proof::restore(Mode::Nft, finding.family, save, private_lock) {
+            .map(
+                |(finding, names, _, save)| match proof::restore(Mode::Nft, finding.family, save, private_lock) {
                     Ok(()) => proof::nft_images(&scratch, finding.family, names).map(|(images, _)| Ok(images)),
                     Err(why) => Ok(Err(format!("the backup does not restore: {why}"))),
-                }
-            })
+                },
+            )
             .collect::<Result<Vec<_>, String>>()
     })?;
     let proven = read
@@ -394,7 +410,10 @@ fn report(hosts: &[HostBackend], options: &Options, dir: &Path, removal: &Remova
         EXIT_STALE
     };
     let out = if options.json {
-        format!("{}\n", show::json(hosts, after, &[], Some(removal_json(Some(dir), removal))))
+        format!(
+            "{}\n",
+            show::json(hosts, after, &[], Some(removal_json(Some(dir), removal)))
+        )
     } else {
         let mut out = format!("backup: {}\n", dir.display());
         for (file, tool) in &removal.files {
@@ -458,4 +477,3 @@ fn removal_json(dir: Option<&Path>, removal: &Removal) -> String {
         failed.join(",")
     )
 }
-

@@ -88,7 +88,11 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>
             let _ = writeln!(
                 out,
                 "{} {backend} {} {}: {}",
-                if finding.backend == host_of(hosts, family) { "held by" } else { "stale" },
+                if finding.backend == host_of(hosts, family) {
+                    "held by"
+                } else {
+                    "stale"
+                },
                 family.label(),
                 table.name,
                 table_summary(table)

@@ -46,4 +46,3 @@ pub fn backup_dir_of(out: &Output) -> PathBuf {
         .unwrap_or_else(|| panic!("no backup line: {text}"));
     PathBuf::from(line)
 }
-

@@ -274,10 +274,7 @@ impl LegacyFamily {
             put_table_name(&mut info[offset_of!(GetInfo, name)..], &table.name)?;
             getsockopt_exact(socket, layout.sockopt_level, SO_GET_INFO, &mut info)?;
             let size = read_u32(&info, offset_of!(GetInfo, size));
-            let sized = TableInfo {
-                size,
-                ..table.clone()
-            };
+            let sized = TableInfo { size, ..table.clone() };
             let mut blob = match get_entries(socket, &layout, &sized) {
                 Ok(reply) => reply[layout.get_entries_header..].to_vec(),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => continue,

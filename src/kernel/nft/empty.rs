@@ -21,7 +21,9 @@ use nix::sys::socket::{recv, MsgFlags};
 use std::os::fd::AsRawFd;
 
 use super::image::NftTableImage;
-use super::netlink::{messages, Request, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NLMSG_ERROR};
+use super::netlink::{
+    messages, Request, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NLMSG_ERROR,
+};
 use super::{NftSocket, NF_ACCEPT, RECV_BUFFER_LEN};
 use crate::family::Family;
 

@@ -21,8 +21,8 @@ use std::io;
 use std::ops::ControlFlow;
 
 use super::netlink::{
-    attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE,
-    NFTA_RULE_POSITION, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
+    attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
+    NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
 use super::{DumpEnd, DumpOutcome, NftSocket, NF_ACCEPT};
 use crate::family::Family;
@@ -201,10 +201,12 @@ fn first_difference<V: PartialEq>(
             Some(_) => {}
         }
     }
-    restored
-        .keys()
-        .find(|key| !mine.contains_key(*key))
-        .map(|key| format!("the backup restores {what} {:?}, which the table does not hold", name(key)))
+    restored.keys().find(|key| !mine.contains_key(*key)).map(|key| {
+        format!(
+            "the backup restores {what} {:?}, which the table does not hold",
+            name(key)
+        )
+    })
 }
 
 impl NftSocket {
@@ -259,8 +261,11 @@ impl NftSocket {
                         NFTA_CHAIN_ID,
                     ],
                 );
-                let policy = attribute(payload, NFTA_CHAIN_HOOK)
-                    .map(|_| attribute(payload, NFTA_CHAIN_POLICY).and_then(be_u32).unwrap_or(NF_ACCEPT));
+                let policy = attribute(payload, NFTA_CHAIN_HOOK).map(|_| {
+                    attribute(payload, NFTA_CHAIN_POLICY)
+                        .and_then(be_u32)
+                        .unwrap_or(NF_ACCEPT)
+                });
                 image.policies.insert(chain.to_vec(), policy);
                 image.chains.insert(chain.to_vec(), kept);
             }
@@ -268,16 +273,17 @@ impl NftSocket {
         let rules = Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
         self.dump_all(&rules, |payload| {
             let chain = attribute(payload, NFTA_RULE_CHAIN).map(until_nul).unwrap_or_default();
-            image.rules.entry(chain.to_vec()).or_default().push(rule_without_state(payload));
+            image
+                .rules
+                .entry(chain.to_vec())
+                .or_default()
+                .push(rule_without_state(payload));
         })?;
         let mut sets = Vec::new();
         self.dump_all(&Request::new(libc::NFT_MSG_GETSET, family), |payload| {
             if attribute(payload, NFTA_SET_TABLE).map(until_nul) == Some(name) {
                 let set = attribute(payload, NFTA_SET_NAME).map(until_nul).unwrap_or_default();
-                let kept = without(
-                    payload,
-                    &[NFTA_SET_TABLE, NFTA_SET_ID, NFTA_SET_PAD, NFTA_SET_HANDLE],
-                );
+                let kept = without(payload, &[NFTA_SET_TABLE, NFTA_SET_ID, NFTA_SET_PAD, NFTA_SET_HANDLE]);
                 sets.push((String::from_utf8_lossy(set).into_owned(), kept));
             }
         })?;
@@ -292,10 +298,9 @@ impl NftSocket {
                         continue;
                     }
                     for (_, element) in nested(list).filter(|&(kind, _)| kind == NFTA_LIST_ELEM) {
-                        elements.push(encode(
-                            nested(element)
-                                .filter(|&(kind, _)| kind != NFTA_SET_ELEM_EXPIRATION && kind != NFTA_SET_ELEM_PAD),
-                        ));
+                        elements.push(encode(nested(element).filter(|&(kind, _)| {
+                            kind != NFTA_SET_ELEM_EXPIRATION && kind != NFTA_SET_ELEM_PAD
+                        })));
                     }
                 }
             })?;
@@ -355,16 +360,21 @@ fn rule_without_state(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for (kind, value) in attributes(payload) {
         match kind {
-            NFTA_RULE_TABLE | NFTA_RULE_CHAIN | NFTA_RULE_HANDLE | NFTA_RULE_POSITION | NFTA_RULE_PAD | NFTA_RULE_ID => {}
+            NFTA_RULE_TABLE | NFTA_RULE_CHAIN | NFTA_RULE_HANDLE | NFTA_RULE_POSITION | NFTA_RULE_PAD
+            | NFTA_RULE_ID => {}
             NFTA_RULE_EXPRESSIONS => {
                 let expressions = nested(value).map(|(kind, expression)| {
-                    let is_counter = nested(expression)
-                        .any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter");
+                    let is_counter =
+                        nested(expression).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter");
                     let kept = encode(nested(expression).filter(|&(kind, _)| !(is_counter && kind == NFTA_EXPR_DATA)));
                     (kind, kept)
                 });
                 let expressions: Vec<(u16, Vec<u8>)> = expressions.collect();
-                push(&mut out, kind, &encode(expressions.iter().map(|(k, v)| (*k, v.as_slice()))));
+                push(
+                    &mut out,
+                    kind,
+                    &encode(expressions.iter().map(|(k, v)| (*k, v.as_slice()))),
+                );
             }
             _ => push(&mut out, kind, value),
         }
