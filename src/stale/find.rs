@@ -98,8 +98,13 @@ pub fn find(backend: Mode, family: Family) -> Finding {
 fn find_legacy(finding: &mut Finding) -> Result<(), String> {
     let family = finding.family;
     let names = legacy::listed_tables(family)?.unwrap_or_default();
-    let tables = LegacyFamily::open_listed(family, names)
-        .map_err(|e| format!("legacy {} tables cannot be read: {e}", family.label()))?;
+    let tables = LegacyFamily::open_listed(family, names).map_err(|e| {
+        format!(
+            "legacy {} tables cannot be read: {e}{}",
+            family.label(),
+            crate::privilege::needed_when_refused(&e)
+        )
+    })?;
     for table in &tables.tables {
         let contents = tables
             .contents(table)
@@ -145,9 +150,13 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
         }
     }
     let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let tables = socket
-        .tables(family)
-        .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
+    let tables = socket.tables(family).map_err(|e| {
+        format!(
+            "nf_tables {} tables cannot be read: {e}{}",
+            family.nft_name(),
+            crate::privilege::needed_when_refused(&e)
+        )
+    })?;
     let mut save_notes: Option<Vec<String>> = None;
     for table in tables {
         let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
