@@ -73,7 +73,7 @@ cmd_expect() {
   check_rule_lands "$mode" iptables iptables-save 203.0.113.99/32
   check_rule_lands "$mode" ip6tables ip6tables-save 2001:db8::99/128
   iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
-  detected="$(sed -n 1p "$WORK/detect")"
+  detected="$(sed -n '1{s/ .*//;p;}' "$WORK/detect")"
   [ "$detected" = "$mode" ] || fail "iptables-wrapper detect said '$detected', expected $mode"
   ok "iptables-wrapper detect: $detected"
 }
@@ -110,7 +110,7 @@ cmd_disagrees() {
     || fail "detect --json has no warning about the legacy evidence: $(cat "$WORK/json")"
   ok "detect --json warns: $(grep -o '"warnings":\["[^"]*' "$WORK/json" | cut -c14-)"
   iptables-wrapper detect >"$WORK/detect" || fail "detect exited $?"
-  grep -i 'warn' "$WORK/detect" >/dev/null && grep 'legacy' "$WORK/detect" | grep -q -i 'disagree\|stale' \
+  grep -q '^warning: points to legacy: ' "$WORK/detect" \
     || fail "detect's report shows no warning about the legacy evidence: $(cat "$WORK/detect")"
   ok "detect's report shows the warnings"
   # The record as this call leaves it: earlier steps' calls may have written
@@ -247,8 +247,8 @@ cmd_nonroot_setup() {
 # itself and decides the same.
 cmd_reads() {
   local mode with_caps
-  iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
-  mode="$(sed -n 1p "$WORK/detect")"
+  iptables-wrapper detect -v >"$WORK/detect" || fail "iptables-wrapper detect -v exited $?"
+  mode="$(sed -n '1{s/ .*//;p;}' "$WORK/detect")"
   case "$1" in
     save-tools)
       grep -q 'iptables-nft-save' "$WORK/detect" && grep -q 'iptables-legacy-save' "$WORK/detect" \
@@ -256,9 +256,9 @@ cmd_reads() {
       ok "without capabilities the wrapper read both save tools and decided $mode"
       ;;
     kernel)
-      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" iptables-wrapper detect >"$WORK/detect-caps" \
-        || fail "$WRAPPER_WITH_CAPS_DIR/iptables-wrapper detect exited $?"
-      with_caps="$(sed -n 1p "$WORK/detect-caps")"
+      PATH="$WRAPPER_WITH_CAPS_DIR:$PATH" iptables-wrapper detect -v >"$WORK/detect-caps" \
+        || fail "$WRAPPER_WITH_CAPS_DIR/iptables-wrapper detect -v exited $?"
+      with_caps="$(sed -n '1{s/ .*//;p;}' "$WORK/detect-caps")"
       if grep -q -- '-save' "$WORK/detect-caps"; then
         fail "with file capabilities the wrapper still read a save tool: $(cat "$WORK/detect-caps")"
       fi

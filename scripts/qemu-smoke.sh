@@ -84,11 +84,11 @@ check_detect() {
     XTABLES_LOCKFILE="$WORK/xtables.lock" IPTABLES_WRAPPER_HOST_ROOT="$WORK/nohost" \
         IPTABLES_WRAPPER_RUN_DIR="$WORK/run" IPTABLES_WRAPPER_LOG=debug \
         unshare -n bash -c "set -e; $setup
-            $QEMU $ARM detect >$WORK/emulated.out 2>$WORK/emulated.err
-            $NATIVE detect >$WORK/native.out 2>/dev/null" \
+            $QEMU $ARM detect -v >$WORK/emulated.out 2>$WORK/emulated.err
+            $NATIVE detect -v >$WORK/native.out 2>/dev/null" \
         || fail "$name: detect failed: $(cat "$WORK/emulated.err" 2>/dev/null)"
     local mode source
-    mode=$(head -n1 "$WORK/emulated.out")
+    mode=$(sed -n '1{s/ .*//;p;}' "$WORK/emulated.out")
     source=$(sed -n 's/^decided by: \([a-z-]*\).*/\1/p' "$WORK/emulated.out")
     [[ "$mode" == "$want_mode" && "$source" == "$want_source" ]] \
         || fail "$name: expected $want_mode by $want_source, got:"$'\n'"$(cat "$WORK/emulated.out")"

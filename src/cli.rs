@@ -2,10 +2,10 @@
 //! is not one of the six iptables commands (normally `iptables-wrapper`).
 //! A usage error is one line naming what was wrong, then "see --help".
 
-use crate::command::WrappedCommand;
+use crate::command::{WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
 use crate::escape::{printable, quoted};
-use crate::install::{self, LinkOutcome};
+use crate::install::{self, Installed, LinkOutcome};
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 const USAGE: &str = "\
-usage: iptables-wrapper detect [--json] [--for COMMAND]
+usage: iptables-wrapper detect [-v] [--json] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
        iptables-wrapper COMMAND [ARGS...]
@@ -27,9 +27,11 @@ or ip6tables-restore, or given one of them as COMMAND (as xtables-nft-multi
 and xtables-legacy-multi are), it decides on every call whether this host uses
 iptables-nft or iptables-legacy and execs that backend.
 
-  detect     print the mode (first line: nft or legacy), the source that
-             decided and every piece of evidence read; --json for one JSON
-             object; --for one of the six command names (default iptables)
+  detect     print the verdict (first word: nft or legacy, then why) and one
+             line per warning; -v adds the source that decided, the settings
+             and every piece of evidence read and how; --json for all of it
+             as one JSON object; --for one of the six command names (default
+             iptables)
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
@@ -86,7 +88,30 @@ pub fn run(args: &[&CStr]) -> i32 {
         )),
         (Some("--help" | "-h" | "help"), None) => print_out(&format!("{USAGE}\n")),
         (Some(other), _) => usage_error(&format!("unknown command or option {}", quoted(other.as_bytes()))),
-        (None, _) => usage_error("a command is required (detect, install or one of the six iptables commands)"),
+        (None, _) => usage_error("a command is required: detect, install, stale or one of the six iptables commands"),
+    }
+}
+
+/// The options given so far, to refuse one given twice (the second would
+/// silently win, or mean nothing). Option values are taken by the option,
+/// so only names starting with `-` reach it.
+#[derive(Default)]
+struct Given<'a>(Vec<&'a str>);
+
+impl<'a> Given<'a> {
+    /// Records `option` (`-v` and `--verbose` are one); a usage error's
+    /// text if it was given before.
+    fn again(&mut self, option: &'a str) -> Option<String> {
+        let name = if option == "--verbose" { "-v" } else { option };
+        if !name.starts_with('-') {
+            return None;
+        }
+        if self.0.contains(&name) {
+            let shown = if name == "-v" { "-v (--verbose)" } else { name };
+            return Some(format!("{shown} given twice; give it once"));
+        }
+        self.0.push(name);
+        None
     }
 }
 
@@ -109,13 +134,28 @@ fn print_out(text: &str) -> i32 {
 
 fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     let mut json = false;
+    let mut verbose = false;
     let mut command = WrappedCommand::from_name("iptables").expect("a known name");
+    let mut given = Given::default();
     while let Some(arg) = args.next() {
+        if let Some(repeated) = given.again(arg) {
+            return usage_error(&repeated);
+        }
         match arg {
             "--json" => json = true,
-            "--for" => match args.next().and_then(WrappedCommand::from_name) {
-                Some(named) => command = named,
-                None => return usage_error("--for needs one of: iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save, ip6tables-restore"),
+            "-v" | "--verbose" => verbose = true,
+            "--for" => match args.next() {
+                Some(name) => match WrappedCommand::from_name(name) {
+                    Some(named) => command = named,
+                    None => {
+                        return usage_error(&format!(
+                            "--for {}: not one of {}",
+                            quoted(name.as_bytes()),
+                            COMMAND_NAMES.join(", ")
+                        ))
+                    }
+                },
+                None => return usage_error(&format!("--for needs one of {}", COMMAND_NAMES.join(", "))),
             },
             other => return usage_error(&format!("unknown detect option {}", quoted(other.as_bytes()))),
         }
@@ -130,14 +170,20 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     let settings = settings::current();
     if json {
         print_out(&format!("{}\n", report::json(&decision, settings)))
+    } else if verbose {
+        print_out(&report::verbose_text(&decision, settings))
     } else {
-        print_out(&report::text(&decision, settings))
+        print_out(&report::text(&decision))
     }
 }
 
 fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     let mut options = stale::Options::default();
+    let mut given = Given::default();
     while let Some(arg) = args.next() {
+        if let Some(repeated) = given.again(arg) {
+            return usage_error(&repeated);
+        }
         match arg {
             "--json" => options.json = true,
             "-v" | "--verbose" => options.verbose = true,
@@ -158,7 +204,11 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     let mut dir = None;
     let mut force = false;
+    let mut given = Given::default();
     while let Some(arg) = args.next() {
+        if let Some(repeated) = given.again(arg) {
+            return usage_error(&repeated);
+        }
         match arg {
             "--force" => force = true,
             "--dir" => match args.next() {
@@ -171,22 +221,22 @@ fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     }
     let Some(wrapper) = own_file::resolved_path() else {
         say(&format!(
-            "install: cannot find the wrapper's own file (neither {} nor the path it was run by resolves)",
+            "install: the wrapper's own file: neither {} nor the path it was run by resolves; run it by its full path",
             own_file::PROC_SELF_EXE
         ));
         return 1;
     };
     let dir = dir.unwrap_or_else(|| wrapper.parent().expect("an absolute path has a parent").to_path_buf());
     match install::install(&dir, &wrapper, force) {
-        Ok(outcomes) => {
+        Ok(Installed { target, links }) => {
             let mut out = String::new();
-            for (path, outcome) in outcomes {
+            for (path, outcome) in links {
                 let done = match outcome {
                     LinkOutcome::Created => "created",
                     LinkOutcome::Replaced => "replaced",
                     LinkOutcome::AlreadyInPlace => "already in place",
                 };
-                out.push_str(&format!("{done}: {} -> {}\n", path.display(), wrapper.display()));
+                out.push_str(&format!("{done}: {} -> {}\n", path.display(), target.display()));
             }
             print_out(&out)
         }

@@ -24,8 +24,21 @@ pub enum LinkOutcome {
     AlreadyInPlace,
 }
 
+/// What install did: the target each link holds, as written (the
+/// wrapper's name alone when it is in the same directory), and each name's
+/// outcome.
+#[derive(Debug)]
+pub struct Installed {
+    pub target: PathBuf,
+    pub links: Vec<(PathBuf, LinkOutcome)>,
+}
+
 #[derive(Debug)]
 pub enum InstallError {
+    /// The directory to install into cannot be found (missing, unreadable).
+    NoDirectory(PathBuf, io::Error),
+    /// What was named as the directory is something else.
+    NotADirectory(PathBuf),
     /// A regular file stands where a link should go, and `--force` was not given.
     RegularFile(PathBuf),
     /// Something `--force` does not replace (a directory, a device).
@@ -34,11 +47,13 @@ pub enum InstallError {
     OwnFile(PathBuf),
     /// A check failed; nothing was changed.
     Check(PathBuf, io::Error),
-    /// Changing a name failed; `left_changed` lists the names still changed
-    /// after putting back what could be (empty: nothing is changed).
+    /// Changing a name failed after `changed_before` others were changed;
+    /// `left_changed` lists the names still changed after putting back what
+    /// could be (empty: nothing is changed).
     Change {
         path: PathBuf,
         error: io::Error,
+        changed_before: usize,
         left_changed: Vec<PathBuf>,
     },
 }
@@ -57,35 +72,58 @@ impl InstallError {
 impl fmt::Display for InstallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            InstallError::NoDirectory(dir, e) if e.kind() == io::ErrorKind::NotFound => write!(
+                f,
+                "{}: no such directory; create it first or name an existing one with --dir; nothing was changed",
+                dir.display()
+            ),
+            InstallError::NoDirectory(dir, e) => write!(
+                f,
+                "{}: {e}; name a directory the wrapper can reach with --dir; nothing was changed",
+                dir.display()
+            ),
+            InstallError::NotADirectory(dir) => write!(
+                f,
+                "{}: not a directory; name a directory with --dir; nothing was changed",
+                dir.display()
+            ),
             InstallError::RegularFile(path) => write!(
                 f,
-                "{} is a regular file; refusing to replace it (use --force to replace it); nothing was changed",
+                "{}: a regular file, replaced only with --force; nothing was changed",
                 path.display()
             ),
             InstallError::NeitherLinkNorFile(path) => write!(
                 f,
-                "{} is neither a symlink nor a regular file; remove it yourself or install into another directory; nothing was changed",
+                "{}: neither a symlink nor a regular file; remove it yourself or install into another directory; nothing was changed",
                 path.display()
             ),
             InstallError::OwnFile(path) => write!(
                 f,
-                "{} is the wrapper's own file; it is never replaced: keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
+                "{}: the wrapper's own file, never replaced; keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
                 path.display()
             ),
             InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.display()),
             InstallError::Change {
                 path,
                 error,
+                changed_before: 0,
+                ..
+            } => write!(f, "{}: {error}; nothing was changed", path.display()),
+            InstallError::Change {
+                path,
+                error,
                 left_changed,
+                ..
             } if left_changed.is_empty() => write!(
                 f,
-                "{}: {error}; every name was put back as it was, nothing is changed",
+                "{}: {error}; every name changed before it was put back as it was, nothing is changed",
                 path.display()
             ),
             InstallError::Change {
                 path,
                 error,
                 left_changed,
+                ..
             } => write!(
                 f,
                 "{}: {error}; putting back failed, these now link to the wrapper: {}",
@@ -111,7 +149,12 @@ enum Previous {
 /// Links each command name in `dir` to `wrapper` (the wrapper's own file,
 /// absolute). Symlinks are replaced; regular files only with `force`; the
 /// wrapper's own file and anything else never.
-pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, LinkOutcome)>, InstallError> {
+pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Installed, InstallError> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(InstallError::NotADirectory(dir.to_path_buf())),
+        Err(e) => return Err(InstallError::NoDirectory(dir.to_path_buf(), e)),
+    }
     // A wrapper in the same directory is linked by name, so the links keep
     // working when the directory is mounted or copied elsewhere.
     let target = match wrapper.parent() {
@@ -150,10 +193,12 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
         match change(path, &target) {
             Ok(previous) => changed.push((path, previous)),
             Err(error) => {
+                let changed_before = changed.len();
                 let left_changed = put_back(changed);
                 return Err(InstallError::Change {
                     path: path.clone(),
                     error,
+                    changed_before,
                     left_changed,
                 });
             }
@@ -164,7 +209,7 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Vec<(PathBuf, 
             let _ = std::fs::remove_file(kept);
         }
     }
-    Ok(plan)
+    Ok(Installed { target, links: plan })
 }
 
 /// Points `path` at `target`; returns what stood there.

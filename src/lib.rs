@@ -13,7 +13,8 @@
 //! - the host's link (`host_link`), finding and running the backend
 //!   (`backend`), the wrapper's runtime directory for state kept between
 //!   calls (`run_dir`), where each setting comes from (`settings`), link
-//!   installation (`install`);
+//!   installation (`install`), what reading the kernel's tables needs
+//!   (`privilege`);
 //! - the override and mode names (`mode`), the wrapped command (`command`),
 //!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
 //!   file (`own_file`), the caller's standard descriptors and the wrapper's
@@ -33,6 +34,7 @@ pub mod install;
 pub mod kernel;
 pub mod mode;
 pub mod own_file;
+pub mod privilege;
 pub mod report;
 pub mod run_dir;
 pub mod settings;

@@ -1,10 +1,13 @@
-//! The `detect` report: the mode on the first line, then why, in words or
-//! as one JSON object. Evidence comes from places others control (a host
+//! The `detect` report. As text: a one-line verdict (the mode first, then
+//! for which command and why) and one line per distinct warning, what a
+//! person woken at night needs; `-v` adds the source that decided, the
+//! settings and every piece of evidence with how it was read. As JSON: all
+//! of it in one object. Evidence comes from places others control (a host
 //! link's target, a chain name), so every text in it is escaped as
 //! [`escape`](crate::escape) says, once, where it is shown.
 
 use crate::backend::SYSTEM_DIRS;
-use crate::decision::{Decision, Evidence};
+use crate::decision::{Decision, Evidence, STALE_COMMAND_HINT};
 use crate::escape::{bytes_shown, printable, printable_bytes, quoted, string};
 use crate::host_link::DEFAULT_HOST_ROOT;
 use crate::kernel::RuleBounds;
@@ -103,10 +106,82 @@ fn settings_json(settings: &Settings) -> String {
     format!("[{}]", entries.join(","))
 }
 
-/// The human-readable report of `decision`, made with `settings`.
-pub fn text(decision: &Decision, settings: &Settings) -> String {
+/// The verdict: the mode first (so a script can take the first word), then
+/// the command decided for and why.
+fn verdict(decision: &Decision) -> String {
+    format!(
+        "{} for {}: {}",
+        decision.mode,
+        decision.command,
+        printable(&decision.reason)
+    )
+}
+
+/// The clause the stale legacy tables' evidence ends with: said once after
+/// the warnings, not in each.
+fn stale_clause() -> String {
+    format!("stale legacy rules may still apply; {STALE_COMMAND_HINT}")
+}
+
+/// `finding` without the stale clause, if it has it.
+fn without_stale_clause(finding: &str) -> Option<String> {
+    let clause = stale_clause();
+    let at = finding.find(&clause)?;
+    let before = finding[..at].trim_end_matches([' ', '(', ':', ';']);
+    let after = finding[at + clause.len()..].trim_start_matches(')');
+    Some(format!("{before}{after}"))
+}
+
+/// The warnings, one line each, without what the verdict already says:
+/// each piece of disagreeing evidence as where it was read and what it
+/// found, the stale clause once, then the other warnings as they are.
+fn warning_lines(decision: &Decision) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut stale = false;
+    for evidence in decision.disagreements() {
+        let finding = evidence.finding.to_string();
+        let shown = match without_stale_clause(&finding) {
+            Some(shorter) => {
+                stale = true;
+                shorter
+            }
+            None => finding,
+        };
+        lines.push(format!(
+            "points to {}: {}: {}",
+            decision.mode.other(),
+            evidence.location,
+            shown
+        ));
+    }
+    if stale {
+        lines.push(stale_clause());
+    }
+    // `warnings` says the disagreements first, one each, as said above.
+    let disagreements = decision.disagreements().count();
+    lines.extend(decision.warnings().into_iter().skip(disagreements));
+    lines
+        .iter()
+        .map(|line| format!("warning: {}", printable(line)))
+        .collect()
+}
+
+/// The short report: the verdict and a line per warning.
+pub fn text(decision: &Decision) -> String {
+    let mut out = verdict(decision);
+    out.push('\n');
+    for line in warning_lines(decision) {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The full report (`-v`): the verdict, the source that decided, each
+/// setting and where it came from, every piece of evidence and how it was
+/// read, the warnings and the time taken.
+pub fn verbose_text(decision: &Decision, settings: &Settings) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", decision.mode);
+    let _ = writeln!(out, "{}", verdict(decision));
     let _ = writeln!(out, "command:    {}", decision.command);
     let _ = writeln!(
         out,
@@ -134,12 +209,8 @@ pub fn text(decision: &Decision, settings: &Settings) -> String {
             counts.legacy.low, counts.nft.low
         );
     }
-    let warnings = decision.warnings();
-    if !warnings.is_empty() {
-        let _ = writeln!(out, "disagreements and warnings:");
-        for warning in warnings {
-            let _ = writeln!(out, "  {}", printable(&warning));
-        }
+    for line in warning_lines(decision) {
+        let _ = writeln!(out, "{line}");
     }
     if let Some(took) = decision.took {
         let _ = writeln!(out, "took:       {:.3} ms", took.as_secs_f64() * 1e3);
@@ -210,4 +281,26 @@ fn bounds(bounds: RuleBounds, method: &str) -> String {
         bounds.high,
         string(method)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{stale_clause, without_stale_clause};
+
+    #[test]
+    fn the_stale_clause_is_cut_from_both_shapes_it_comes_in() {
+        let clause = stale_clause();
+        assert_eq!(
+            without_stale_clause(&format!("filter holds 1 rule ({clause})")).as_deref(),
+            Some("filter holds 1 rule")
+        );
+        assert_eq!(
+            without_stale_clause(&format!(
+                "filter, nat exist; whether they hold rules is unknown (EPERM): {clause}"
+            ))
+            .as_deref(),
+            Some("filter, nat exist; whether they hold rules is unknown (EPERM)")
+        );
+        assert_eq!(without_stale_clause("legacy rules (ipv4 + ipv6): 6"), None);
+    }
 }

@@ -1,10 +1,13 @@
 //! What a careful user notices on the command line: write failures and
 //! extra arguments of `--version` and `--help`, relative paths in settings,
 //! how values from outside are shown in errors (escaped once, in one way),
-//! and the multi-call form `iptables-wrapper iptables ...`.
+//! the multi-call form `iptables-wrapper iptables ...`, what `detect` says
+//! in a mixed state (a verdict and a line per warning; `-v` for how each
+//! piece was read), and the errors one meets first (options given twice, a
+//! missing install directory, a `stale` without the privilege it needs).
 
 mod common;
-use common::{Node, WRAPPER};
+use common::{copy_program, Node, WRAPPER};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
@@ -190,4 +193,219 @@ fn multi_call_form_runs_the_named_command() {
     // A name that is none of the six is still a usage error.
     let out = node.wrapper().args(["iptables-nft", "-V"]).output().unwrap();
     assert_one_line_error(&out, 2);
+}
+
+/// The state an upgrade leaves: the host link says nft, and legacy still
+/// holds rules in both families, a DROP policy and the hint chain, beside
+/// nft's own rules and hint chain.
+fn mixed_node(name: &str) -> Node {
+    let node = Node::new(name);
+    node.sh("iptables-legacy -A INPUT -s 10.0.0.1/32 -j DROP
+iptables-legacy -t nat -A PREROUTING -d 10.96.0.1/32 -j ACCEPT
+iptables-legacy -P FORWARD DROP
+iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP
+iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT
+iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node
+}
+
+fn stdout_of(out: &Output) -> String {
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn detect_in_a_mixed_state_is_a_verdict_and_a_line_per_warning() {
+    let node = mixed_node("detect-3am");
+    let text = stdout_of(&node.wrapper().arg("detect").output().unwrap());
+    let lines: Vec<&str> = text.lines().collect();
+    let link = node.host_root.join("etc/alternatives/iptables");
+    assert_eq!(
+        lines[0],
+        format!(
+            "nft for iptables: host link {} -> /usr/sbin/iptables-nft",
+            link.display()
+        ),
+        "{text}"
+    );
+    let report = node.detect();
+    let warnings = report["warnings"].as_array().unwrap();
+    // One line per warning, and the advice the stale tables' evidence ends
+    // with said once (the JSON keeps it in each).
+    assert_eq!(lines.len(), 1 + warnings.len() + 1, "{text}");
+    assert!(lines[1..].iter().all(|l| l.starts_with("warning: ")), "{text}");
+    assert_eq!(text.matches("iptables-wrapper stale --remove").count(), 1, "{text}");
+    assert!(
+        !text.contains("iptables uses nft"),
+        "the verdict is not repeated: {text}"
+    );
+    for expected in [
+        "warning: points to legacy: legacy ipv4 tables: nat holds 1 rule, filter holds 1 rule, policy FORWARD DROP",
+        "warning: points to legacy: legacy ipv6 tables: filter holds 1 rule",
+        "warning: points to legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT: present",
+    ] {
+        assert!(lines.contains(&expected), "{expected:?} not a line of:\n{text}");
+    }
+    // Only a path from outside (the lock file's) makes a line long.
+    let lockfile = node.lockfile.display().to_string();
+    for line in &lines {
+        assert!(line.replace(&lockfile, "").len() <= 160, "{line}");
+    }
+    // How each piece was read is in -v and in the JSON.
+    let verbose = stdout_of(&node.wrapper().args(["detect", "-v"]).output().unwrap());
+    assert!(verbose.starts_with(&format!("{}\n", lines[0])), "{verbose}");
+    for method in ["readlink", "netlink", "getsockopt", "/proc/net/ip*_tables_names"] {
+        assert!(verbose.contains(method), "{method:?} not in:\n{verbose}");
+    }
+    assert!(
+        verbose.contains("decided by: host-link") && verbose.contains("settings:"),
+        "{verbose}"
+    );
+    for line in &lines[1..] {
+        assert!(verbose.contains(line), "{line:?} not in:\n{verbose}");
+    }
+    let keys: Vec<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
+    for key in [
+        "mode",
+        "command",
+        "decided_by",
+        "reason",
+        "settings",
+        "evidence",
+        "rule_counts",
+        "warnings",
+        "took_ms",
+    ] {
+        assert!(keys.contains(&key), "{key} missing from {report}");
+    }
+    assert!(warnings
+        .iter()
+        .all(|w| w.as_str().unwrap().starts_with("iptables uses nft (")));
+}
+
+#[test]
+fn options_given_twice_are_one_line_usage_errors() {
+    let node = Node::new("twice");
+    for (args, named) in [
+        (&["detect", "--json", "--json"][..], "--json given twice"),
+        (
+            &["detect", "--for", "iptables", "--for", "ip6tables"],
+            "--for given twice",
+        ),
+        (&["detect", "-v", "--verbose"], "-v (--verbose) given twice"),
+        (&["stale", "--json", "--json"], "--json given twice"),
+        (&["stale", "-v", "-v"], "-v (--verbose) given twice"),
+        (&["stale", "--remove", "--remove"], "--remove given twice"),
+        (&["install", "--force", "--force"], "--force given twice"),
+        (&["install", "--dir", "/a", "--dir", "/b"], "--dir given twice"),
+    ] {
+        let out = node.wrapper().args(args).output().unwrap();
+        let stderr = assert_one_line_error(&out, 2);
+        assert!(
+            stderr.contains(named) && stderr.ends_with("; see iptables-wrapper --help\n"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A value that is none of the six says what was given.
+    let out = node
+        .wrapper()
+        .args(["detect", "--for", "iptables-nft"])
+        .output()
+        .unwrap();
+    let stderr = assert_one_line_error(&out, 2);
+    assert!(
+        stderr.contains("--for \"iptables-nft\": not one of iptables,"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_empty_command_names_every_command() {
+    let out = Command::new(WRAPPER).output().unwrap();
+    let stderr = assert_one_line_error(&out, 2);
+    for command in ["detect", "install", "stale", "one of the six iptables commands"] {
+        assert!(stderr.contains(command), "{command:?} missing from: {stderr}");
+    }
+}
+
+#[test]
+fn install_into_a_missing_directory_says_so_and_that_nothing_changed() {
+    let node = Node::new("install-missing");
+    let missing = node.path("missing");
+    let out = node
+        .wrapper()
+        .arg("install")
+        .arg("--dir")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let stderr = assert_one_line_error(&out, 1);
+    assert!(
+        stderr.contains(&format!("install: {}: no such directory", missing.display()))
+            && stderr.ends_with("; nothing was changed\n"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("No such file") && !stderr.contains("put back"),
+        "{stderr}"
+    );
+    assert!(!missing.exists());
+    // A file where the directory should be.
+    let file = node.path("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = node.wrapper().arg("install").arg("--dir").arg(&file).output().unwrap();
+    let stderr = assert_one_line_error(&out, 1);
+    assert!(
+        stderr.contains(&format!("install: {}: not a directory;", file.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn install_prints_the_target_it_wrote() {
+    let node = Node::new("install-relative");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    copy_program(std::path::Path::new(WRAPPER), &dir.join("iptables-wrapper"));
+    let mut install = Command::new(dir.join("iptables-wrapper"));
+    node.isolate(&mut install);
+    let printed = stdout_of(&install.arg("install").output().unwrap());
+    for name in iptables_wrapper::command::COMMAND_NAMES {
+        let written = std::fs::read_link(dir.join(name)).unwrap();
+        assert_eq!(written, std::path::Path::new("iptables-wrapper"));
+        let line = format!("created: {} -> iptables-wrapper", dir.join(name).display());
+        assert!(printed.lines().any(|l| l == line), "{line:?} not in:\n{printed}");
+    }
+    // Elsewhere it writes, and prints, the absolute path.
+    let other = node.path("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut install = Command::new(dir.join("iptables-wrapper"));
+    node.isolate(&mut install);
+    let printed = stdout_of(&install.arg("install").arg("--dir").arg(&other).output().unwrap());
+    let target = std::fs::read_link(other.join("iptables")).unwrap();
+    assert!(target.is_absolute(), "{target:?}");
+    assert!(printed.contains(&format!("-> {}\n", target.display())), "{printed}");
+}
+
+#[test]
+fn stale_without_cap_net_admin_says_what_it_needs() {
+    let node = mixed_node("stale-unprivileged");
+    for args in [&["stale"][..], &["stale", "--remove"]] {
+        let mut command = Command::new("setpriv");
+        command.args(["--bounding-set=-net_admin", "--", WRAPPER]).args(args);
+        node.isolate(&mut command);
+        let out = command.output().unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("Operation not permitted (os error 1); reading them needs root or CAP_NET_ADMIN"),
+            "{args:?}: {said}"
+        );
+    }
 }

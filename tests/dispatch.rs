@@ -289,11 +289,23 @@ fn detect_json_parses_and_explains() {
         .all(|e| e["method"].is_string() && e["location"].is_string()));
     assert_eq!(report["rule_counts"]["legacy"]["exact"], 2);
     assert!(report["took_ms"].is_number());
-    // The text report says the same, mode first.
+    // The text report says the same: the verdict, mode first, and the
+    // warning; -v adds the source, each piece of evidence and how it was read.
     let text = node.wrapper().arg("detect").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert_eq!(text.lines().next(), Some("nft"));
-    assert!(text.contains("host-link") && text.contains("disagrees"), "{text}");
+    let verdict = format!(
+        "nft for iptables: host link {} -> /usr/sbin/iptables-nft",
+        node.host_root.join("etc/alternatives/iptables").display()
+    );
+    assert_eq!(text.lines().next(), Some(verdict.as_str()), "{text}");
+    assert!(text.contains("warning: points to legacy: "), "{text}");
+    let verbose = node.wrapper().args(["detect", "-v"]).output().unwrap();
+    let verbose = String::from_utf8_lossy(&verbose.stdout);
+    assert_eq!(verbose.lines().next(), Some(verdict.as_str()), "{verbose}");
+    assert!(
+        verbose.contains("decided by: host-link") && verbose.contains("disagrees") && verbose.contains("getsockopt"),
+        "{verbose}"
+    );
 }
 
 #[test]

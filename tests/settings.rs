@@ -291,10 +291,13 @@ fn detect_shows_where_each_setting_came_from() {
             "{setting}"
         );
     }
-    // The text report says the same.
-    let out = with_settings(&node, &files, node.wrapper().arg("detect"));
+    // The full text report says the same.
+    let out = with_settings(&node, &files, node.wrapper().args(["detect", "-v"]));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.lines().next(), Some("legacy"));
+    assert!(
+        text.starts_with("legacy for iptables: ") && text.lines().next().unwrap().contains("IPTABLES_MODE"),
+        "{text}"
+    );
     assert!(
         text.contains("IPTABLES_MODE: legacy  (file /etc/iptables-wrapper/IPTABLES_MODE line 1)"),
         "{text}"

@@ -136,8 +136,9 @@ fn find_legacy_saved(finding: &mut Finding, refused: &std::io::Error) -> Result<
     let family = finding.family;
     let saved = save(Mode::Legacy, family).map_err(|why| {
         format!(
-            "legacy {} tables cannot be read: {refused} (reading them needs root, or CAP_NET_ADMIN and CAP_NET_RAW), and {}-legacy-save failed too: {why}",
+            "legacy {} tables cannot be read: {refused}{}, and {}-legacy-save failed too: {why}",
             family.label(),
+            crate::privilege::needed_when_refused(refused),
             family.program()
         )
     })?;
@@ -212,9 +213,13 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
         }
     }
     let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let tables = socket
-        .tables(family)
-        .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
+    let tables = socket.tables(family).map_err(|e| {
+        format!(
+            "nf_tables {} tables cannot be read: {e}{}",
+            family.nft_name(),
+            crate::privilege::needed_when_refused(&e)
+        )
+    })?;
     let set_tables = socket
         .set_tables(family)
         .map_err(|e| format!("nf_tables {} sets cannot be read: {e}", family.nft_name()))?;
