@@ -58,9 +58,7 @@ ensure_tools() {
     done
     [[ -e /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
     if ((${#missing[@]})); then
-        log "installing: ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        bash "$REPO/scripts/apt-install.sh" bench "${missing[@]}"
     fi
 }
 
