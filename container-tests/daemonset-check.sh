@@ -3,8 +3,9 @@
 # each with the securityContext, environment, command and volumes the
 # manifest gives it (container-tests/daemonset-pod.py renders them; the
 # node's file system is a fake root in a temporary directory, its network a
-# container of its own with --network none), in an image built the way the
-# README's Debian recipe builds one (the matrix's bookworm test image).
+# container of its own with --network none), in an image with the wrapper
+# and a shell (the matrix's bookworm test image, built the way the README's
+# Debian recipe builds one, and its distroless one, with busybox's sh).
 #
 #   container-tests/daemonset-check.sh IMAGE     (IPTW_DAEMONSET_YAML: another manifest)
 #
@@ -59,13 +60,13 @@ NODE="$(docker run -d --network none "${PRIVILEGE[@]}" --label "iptables-wrapper
   --entrypoint sleep "$IMAGE" 600)"
 node() { docker exec "$NODE" "$@"; }
 mixed_state() {
-  node iptables-legacy -w -F
-  node iptables-legacy -w -A INPUT -s 192.0.2.1 -j DROP
-  node iptables-legacy -w -P FORWARD DROP
-  node iptables-nft -F INPUT
-  node iptables-nft -A INPUT -s 192.0.2.2 -j ACCEPT
+  node xtables-legacy-multi iptables -w -F
+  node xtables-legacy-multi iptables -w -A INPUT -s 192.0.2.1 -j DROP
+  node xtables-legacy-multi iptables -w -P FORWARD DROP
+  node xtables-nft-multi iptables -F INPUT
+  node xtables-nft-multi iptables -A INPUT -s 192.0.2.2 -j ACCEPT
 }
-legacy_rules() { node iptables-legacy-save | grep -c '^-A' || true; }
+legacy_rules() { node xtables-legacy-multi iptables-save | grep -c '^-A' || true; }
 
 # pod_args CONTAINER [KEY=VALUE...]: ARGS, the docker run arguments of
 # CONTAINER of the manifest, as the node would run it.
@@ -108,7 +109,7 @@ rc=0; out="$(pod stale-rules REMOVE_STALE=true)" || rc=$?
 echo "$out" | sed 's/^/    | /'
 [[ $rc -eq 0 ]] && ok "exit 0" || fail "exit $rc"
 [[ "$(legacy_rules)" == 0 ]] && ok "legacy emptied" || fail "legacy still holds $(legacy_rules) rules"
-node iptables-legacy -S FORWARD | grep -qx -- '-P FORWARD ACCEPT' && ok "FORWARD policy ACCEPT" || fail "FORWARD policy still DROP"
+node xtables-legacy-multi iptables -S FORWARD | grep -qx -- '-P FORWARD ACCEPT' && ok "FORWARD policy ACCEPT" || fail "FORWARD policy still DROP"
 new=$(ls -d "$backups"/stale-backup-2* 2>/dev/null | grep -v '/stale-backup-2000' || true)
 if [[ -n "$new" ]] && grep -q -- '-A INPUT -s 192.0.2.1/32 -j DROP' "$new/iptables-legacy.rules" 2>/dev/null; then
   ok "backup $(basename "$new") holds the removed rule"

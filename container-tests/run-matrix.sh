@@ -9,9 +9,9 @@
 # snippets by marker (container-tests/readme-snippets.sh --list), each built
 # as printed from the repository root and checked by readme-recipe.sh, or
 # none. Default: all of each (recipes: none when there is no README.md beside
-# container-tests, as inside dind.sh). With bookworm in the run, the example
-# DaemonSet's containers also run as a node would run them
-# (daemonset-check.sh). Scenarios 1-8 and
+# container-tests, as inside dind.sh). With bookworm or distroless in the
+# run, the example DaemonSet's containers also run there as a node would run
+# them (daemonset-check.sh). Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
 # image) each need an image of their own and run once, in it.
 #
@@ -204,18 +204,20 @@ for recipe in "${RECIPES[@]}"; do
   log "README recipe $recipe: ${RESULT[recipe,$recipe]} ($((SECONDS - cell_start))s)"
 done
 # The example DaemonSet's containers as a node runs them, in the bookworm
-# test image (the README's Debian recipe), when both are in this run.
-DAEMONSET_CELL=""
-if [[ -n "${TEST_IMAGE[bookworm]:-}" && -r "$REPO_DIR/examples/daemonset.yaml" ]]; then
-  DAEMONSET_CELL=bookworm cell_start=$SECONDS
-  CELLS+=("daemonset,bookworm")
-  if "$CT_DIR/daemonset-check.sh" "${TEST_IMAGE[bookworm]}" >"$LOGS/daemonset-bookworm.log" 2>&1; then
-    RESULT[daemonset,bookworm]=pass; passed=$((passed + 1))
+# (the README's Debian recipe) and distroless (busybox's sh) test images of
+# this run.
+DAEMONSET_CELLS=()
+for flavour in bookworm distroless; do
+  [[ -n "${TEST_IMAGE[$flavour]:-}" && -r "$REPO_DIR/examples/daemonset.yaml" ]] || continue
+  cell_start=$SECONDS
+  CELLS+=("daemonset,$flavour") DAEMONSET_CELLS+=("$flavour")
+  if "$CT_DIR/daemonset-check.sh" "${TEST_IMAGE[$flavour]}" >"$LOGS/daemonset-$flavour.log" 2>&1; then
+    RESULT[daemonset,$flavour]=pass; passed=$((passed + 1))
   else
-    RESULT[daemonset,bookworm]=FAIL; failed=$((failed + 1))
+    RESULT[daemonset,$flavour]=FAIL; failed=$((failed + 1))
   fi
-  log "examples/daemonset.yaml: ${RESULT[daemonset,bookworm]} ($((SECONDS - cell_start))s)"
-fi
+  log "examples/daemonset.yaml in $flavour: ${RESULT[daemonset,$flavour]} ($((SECONDS - cell_start))s)"
+done
 
 # Failed cells' logs, then the table.
 for cell in "${CELLS[@]}"; do
@@ -239,7 +241,9 @@ done
 for recipe in "${RECIPES[@]}"; do
   printf 'README recipe %s (built as printed): %s\n' "$recipe" "${RESULT[recipe,$recipe]}"
 done
-[[ -z "$DAEMONSET_CELL" ]] || printf 'examples/daemonset.yaml, its containers as a node runs them: %s\n' "${RESULT[daemonset,bookworm]}"
+for flavour in "${DAEMONSET_CELLS[@]}"; do
+  printf 'examples/daemonset.yaml, its containers as a node runs them, in %s: %s\n' "$flavour" "${RESULT[daemonset,$flavour]}"
+done
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
