@@ -10,8 +10,10 @@
 # their checksums, --version and the sizes docs/building.md gives (within
 # 10%); the aarch64 binary under qemu-user
 # (scripts/qemu-smoke.sh); then, when a Docker engine answers, the container
-# matrix and a short docker-in-docker smoke (one image, the upgrade-without-
-# restart scenario). Prints how long each part took.
+# matrix, scripts/apt-install.sh against a held lock and broken packages
+# (container-tests/apt-install-check.sh) and a short docker-in-docker smoke
+# (one image, the upgrade-without-restart scenario). Prints how long each
+# part took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
@@ -62,6 +64,7 @@ if docker info >/dev/null 2>&1; then
     IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"
     export IPTW_WRAPPER
     timed "container matrix" bash container-tests/run-matrix.sh
+    timed "apt steps" bash container-tests/apt-install-check.sh
     timed "dind smoke" bash container-tests/dind.sh --flavours bookworm --scenarios 3
 else
     echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh) and the dind smoke (container-tests/dind.sh)"
