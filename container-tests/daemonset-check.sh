@@ -32,7 +32,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 IMAGE="${1:?usage: daemonset-check.sh IMAGE}"
 YAML="${IPTW_DAEMONSET_YAML:-$REPO_DIR/examples/daemonset.yaml}"
-PY="$(ls -d "${IPTW_DEV_TOOLS:-$REPO_DIR/target/dev-tools}"/kubernetes-validate-*/bin/python 2>/dev/null | sort -V | tail -n1)"
+PY="$(ls -d "${IPTW_DEV_TOOLS:-$REPO_DIR/target/dev-tools}"/kubernetes-validate-*/bin/python 2>/dev/null | sort -V | tail -n1 || true)"
 [[ -n "$PY" ]] || PY=python3
 "$PY" -c 'import yaml' 2>/dev/null || die "PyYAML is needed (scripts/install-deps.sh installs it in its venv)"
 read -r -a PRIVILEGE <<<"${IPTW_PRIVILEGE:---cap-add NET_ADMIN --cap-add NET_RAW}"

@@ -44,7 +44,11 @@ FLAVOURS=("${ALL_FLAVOURS[@]}")
 SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
 RECIPES=()
 if [[ -r "$REPO_DIR/README.md" ]]; then
-  mapfile -t RECIPES < <("$CT_DIR/readme-snippets.sh" --list | awk '$2 == "dockerfile" { print $1 }')
+  # A broken marker fails the run here; a README without any marked
+  # Dockerfile snippet would leave its recipes unchecked, so that fails too.
+  snippets="$("$CT_DIR/readme-snippets.sh" --list)"
+  mapfile -t RECIPES < <(awk '$2 == "dockerfile" { print $1 }' <<<"$snippets")
+  [[ ${#RECIPES[@]} -gt 0 ]] || die "README.md has no Dockerfile snippet marked <!-- snippet: NAME --> (readme-snippets.sh --list)"
 fi
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 FILE="${1:-examples/daemonset.yaml}"
 OLDEST_MINOR=28
 
-venv=$(ls -d "${IPTW_DEV_TOOLS:-$PWD/target/dev-tools}"/kubernetes-validate-*/ 2>/dev/null | sort -V | tail -n1)
+venv=$(ls -d "${IPTW_DEV_TOOLS:-$PWD/target/dev-tools}"/kubernetes-validate-*/ 2>/dev/null | sort -V | tail -n1 || true)
 [[ -n "$venv" && -e "$venv/installed" ]] || {
     echo "check-daemonset.sh: kubernetes-validate is not installed: run scripts/install-deps.sh" >&2
     exit 1
