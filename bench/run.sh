@@ -4,7 +4,8 @@
 # per backend, and on one long chain of 50,000 and 100,000 rules per backend
 # (first and repeated calls).
 #
-#   sudo bash bench/run.sh            # builds, measures, writes bench/results.md
+#   sudo bash bench/run.sh                   # builds, measures, prints the report (and keeps it in a temporary file)
+#   sudo bash bench/run.sh --write-results   # ... and writes it to bench/results.md (tracked: only when asked)
 #
 # Every iptables/nft command runs inside network namespaces this script creates
 # (and deletes on exit); the machine's own namespace, /host and /run/xtables.lock
@@ -18,7 +19,7 @@
 #   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller),
 #                          and the larger kube-proxy-like tie
 #   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
-#   BENCH_RESULTS [bench/results.md]
+#   BENCH_RESULTS [a new temporary file; bench/results.md with --write-results]
 #   BENCH_WRAPPER          use this binary instead of building with cargo
 #   BENCH_SCENARIOS [growing large long]
 #                          which scenarios to run (growing: A, E 50k L + 1k N;
@@ -28,7 +29,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$BENCH_DIR")
-RESULTS=${BENCH_RESULTS:-$BENCH_DIR/results.md}
+RESULTS=${BENCH_RESULTS:-}   # where the report goes; set in main
 RUNS=${BENCH_RUNS:-400}
 WARMUP=${BENCH_WARMUP:-20}
 SLOW_RUNS=${BENCH_SLOW_RUNS:-7}
@@ -58,9 +59,7 @@ ensure_tools() {
     done
     [[ -e /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
     if ((${#missing[@]})); then
-        log "installing: ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+        bash "$REPO/scripts/apt-install.sh" bench "${missing[@]}"
     fi
 }
 
@@ -523,6 +522,11 @@ write_report() {
 }
 
 main() {
+    case "${1:-}" in
+        "") [[ -n $RESULTS ]] || RESULTS=$(mktemp "${TMPDIR:-/tmp}/iptables-wrapper-bench-results.XXXXXX") ;;
+        --write-results) [[ $# -eq 1 ]] || die "--write-results takes nothing after it"; RESULTS=${RESULTS:-$BENCH_DIR/results.md} ;;
+        *) die "unknown argument '$1' (expected nothing, or --write-results to write bench/results.md)" ;;
+    esac
     [[ $(id -u) == 0 ]] || die "run as root (network namespaces, netfilter)"
     local start=$SECONDS
     LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -542,7 +546,8 @@ main() {
 
     write_report $((SECONDS - start))
     cat "$RESULTS"
-    log "results written to $RESULTS"
+    log "results written to $RESULTS${1:+ (--write-results)}"
+    [[ -n ${1:-} || -n ${BENCH_RESULTS:-} ]] || log "bench/results.md is untouched (--write-results writes it)"
     if ((FAILURES)); then
         log "$FAILURES row(s) missed their target"
         exit 1

@@ -22,7 +22,11 @@
 #   pull             `FROM ${IPTW_DEBIAN_IMAGE:-debian}:SUITE` plus apt-get,
 #                    for docker-in-docker CI that can pull images.
 # Images are tagged with a content key of their recipe, so an unchanged recipe
-# is never rebuilt.
+# is never rebuilt, and also by name alone (iptables-wrapper-base:bookworm,
+# :bullseye, :trixie, :distroless, :distroless-src, :dind, :nonroot), the
+# newest build of each, so that the README's recipes can be built offline
+# from them (`FROM iptables-wrapper-base:bookworm` for `FROM
+# debian:bookworm-slim`: minbase with iptables, no registry).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -50,16 +54,19 @@ prune_older() {
     | xargs -r docker rmi >/dev/null 2>&1 || true
 }
 
+# tag_by_name NAME TAG: also tag TAG as $BASE_REPO:NAME (the name alone,
+# which always names the newest build of NAME's recipe).
+tag_by_name() {
+  docker tag "$2" "$BASE_REPO:$1"
+}
+
 # ensure_mmdebstrap: install mmdebstrap from the machine's Debian packages
 # when it is missing (a fresh CI machine), where we may.
 ensure_mmdebstrap() {
   command -v mmdebstrap >/dev/null && return
   [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null \
     || die "mmdebstrap is missing: install it (Debian package mmdebstrap) or use IPTW_BASE_SOURCE=pull"
-  log "installing mmdebstrap"
-  export DEBIAN_FRONTEND=noninteractive
-  quietly apt-get update
-  quietly apt-get install -y mmdebstrap
+  bash "$REPO_DIR/scripts/apt-install.sh" build-base.sh mmdebstrap
 }
 
 # debian_image NAME SUITE PACKAGE...: print the image NAME of SUITE with
@@ -90,6 +97,7 @@ debian_image() {
       | docker import "${IMPORT_CHANGES[@]}" - "$tag" >/dev/null
   fi
   prune_older "$name" "$tag"
+  tag_by_name "$name" "$tag"
   printf '%s\n' "$tag"
 }
 
@@ -108,6 +116,7 @@ distroless_image() {
       --build-arg "SRC=$src" "$CT_DIR"
   fi
   prune_older distroless "$tag"
+  tag_by_name distroless "$tag"
   printf '%s\n' "$tag"
 }
 

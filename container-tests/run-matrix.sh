@@ -2,10 +2,16 @@
 # The container test matrix: every scenario in every image, each in fresh
 # privileged containers, then a summary table and "N passed, M failed".
 #
-#   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST]
+#   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST] [--recipes LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..11 (see scenario.sh). Default: all of both. Scenarios 1-8 and
+# scenarios 1..11 (see scenario.sh); recipes: the README's Dockerfile
+# snippets by marker (container-tests/readme-snippets.sh --list), each built
+# as printed from the repository root and checked by readme-recipe.sh, or
+# none. Default: all of each (recipes: none when there is no README.md beside
+# container-tests, as inside dind.sh). With bookworm or distroless in the
+# run, the example DaemonSet's containers also run there as a node would run
+# them (daemonset-check.sh). Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
 # image) each need an image of their own and run once, in it.
 #
@@ -36,10 +42,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
 SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
+RECIPES=()
+if [[ -r "$REPO_DIR/README.md" ]]; then
+  # A broken marker fails the run here; a README without any marked
+  # Dockerfile snippet would leave its recipes unchecked, so that fails too.
+  snippets="$("$CT_DIR/readme-snippets.sh" --list)"
+  mapfile -t RECIPES < <(awk '$2 == "dockerfile" { print $1 }' <<<"$snippets")
+  [[ ${#RECIPES[@]} -gt 0 ]] || die "README.md has no Dockerfile snippet marked <!-- snippet: NAME --> (readme-snippets.sh --list)"
+fi
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
     --scenarios) IFS=, read -r -a SCENARIOS <<<"$2"; shift 2 ;;
+    --recipes) IFS=, read -r -a RECIPES <<<"$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -181,6 +196,32 @@ for flavour in "${FLAVOURS[@]}"; do
   for s in "${FLAVOUR_SCENARIOS[@]}"; do run_cell "$flavour" "$s"; done
 done
 for s in "${SOLO_SCENARIOS[@]}"; do run_cell "${SOLO_IMAGE[$s]}" "$s"; done
+[[ "${RECIPES[*]}" != none ]] || RECIPES=()
+for recipe in "${RECIPES[@]}"; do
+  cell_start=$SECONDS
+  CELLS+=("recipe,$recipe")
+  if "$CT_DIR/readme-recipe.sh" "$recipe" "$WRAPPER_IMAGE" >"$LOGS/recipe-$recipe.log" 2>&1; then
+    RESULT[recipe,$recipe]=pass; passed=$((passed + 1))
+  else
+    RESULT[recipe,$recipe]=FAIL; failed=$((failed + 1))
+  fi
+  log "README recipe $recipe: ${RESULT[recipe,$recipe]} ($((SECONDS - cell_start))s)"
+done
+# The example DaemonSet's containers as a node runs them, in the bookworm
+# (the README's Debian recipe) and distroless (busybox's sh) test images of
+# this run.
+DAEMONSET_CELLS=()
+for flavour in bookworm distroless; do
+  [[ -n "${TEST_IMAGE[$flavour]:-}" && -r "$REPO_DIR/examples/daemonset.yaml" ]] || continue
+  cell_start=$SECONDS
+  CELLS+=("daemonset,$flavour") DAEMONSET_CELLS+=("$flavour")
+  if "$CT_DIR/daemonset-check.sh" "${TEST_IMAGE[$flavour]}" >"$LOGS/daemonset-$flavour.log" 2>&1; then
+    RESULT[daemonset,$flavour]=pass; passed=$((passed + 1))
+  else
+    RESULT[daemonset,$flavour]=FAIL; failed=$((failed + 1))
+  fi
+  log "examples/daemonset.yaml in $flavour: ${RESULT[daemonset,$flavour]} ($((SECONDS - cell_start))s)"
+done
 
 # Failed cells' logs, then the table.
 for cell in "${CELLS[@]}"; do
@@ -200,6 +241,12 @@ if [[ ${#FLAVOURS[@]} -gt 0 ]]; then
 fi
 for s in "${SOLO_SCENARIOS[@]}"; do
   printf '%-14s %5s: %s\n' "${SOLO_IMAGE[$s]}" "$s" "${RESULT[${SOLO_IMAGE[$s]},$s]}"
+done
+for recipe in "${RECIPES[@]}"; do
+  printf 'README recipe %s (built as printed): %s\n' "$recipe" "${RESULT[recipe,$recipe]}"
+done
+for flavour in "${DAEMONSET_CELLS[@]}"; do
+  printf 'examples/daemonset.yaml, its containers as a node runs them, in %s: %s\n' "$flavour" "${RESULT[daemonset,$flavour]}"
 done
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"

@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
 # Builds the static wrapper and prints its decision for this machine.
 # `detect` only reads: it creates no table and changes no kernel state.
+#
+# Needs a Rust toolchain first (cargo and rustc, installed with rustup; see
+# "Before you start" in README.md). Installs only what this needs: Debian's
+# iptables package (the two backends, which `detect` reads through when the
+# kernel cannot be asked directly) and this machine's musl target (rustup
+# target add). What the test suite needs besides is scripts/install-deps.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+command -v cargo >/dev/null || {
+    echo "detect.sh: cargo is not installed: install a Rust toolchain with rustup first (README.md, \"Before you start\")" >&2
+    exit 1
+}
+# has_tool NAME: NAME is a command here, /usr/sbin and /sbin included.
+has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
+if ! has_tool xtables-legacy-multi || ! has_tool xtables-nft-multi; then
+    bash scripts/apt-install.sh detect.sh iptables
+fi
 wrapper=$(bash scripts/build-static.sh)
 exec "$wrapper" detect "$@"

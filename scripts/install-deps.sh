@@ -1,26 +1,54 @@
 #!/usr/bin/env bash
-# Installs what building and testing the wrapper needs on a Debian-like
-# machine: the distribution's iptables (both backends) and nftables, strace
-# (a test checks what a call looks at), and the
-# Rust musl targets of both shipped architectures (.cargo/config.toml builds
-# for musl by default, so `cargo test` needs the machine's own), and rustfmt
-# and clippy (scripts/test.sh checks the crate's style with both).
+# Installs what the test suite (scripts/test.sh) needs on a Debian-like
+# machine, on top of a Rust toolchain installed with rustup (README.md,
+# "Before you start"):
+#   - Debian packages (scripts/apt-install.sh: only these, waiting for
+#     another apt's lock): iptables (both backends) and nftables, util-linux
+#     (unshare), strace (a test checks what a call looks at), qemu-user-static
+#     on x86_64 (the aarch64 binary's smoke, scripts/qemu-smoke.sh), and
+#     python3-venv where python3 cannot make a venv;
+#   - the Rust musl targets of both shipped architectures (.cargo/config.toml
+#     builds for musl by default, so `cargo test` needs the machine's own;
+#     scripts/build-static.sh --all both), rustfmt and clippy (the style
+#     checks);
+#   - kubernetes-validate from PyPI, pinned, in a venv of its own under
+#     target/dev-tools (the example DaemonSet's schema check,
+#     scripts/check-daemonset.sh); IPTW_DEV_TOOLS moves it.
+# scripts/detect.sh needs only a part of this and installs that itself.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-missing=()
-for tool in iptables-legacy iptables-nft xtables-legacy-multi nft unshare strace; do
-    command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+KUBERNETES_VALIDATE_VERSION=1.37.0
+
+# has_tool NAME: NAME is a command here, /usr/sbin and /sbin included.
+has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
+
+packages=()
+for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
+    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace; do
+    has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
-if ((${#missing[@]})); then
-    echo "installing iptables, nftables and strace (missing: ${missing[*]})" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq iptables nftables util-linux strace >/dev/null
+if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-aarch64-static; then packages+=(qemu-user-static); fi
+venv_probe=$(mktemp -d "${TMPDIR:-/tmp}/iptw-venv.XXXXXX")
+python=python3
+if ! python3 -m venv --without-pip "$venv_probe/v" >/dev/null 2>&1 \
+    || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    packages+=(python3-venv)
+    python=/usr/bin/python3
 fi
-command -v cargo >/dev/null || { echo "cargo is required" >&2; exit 1; }
+rm -rf "$venv_probe"
+if ((${#packages[@]})); then
+    mapfile -t packages < <(printf '%s\n' "${packages[@]}" | sort -u)
+    bash scripts/apt-install.sh install-deps.sh "${packages[@]}"
+fi
+
+command -v cargo >/dev/null && command -v rustc >/dev/null || {
+    echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Before you start\")" >&2
+    exit 1
+}
 sysroot=$(rustc --print sysroot)
 for arch in x86_64 aarch64; do
-    target=$(bash "$(dirname "$0")/static-target.sh" "$arch")
+    target=$(bash scripts/static-target.sh "$arch")
     [ -d "$sysroot/lib/rustlib/$target/lib" ] && continue
     if ! command -v rustup >/dev/null || ! timeout 300 rustup target add "$target" >&2; then
         echo "install-deps.sh: the Rust target $target is missing and rustup could not add it (rustup target add $target)" >&2
@@ -34,3 +62,22 @@ for component in rustfmt clippy; do
         exit 1
     fi
 done
+
+# The schema validator, in a venv of its own (never the system's Python).
+tools="${IPTW_DEV_TOOLS:-$PWD/target/dev-tools}"
+venv="$tools/kubernetes-validate-$KUBERNETES_VALIDATE_VERSION"
+# A venv cannot be moved (its scripts name their own path), so a complete
+# one is marked by a file written last.
+if [[ ! -e "$venv/installed" ]]; then
+    echo "install-deps.sh: installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $venv" >&2
+    rm -rf "$venv"
+    mkdir -p "$tools"
+    if ! "$python" -m venv "$venv" \
+        || ! "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >&2; then
+        rm -rf "$venv"
+        echo "install-deps.sh: could not install kubernetes-validate $KUBERNETES_VALIDATE_VERSION from PyPI into $venv (pip install kubernetes-validate==$KUBERNETES_VALIDATE_VERSION)" >&2
+        exit 1
+    fi
+    echo "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >"$venv/installed"
+fi

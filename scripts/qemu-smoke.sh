@@ -24,10 +24,7 @@ step() { echo "qemu-smoke: $*" >&2; }
 [[ "$(uname -m)" == x86_64 ]] || { step "not an x86_64 machine: skipped"; exit 0; }
 [[ -x "$ARM" && -x "$NATIVE" ]] || fail "$ARM and $NATIVE are needed (bash scripts/build-static.sh --all)"
 if ! command -v qemu-aarch64-static >/dev/null; then
-    step "installing qemu-user-static"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq qemu-user-static >/dev/null 2>&1 \
-        || { apt-get update -qq && apt-get install -y -qq qemu-user-static >/dev/null; }
+    bash scripts/apt-install.sh qemu-smoke qemu-user-static
 fi
 QEMU=$(command -v qemu-aarch64-static)
 

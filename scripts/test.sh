@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite: the Markdown files' relative links
-# (scripts/check-links.sh); the API docs without warnings (cargo doc); the
+# (scripts/check-links.sh); examples/daemonset.yaml against the Kubernetes
+# schemas 1.28 to the newest and its promised properties
+# (scripts/check-daemonset.sh); the API docs without warnings (cargo doc); the
 # crate's style (cargo fmt --check, cargo clippy without warnings); unit
 # and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
 # of its own; needs root); the static binaries of both architectures with
-# their checksums and --version; the aarch64 binary under qemu-user
+# their checksums, --version and the sizes docs/building.md gives (within
+# 10%); the aarch64 binary under qemu-user
 # (scripts/qemu-smoke.sh); then, when a Docker engine answers, the container
-# matrix and a short docker-in-docker smoke (one image, the upgrade-without-
-# restart scenario). Prints how long each part took.
+# matrix, scripts/apt-install.sh against a held lock and broken packages
+# (container-tests/apt-install-check.sh) and a short docker-in-docker smoke
+# (one image, the upgrade-without-restart scenario). Prints how long each
+# part took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
@@ -22,6 +27,7 @@ timed() {
 
 bash scripts/install-deps.sh
 timed "markdown links" bash scripts/check-links.sh
+timed "daemonset schema" bash scripts/check-daemonset.sh
 timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --release --all-targets -- -D warnings'
 timed "cargo tests" cargo test --release --target "$(bash scripts/static-target.sh)"
@@ -39,6 +45,17 @@ check_release_binaries() {
     [[ "$("dist/iptables-wrapper-$(uname -m)" --version)" == "$want" ]] \
         || { echo "--version printed '$("dist/iptables-wrapper-$(uname -m)" --version)', expected '$want'" >&2; return 1; }
     echo "release binaries: $(cd dist && stat -c '%n %s bytes' iptables-wrapper-* | paste -sd, -)"
+    # docs/building.md gives the sizes ("x86_64 N bytes"): within 10%.
+    local arch documented actual
+    for arch in x86_64 aarch64; do
+        documented=$(grep -o "$arch [0-9,]* bytes" docs/building.md | head -n1 | sed "s/^$arch //; s/[^0-9]//g")
+        actual=$(stat -c %s "dist/iptables-wrapper-$arch")
+        [[ -n "$documented" ]] || { echo "docs/building.md gives no size for $arch ('$arch N bytes')" >&2; return 1; }
+        if ((actual * 10 < documented * 9 || actual * 10 > documented * 11)); then
+            echo "docs/building.md says the $arch binary is $documented bytes, this build's is $actual (more than 10% apart): update its sizes line" >&2
+            return 1
+        fi
+    done
 }
 timed "release binaries" check_release_binaries
 timed "aarch64 under qemu" bash scripts/qemu-smoke.sh
@@ -47,6 +64,7 @@ if docker info >/dev/null 2>&1; then
     IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"
     export IPTW_WRAPPER
     timed "container matrix" bash container-tests/run-matrix.sh
+    timed "apt steps" bash container-tests/apt-install-check.sh
     timed "dind smoke" bash container-tests/dind.sh --flavours bookworm --scenarios 3
 else
     echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh) and the dind smoke (container-tests/dind.sh)"
