@@ -138,12 +138,16 @@ fn legacy_hint_chain_decides_alone() {
 }
 
 #[test]
-fn kube_proxy_nft_table_decides() {
+fn kube_proxy_nft_table_decides_where_legacy_holds_no_rules() {
     let node = Node::new("kubeproxy");
-    node.sh("nft add table ip kube-proxy");
-    legacy_rules(&node, 4);
+    // Legacy tables a read-only listing made: no rules.
+    node.sh("nft add table ip kube-proxy && iptables-legacy -L -n >/dev/null");
     assert_eq!(node.version_mode("iptables"), "nft");
     assert_eq!(decided_by(&node), ("nft".into(), "kube-proxy-table".into()));
+    // The table holds none of iptables' rules: legacy's rules outweigh it.
+    legacy_rules(&node, 4);
+    assert_eq!(node.version_mode("iptables"), "legacy");
+    assert_eq!(decided_by(&node), ("legacy".into(), "rule-counts".into()));
 }
 
 #[test]
@@ -287,9 +291,10 @@ fn a_wrapped_call_and_detect_name_the_same_source() {
         ),
         ("a tie without a lock", format!("rm -f {lock}"), "default"),
         (
-            "kube-proxy's nftables table",
+            // It holds no iptables rule, and legacy holds two: no decision.
+            "kube-proxy's nftables table beside legacy rules",
             "nft add table ip kube-proxy".to_string(),
-            "kube-proxy-table",
+            "default",
         ),
         (
             "a legacy hint chain",
