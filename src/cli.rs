@@ -6,6 +6,7 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Depth};
 use crate::escape::{printable, quoted};
 use crate::install::{self, LinkOutcome};
+use crate::metrics;
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -16,7 +17,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 const USAGE: &str = "\
-usage: iptables-wrapper detect [--json] [--for COMMAND]
+usage: iptables-wrapper detect [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
        iptables-wrapper COMMAND [ARGS...]
@@ -28,8 +29,10 @@ and xtables-legacy-multi are), it decides on every call whether this host uses
 iptables-nft or iptables-legacy and execs that backend.
 
   detect     print the mode (first line: nft or legacy), the source that
-             decided and every piece of evidence read; --json for one JSON
-             object; --for one of the six command names (default iptables)
+             decided and every piece of evidence read; --json (--format
+             json) for one JSON object; --for one of the six command names
+             (default iptables); --format prometheus: both families' state
+             as Prometheus/OpenMetrics text (docs/metrics.md)
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
@@ -107,19 +110,58 @@ fn print_out(text: &str) -> i32 {
     }
 }
 
+/// The forms of the `detect` report.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DetectFormat {
+    Text,
+    Json,
+    Prometheus,
+}
+
 fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
-    let mut json = false;
-    let mut command = WrappedCommand::from_name("iptables").expect("a known name");
+    let mut format = None;
+    let mut command = None;
     while let Some(arg) = args.next() {
-        match arg {
-            "--json" => json = true,
-            "--for" => match args.next().and_then(WrappedCommand::from_name) {
-                Some(named) => command = named,
-                None => return usage_error("--for needs one of: iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save, ip6tables-restore"),
+        let (option, chosen) = match arg {
+            "--json" => ("--json", Some(DetectFormat::Json)),
+            "--format" => ("--format", format_named(args.next())),
+            _ if arg.starts_with("--format=") => ("--format", format_named(arg.strip_prefix("--format="))),
+            "--for" => match (command, args.next().and_then(WrappedCommand::from_name)) {
+                (Some(_), _) => return usage_error("--for is given more than once"),
+                (None, Some(named)) => {
+                    command = Some(named);
+                    continue;
+                }
+                (None, None) => return usage_error("--for needs one of: iptables, iptables-save, iptables-restore, ip6tables, ip6tables-save, ip6tables-restore"),
             },
             other => return usage_error(&format!("unknown detect option {}", quoted(other.as_bytes()))),
+        };
+        match (format, chosen) {
+            (_, None) => return usage_error("--format needs one of: text, json, prometheus"),
+            (Some(_), Some(_)) => {
+                return usage_error(&format!(
+                    "{option}: a format is already given (by --json or --format); give one"
+                ))
+            }
+            (None, chosen) => format = chosen,
         }
     }
+    let format = format.unwrap_or(DetectFormat::Text);
+    if format == DetectFormat::Prometheus {
+        if command.is_some() {
+            return usage_error(
+                "--for goes with the text and JSON reports; --format prometheus covers iptables and ip6tables",
+            );
+        }
+        return match metrics::exposition() {
+            Ok(text) => print_out(&text),
+            Err(invalid) => {
+                say(&invalid.to_string());
+                2
+            }
+        };
+    }
+    let command = command.unwrap_or_else(|| WrappedCommand::from_name("iptables").expect("a known name"));
     let decision = match decision::decide(&command, Depth::Everything) {
         Ok(decision) => decision,
         Err(invalid) => {
@@ -128,10 +170,20 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         }
     };
     let settings = settings::current();
-    if json {
+    if format == DetectFormat::Json {
         print_out(&format!("{}\n", report::json(&decision, settings)))
     } else {
         print_out(&report::text(&decision, settings))
+    }
+}
+
+/// The format a `--format` value names, if any.
+fn format_named(value: Option<&str>) -> Option<DetectFormat> {
+    match value? {
+        "text" => Some(DetectFormat::Text),
+        "json" => Some(DetectFormat::Json),
+        "prometheus" => Some(DetectFormat::Prometheus),
+        _ => None,
     }
 }
 
