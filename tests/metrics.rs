@@ -3,7 +3,8 @@
 //! in the clean, mixed and legacy states and with counts that cannot be
 //! read, its values checked against the rules each test put there, and its
 //! usage errors. Each test in a network namespace of its own, against the
-//! real iptables-legacy / iptables-nft.
+//! real iptables-legacy / iptables-nft. Also: the doc and the example alert
+//! rules name only metrics that exist.
 
 mod common;
 
@@ -513,4 +514,39 @@ fn format_usage_errors_are_one_line() {
         serde_json::from_str(&first_line(&["--format", "json", "--for", "ip6tables"])).unwrap();
     assert_eq!(json["command"], "ip6tables");
     assert_eq!(first_line(&["--format", "text"]), first_line(&[]));
+}
+
+/// The metric names in `text`: each `iptables_wrapper_...` word but the
+/// prefix alone.
+fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("iptables_wrapper_") && *word != "iptables_wrapper_")
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_docs_and_the_alert_rules_name_only_metrics_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "examples/prometheus-rules.yaml",
+        "examples/prometheus-rules.test.yaml",
+        "docs/metrics.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for name in metric_names_in(&text) {
+            assert!(
+                FAMILIES.contains(&name.as_str()),
+                "{file} names {name}, which is not exported"
+            );
+        }
+    }
+    // Every metric is in the doc's table.
+    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+    for name in FAMILIES {
+        assert!(
+            doc.contains(&format!("| `{name}` |")),
+            "docs/metrics.md does not describe {name}"
+        );
+    }
 }
