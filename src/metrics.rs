@@ -31,14 +31,14 @@ use std::fmt::{Display, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The prefix of every metric name.
-pub const PREFIX: &str = "iptables_wrapper_";
+const PREFIX: &str = "iptables_wrapper_";
 
 /// The three values of every `state` label, in the order they are written.
 const STATES: [&str; 3] = ["known", "absent", "unknown"];
 
 /// What one backend's rule count is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Count {
+enum Count {
     /// Read: this many rules.
     Known(u64),
     /// The running kernel does not have the backend now (not loaded, or not
@@ -69,15 +69,15 @@ impl Count {
 
 /// What one stale table holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TableState {
-    pub rules: u64,
-    pub non_accept_policies: u64,
-    pub user_chains: u64,
+struct TableState {
+    rules: u64,
+    non_accept_policies: u64,
+    user_chains: u64,
 }
 
 /// What the backend a family's host does not use still holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StaleState {
+enum StaleState {
     /// Read: per iptables table (in [`IPTABLES_TABLES`] order), and how many
     /// tables holding state are not that backend's to call stale.
     Known {
@@ -102,22 +102,23 @@ impl StaleState {
 
 /// One family: its decision, and what the other backend holds.
 #[derive(Clone, Debug)]
-pub struct FamilyState {
-    pub family: Family,
-    pub decision: Decision,
-    pub stale: StaleState,
+struct FamilyState {
+    family: Family,
+    decision: Decision,
+    stale: StaleState,
 }
 
 /// Everything exported, as read.
 #[derive(Clone, Debug)]
-pub struct Snapshot {
-    pub families: Vec<FamilyState>,
-    /// Each backend's rule count (IPv4 and IPv6 together), legacy first.
-    pub counts: [(Mode, Count); 2],
+struct Snapshot {
+    families: Vec<FamilyState>,
+    /// Each backend's rule count, legacy first: IPv4 and IPv6 together, as
+    /// the IPv4 decision counted them (each family's decision counts both).
+    counts: [(Mode, Count); 2],
     /// Reading everything, both decisions and the stale tables.
-    pub took: Duration,
+    took: Duration,
     /// When the reading started.
-    pub at: SystemTime,
+    at: SystemTime,
 }
 
 /// Reads both families' state and renders it. Fails only on invalid
@@ -128,7 +129,7 @@ pub fn exposition() -> Result<String, InvalidSetting> {
 
 /// Reads both families' decisions (every source) and what the other
 /// backend holds in each.
-pub fn read() -> Result<Snapshot, InvalidSetting> {
+fn read() -> Result<Snapshot, InvalidSetting> {
     let at = SystemTime::now();
     let started = Instant::now();
     let mut families = Vec::new();
@@ -262,7 +263,7 @@ impl Exposition {
 }
 
 /// The snapshot as text exposition, ending in `# EOF`.
-pub fn render(snapshot: &Snapshot) -> String {
+fn render(snapshot: &Snapshot) -> String {
     let mut out = Exposition {
         text: String::new(),
         family: ("", "", false),
