@@ -123,9 +123,9 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     let mut command = None;
     while let Some(arg) = args.next() {
         let (option, chosen) = match arg {
-            "--json" => ("--json", Some(DetectFormat::Json)),
-            "--format" => ("--format", format_named(args.next())),
-            _ if arg.starts_with("--format=") => ("--format", format_named(arg.strip_prefix("--format="))),
+            "--json" => ("--json", Some("json")),
+            "--format" => ("--format", args.next()),
+            _ if arg.starts_with("--format=") => ("--format", arg.strip_prefix("--format=")),
             "--for" => match (command, args.next().and_then(WrappedCommand::from_name)) {
                 (Some(_), _) => return usage_error("--for is given more than once"),
                 (None, Some(named)) => {
@@ -136,15 +136,22 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
             },
             other => return usage_error(&format!("unknown detect option {}", quoted(other.as_bytes()))),
         };
-        match (format, chosen) {
-            (_, None) => return usage_error("--format needs one of: text, json, prometheus"),
-            (Some(_), Some(_)) => {
+        let chosen = match (chosen, chosen.and_then(format_named)) {
+            (_, Some(chosen)) => chosen,
+            (None, None) => return usage_error("--format needs one of: text, json, prometheus"),
+            (Some(value), None) => {
                 return usage_error(&format!(
-                    "{option}: a format is already given (by --json or --format); give one"
+                    "--format needs one of: text, json, prometheus, not {}",
+                    quoted(value.as_bytes())
                 ))
             }
-            (None, chosen) => format = chosen,
+        };
+        if format.is_some() {
+            return usage_error(&format!(
+                "{option}: a format is already given (by --json or --format); give one"
+            ));
         }
+        format = Some(chosen);
     }
     let format = format.unwrap_or(DetectFormat::Text);
     if format == DetectFormat::Prometheus {
@@ -178,8 +185,8 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
 }
 
 /// The format a `--format` value names, if any.
-fn format_named(value: Option<&str>) -> Option<DetectFormat> {
-    match value? {
+fn format_named(value: &str) -> Option<DetectFormat> {
+    match value {
         "text" => Some(DetectFormat::Text),
         "json" => Some(DetectFormat::Json),
         "prometheus" => Some(DetectFormat::Prometheus),

@@ -477,12 +477,13 @@ fn counts_that_cannot_be_read_are_not_zero() {
 #[test]
 fn format_usage_errors_are_one_line() {
     let node = Node::new("metrics-usage");
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--format", "prometheus", "--json"], "--json"),
         (&["--json", "--format", "json"], "--format"),
         (&["--format", "text", "--format", "text"], "--format"),
         (&["--json", "--json"], "--json"),
-        (&["--format", "xml"], "text, json, prometheus"),
+        (&["--format", "xml"], "text, json, prometheus, not \"xml\""),
+        (&["--format="], "text, json, prometheus, not \"\""),
         (&["--format"], "text, json, prometheus"),
         (&["--format", "prometheus", "--for", "ip6tables"], "--for"),
     ];
