@@ -6,6 +6,7 @@ use crate::command::{WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
 use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
+use crate::metrics;
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -16,7 +17,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 const USAGE: &str = "\
-usage: iptables-wrapper detect [-v] [--json] [--for COMMAND]
+usage: iptables-wrapper detect [-v] [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
        iptables-wrapper COMMAND [ARGS...]
@@ -29,9 +30,10 @@ iptables-nft or iptables-legacy and execs that backend.
 
   detect     print the verdict (first word: nft or legacy, then why) and one
              line per warning; -v adds the source that decided, the settings
-             and every piece of evidence read and how; --json for all of it
-             as one JSON object; --for one of the six command names (default
-             iptables)
+             and every piece of evidence read and how; --json (--format json)
+             for all of it as one JSON object; --for one of the six command
+             names (default iptables); --format prometheus: both families'
+             state as Prometheus/OpenMetrics text (docs/metrics.md)
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
@@ -132,21 +134,35 @@ fn print_out(text: &str) -> i32 {
     }
 }
 
+/// The forms of the `detect` report.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DetectFormat {
+    Text,
+    Json,
+    Prometheus,
+}
+
 fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
-    let mut json = false;
+    let mut format = None;
     let mut verbose = false;
-    let mut command = WrappedCommand::from_name("iptables").expect("a known name");
+    let mut command = None;
     let mut given = Given::default();
     while let Some(arg) = args.next() {
-        if let Some(repeated) = given.again(arg) {
+        let option = if arg.starts_with("--format=") { "--format" } else { arg };
+        if let Some(repeated) = given.again(option) {
             return usage_error(&repeated);
         }
-        match arg {
-            "--json" => json = true,
-            "-v" | "--verbose" => verbose = true,
+        let (option, chosen) = match arg {
+            "-v" | "--verbose" => {
+                verbose = true;
+                continue;
+            }
             "--for" => match args.next() {
                 Some(name) => match WrappedCommand::from_name(name) {
-                    Some(named) => command = named,
+                    Some(named) => {
+                        command = Some(named);
+                        continue;
+                    }
                     None => {
                         return usage_error(&format!(
                             "--for {}: not one of {}",
@@ -157,9 +173,44 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 },
                 None => return usage_error(&format!("--for needs one of {}", COMMAND_NAMES.join(", "))),
             },
+            "--json" => ("--json", Some("json")),
+            "--format" => ("--format", args.next()),
+            _ if arg.starts_with("--format=") => ("--format", arg.strip_prefix("--format=")),
             other => return usage_error(&format!("unknown detect option {}", quoted(other.as_bytes()))),
+        };
+        let chosen = match (chosen, chosen.and_then(format_named)) {
+            (_, Some(chosen)) => chosen,
+            (None, None) => return usage_error("--format needs one of: text, json, prometheus"),
+            (Some(value), None) => {
+                return usage_error(&format!(
+                    "--format needs one of: text, json, prometheus, not {}",
+                    quoted(value.as_bytes())
+                ))
+            }
+        };
+        if format.is_some() {
+            return usage_error(&format!(
+                "{option}: a format is already given (by --json or --format); give one"
+            ));
         }
+        format = Some(chosen);
     }
+    let format = format.unwrap_or(DetectFormat::Text);
+    if format == DetectFormat::Prometheus {
+        if command.is_some() {
+            return usage_error(
+                "--for goes with the text and JSON reports; --format prometheus covers iptables and ip6tables",
+            );
+        }
+        return match metrics::exposition() {
+            Ok(text) => print_out(&text),
+            Err(invalid) => {
+                say(&invalid.to_string());
+                2
+            }
+        };
+    }
+    let command = command.unwrap_or_else(|| WrappedCommand::from_name("iptables").expect("a known name"));
     let decision = match decision::decide(&command, Depth::Everything) {
         Ok(decision) => decision,
         Err(invalid) => {
@@ -168,12 +219,22 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         }
     };
     let settings = settings::current();
-    if json {
+    if format == DetectFormat::Json {
         print_out(&format!("{}\n", report::json(&decision, settings)))
     } else if verbose {
         print_out(&report::verbose_text(&decision, settings))
     } else {
         print_out(&report::text(&decision))
+    }
+}
+
+/// The format a `--format` value names, if any.
+fn format_named(value: &str) -> Option<DetectFormat> {
+    match value {
+        "text" => Some(DetectFormat::Text),
+        "json" => Some(DetectFormat::Json),
+        "prometheus" => Some(DetectFormat::Prometheus),
+        _ => None,
     }
 }
 

@@ -4,8 +4,9 @@
 //! The binary (`src/main.rs`) is thin; each concern lives in its own module.
 //! From the top down, each layer importing only those below it:
 //!
-//! - the command line (`cli`), the `detect` report (`report`), showing and
-//!   removing what the backend the host does not use still holds (`stale`);
+//! - the command line (`cli`), the `detect` report (`report`) and its
+//!   metrics (`metrics`), showing and removing what the backend the host
+//!   does not use still holds (`stale`);
 //! - the ordered decision (`decision`, one module per source of evidence),
 //!   and the record of warnings it leaves (`warnings_record`);
 //! - the kernel's state (`kernel`: nf_tables through netlink, legacy
@@ -32,6 +33,7 @@ pub mod family;
 pub mod host_link;
 pub mod install;
 pub mod kernel;
+pub mod metrics;
 pub mod mode;
 pub mod own_file;
 pub mod privilege;
