@@ -267,6 +267,8 @@ fn race_writer(
     let mut backups = String::new();
     let mut removed = 0;
     for round in 0..rounds {
+        // Time for the writer to leave something to remove.
+        std::thread::sleep(std::time::Duration::from_millis(150));
         let out = stale(node, &["--remove"]);
         let text = stdout(&out);
         assert!(
@@ -365,7 +367,12 @@ fn an_nft_writer_loses_no_rule() {
     let node = Node::new("nftwriter");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-nft -A INPUT -s 10.9.0.1 -j DROP");
+    // In bursts, as a sync writes: a removal that meets one backs up,
+    // proves and tries again; one that cannot finish between bursts stops.
     let (written, removed) = race_writer(&node, rounds(), "iptables-nft-save", move |i| {
+        if i % 10 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+        }
         let rule = format!("-A INPUT -s 10.30.{}.{}/32 -j ACCEPT", i / 250 % 250, i % 250 + 1);
         let out = Command::new("iptables-nft").args(rule.split(' ')).output().unwrap();
         out.status.success().then(|| vec![rule])

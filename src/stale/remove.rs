@@ -22,8 +22,9 @@
 //! commit per table; legacy tables stay registered. nft: the tables and the
 //! save are read at one generation, and the emptying is one transaction that
 //! the kernel commits only at that generation ([`NftSocket::empty_tables`]);
-//! when anything committed meanwhile, it backs up, proves and tries again, a
-//! few times, then stops with what is left and why.
+//! when anything committed meanwhile, it waits a little longer each time
+//! (writers come in bursts), backs up, proves and tries again, five attempts
+//! at most, then stops with what is left and why.
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
@@ -48,6 +49,8 @@ const LOCK_WAIT: Duration = Duration::from_secs(10);
 const LEGACY_TRIES: usize = 3;
 /// Attempts at the nft removal while the generation keeps moving.
 const NFT_TRIES: usize = 5;
+/// The wait before the next nft attempt, times the attempts so far.
+const NFT_BACKOFF: Duration = Duration::from_millis(100);
 /// The lock file the restore tools get while the removal holds the real one.
 const PRIVATE_LOCK: &str = ".xtables.lock";
 
@@ -247,6 +250,7 @@ fn remove(
                 return Ok(lock);
             }
             Ok(None) => {
+                std::thread::sleep(NFT_BACKOFF * attempt as u32);
                 nft_attempt = prove_nft(&socket, nft, private_lock);
                 continue;
             }
@@ -291,7 +295,11 @@ fn remove(
                 }
                 return Ok(lock);
             }
-            Ok(Emptied::GenerationMoved) => nft_attempt = prove_nft(&socket, nft, private_lock),
+            Ok(Emptied::GenerationMoved) => {
+                // Writers come in bursts (a sync, a restore): let one end.
+                std::thread::sleep(NFT_BACKOFF * attempt as u32);
+                nft_attempt = prove_nft(&socket, nft, private_lock);
+            }
             Err(e) => {
                 removal.fail_all(nft, &format!("emptying: {e}"));
                 return Ok(lock);
