@@ -505,3 +505,29 @@ fn mixed_state_is_flagged_with_advice_when_counts_decide() {
     assert_eq!(report["rule_counts"]["mixed"], true);
     assert!(!advice(&report), "{report}");
 }
+
+#[test]
+fn mixed_state_starts_at_ten_rules_in_each_backend() {
+    // (legacy rules, nft rules, mixed): 10 in each is mixed, 9 in either not.
+    let cases = [(10, 11, true), (11, 10, true), (9, 11, false), (11, 9, false)];
+    for (legacy, nft, mixed) in cases {
+        let node = Node::new(&format!("mixed-{legacy}-{nft}"));
+        legacy_rules(&node, legacy);
+        nft_rules(&node, nft);
+        let report = node.detect();
+        let case = format!("legacy {legacy}, nft {nft}: {report}");
+        assert_eq!(report["decided_by"], "rule-counts", "{case}");
+        assert_eq!(
+            report["rule_counts"]["legacy"]["exact"].as_u64(),
+            Some(legacy as u64),
+            "{case}"
+        );
+        assert_eq!(report["rule_counts"]["mixed"], mixed, "{case}");
+        let advice = report["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("mixed state"));
+        assert_eq!(advice, mixed, "{case}");
+    }
+}
