@@ -3,7 +3,7 @@
 //! namespace per test.
 
 mod common;
-use common::Node;
+use common::{refuse_syscall, Node};
 
 /// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
 fn legacy_rules(node: &Node, n: usize) {
@@ -432,6 +432,48 @@ fn refused_kernel_queries_are_reported_not_guessed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("falling back to iptables-nft-save"), "{stderr}");
     assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
+
+    // Legacy refused alone (getsockopt at the IP levels, for the wrapper
+    // and the save tool it falls back to), nft read: legacy's 3 rules are
+    // unknown, not 0, so nft's 2 do not outnumber them (read as 0, the counts
+    // would decide nft); the counts decide nothing and the default does.
+    nft_rules(&node, 2);
+    let mut detect = node.wrapper();
+    detect.env("IPTABLES_WRAPPER_LOG", "debug").args(["detect", "--json"]);
+    for level in [libc::SOL_IP, libc::SOL_IPV6] {
+        refuse_syscall(&mut detect, libc::SYS_getsockopt, &[(1, level as u32)]);
+    }
+    let out = detect.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["mode"].as_str(), report["decided_by"].as_str()),
+        (Some("nft"), Some("default")),
+        "{report}"
+    );
+    assert_eq!(report["rule_counts"], serde_json::Value::Null, "{report}");
+    let counts: Vec<&str> = report["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "rule-counts")
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert!(
+        !counts.is_empty() && counts.iter().all(|v| v.starts_with("unknown: legacy")),
+        "{report}"
+    );
+    let hints: Vec<&str> = report["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "hint-chain" && e["location"].as_str().unwrap().starts_with("nft"))
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(hints, ["absent (ipv4, ipv6)"], "nft is read: {report}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
+    assert!(!stderr.contains("falling back to iptables-nft-save"), "{stderr}");
 }
 
 #[test]
