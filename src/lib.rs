@@ -19,7 +19,8 @@
 //! - the override and mode names (`mode`), the wrapped command (`command`),
 //!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
 //!   file (`own_file`), the caller's standard descriptors and the wrapper's
-//!   own messages (`standard_fds`), how text from outside is shown
+//!   own messages (`standard_fds`), whether a path may be trusted (`trust`),
+//!   how text from outside is shown
 //!   (`escape`), the address families (`family`) and the binary's memory
 //!   allocator (`allocator`).
 
@@ -42,5 +43,6 @@ pub mod run_dir;
 pub mod settings;
 pub mod stale;
 pub mod standard_fds;
+pub mod trust;
 pub mod warnings_record;
 pub mod xtables_lock;

@@ -24,6 +24,18 @@
 //! a broken file does not go unnoticed until a caller without the variable
 //! comes), a file that cannot be read.
 //!
+//! These files pick the program root runs (`IPTABLES_WRAPPER_SBIN`) and the
+//! backend of every call, so they are used only where nobody but root (or
+//! the wrapper's own user) could have written them: the directory, each
+//! file, each link on the way and every directory up to `/` (the rule of
+//! sshd and sudo, in [`crate::trust`]); and only regular files are read,
+//! opened without blocking (a FIFO would hold every call, a link to
+//! `/proc/self/fd/0` would read the caller's stdin). Anything else is bad
+//! input. A ConfigMap volume passes: root's files, mounted read-only. A key
+//! whose link leads through `..data` to nothing is absent: kubelet swaps
+//! `..data` to the new version before it removes the links of keys the new
+//! version no longer has.
+//!
 //! Which settings: `IPTABLES_MODE`, `IPTABLES_WRAPPER_HOST_ROOT`,
 //! `IPTABLES_WRAPPER_SBIN` and `IPTABLES_WRAPPER_RUN_DIR`. Not
 //! `IPTABLES_WRAPPER_LOG`: the log goes to the caller's stderr, which callers
@@ -33,13 +45,18 @@
 //! wrapper must look at the lock file the backend will use.
 //!
 //! Cost: read once per call, on first use. Without the directory that is one
-//! failed `openat`; with it, the directory listing (two `getdents64`) and
-//! `openat`, two `read`s and `close` per file. What it cannot see: a ConfigMap update that lands between the
-//! reads of two files gives one call the old value of one and the new value
-//! of the other.
+//! failed `openat`; with it, a `newfstatat` of each of `/`, `/etc` and the
+//! directory and an `fstat` of it, the listing (two `getdents64`), and per
+//! file a `newfstatat`, `open`, `fstat`, two `read`s and `close` (a
+//! ConfigMap key's two links: two `newfstatat` and two `readlink` more, and
+//! one of its version's directory; one `statfs` for its volume's directory,
+//! mode 0777 on a read-only mount). What it cannot see: a ConfigMap update
+//! that lands between the reads of two files gives one call the old value
+//! of one and the new value of the other.
 
 use crate::escape::{printable_bytes, quoted};
 use crate::mode::{self, Mode, OVERRIDE_VAR};
+use crate::trust;
 use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use std::ffi::{OsStr, OsString};
@@ -76,6 +93,10 @@ const ENVIRONMENT_ONLY: [(&str, &str); 2] = [
         "the backend reads it from its environment itself, so only the caller's environment may set it",
     ),
 ];
+
+/// The link in a Kubernetes ConfigMap volume to its current version's
+/// directory; each key is a link through it.
+const CONFIGMAP_DATA: &str = "..data";
 
 /// The longest setting file read.
 const MAX_FILE_BYTES: usize = 4096;
@@ -186,7 +207,10 @@ struct FileValue {
     value: Vec<u8>,
 }
 
-/// Reads the settings directory: absent is no files.
+/// Reads the settings directory: absent is no files. The directory, the
+/// files and every link on the way are used only where trusted
+/// ([`trust`]): a file another user may write would pick the program root
+/// runs.
 fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
     let shown = |path: &Path| printable_bytes(path.as_os_str().as_bytes()).into_owned();
     let cannot_list = |e: Errno| InvalidSetting(format!("cannot read the settings directory {}: {e}", shown(dir)));
@@ -204,6 +228,16 @@ fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
     };
     // SAFETY: openat returned a new descriptor that nothing else owns.
     let dir_fd = unsafe { OwnedFd::from_raw_fd(opened) };
+    let untrusted = |refused: trust::Refused| InvalidSetting(refused.message().to_string());
+    let trusted_dir = trust::check_trusted(dir, "the settings directory").map_err(untrusted)?;
+    let listed = nix::sys::stat::fstat(dir_fd.as_raw_fd()).map_err(cannot_list)?;
+    if (listed.st_dev, listed.st_ino) != (trusted_dir.stat.st_dev, trusted_dir.stat.st_ino) {
+        return Err(InvalidSetting(format!(
+            "the settings directory {} was replaced while it was checked; try again",
+            shown(dir)
+        )));
+    }
+    let data_link = trusted_dir.path.join(CONFIGMAP_DATA);
     let mut files = Vec::new();
     for file_name in names(&dir_fd).map_err(cannot_list)? {
         let path = dir.join(&file_name);
@@ -217,8 +251,21 @@ fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
             };
             return Err(InvalidSetting(format!("{}: {problem}", shown(&path))));
         };
-        let contents = read_small(&dir_fd, &file_name)
-            .map_err(|e| InvalidSetting(format!("cannot read {}: {e}", shown(&path))))?;
+        let trusted = match trust::check_trusted_in(&trusted_dir, Path::new(&file_name), "the settings file") {
+            Ok(trusted) => trusted,
+            // kubelet swaps a ConfigMap's `..data` link before it removes
+            // the links of the keys the new version no longer has.
+            Err(trust::Refused::Absent { message, links }) if links.contains(&data_link) => {
+                log::debug!("{message}: a ConfigMap key being removed, read as absent");
+                continue;
+            }
+            Err(refused) => return Err(untrusted(refused)),
+        };
+        let contents = trust::open_regular(&trusted, "the settings file")
+            .map_err(InvalidSetting)
+            .and_then(|file| {
+                read_small(file).map_err(|e| InvalidSetting(format!("cannot read {}: {e}", shown(&path))))
+            })?;
         if let Some((line, value)) =
             parse_file(&contents).map_err(|problem| InvalidSetting(format!("{} {problem}", shown(&path))))?
         {
@@ -265,16 +312,8 @@ fn names(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
     }
 }
 
-/// The file `name` in `dir`, refused when longer than [`MAX_FILE_BYTES`].
-fn read_small(dir: &OwnedFd, name: &OsStr) -> io::Result<Vec<u8>> {
-    let raw = openat(
-        Some(dir.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )?;
-    // SAFETY: openat returned a new descriptor that nothing else owns.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+/// The contents of `file`, refused when longer than [`MAX_FILE_BYTES`].
+fn read_small(mut file: std::fs::File) -> io::Result<Vec<u8>> {
     let mut buffer = [0u8; MAX_FILE_BYTES + 1];
     let mut filled = 0;
     while filled < buffer.len() {

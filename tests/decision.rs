@@ -3,7 +3,7 @@
 //! namespace per test.
 
 mod common;
-use common::Node;
+use common::{refuse_syscall, Node};
 
 /// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
 fn legacy_rules(node: &Node, n: usize) {
@@ -437,6 +437,48 @@ fn refused_kernel_queries_are_reported_not_guessed() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("falling back to iptables-nft-save"), "{stderr}");
     assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
+
+    // Legacy refused alone (getsockopt at the IP levels, for the wrapper
+    // and the save tool it falls back to), nft read: legacy's 3 rules are
+    // unknown, not 0, so nft's 2 do not outnumber them (read as 0, the counts
+    // would decide nft); the counts decide nothing and the default does.
+    nft_rules(&node, 2);
+    let mut detect = node.wrapper();
+    detect.env("IPTABLES_WRAPPER_LOG", "debug").args(["detect", "--json"]);
+    for level in [libc::SOL_IP, libc::SOL_IPV6] {
+        refuse_syscall(&mut detect, libc::SYS_getsockopt, &[(1, level as u32)]);
+    }
+    let out = detect.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["mode"].as_str(), report["decided_by"].as_str()),
+        (Some("nft"), Some("default")),
+        "{report}"
+    );
+    assert_eq!(report["rule_counts"], serde_json::Value::Null, "{report}");
+    let counts: Vec<&str> = report["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "rule-counts")
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert!(
+        !counts.is_empty() && counts.iter().all(|v| v.starts_with("unknown: legacy")),
+        "{report}"
+    );
+    let hints: Vec<&str> = report["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "hint-chain" && e["location"].as_str().unwrap().starts_with("nft"))
+        .map(|e| e["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(hints, ["absent (ipv4, ipv6)"], "nft is read: {report}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("falling back to iptables-legacy-save"), "{stderr}");
+    assert!(!stderr.contains("falling back to iptables-nft-save"), "{stderr}");
 }
 
 #[test]
@@ -509,4 +551,30 @@ fn mixed_state_is_flagged_with_advice_when_counts_decide() {
     let report = node.detect();
     assert_eq!(report["rule_counts"]["mixed"], true);
     assert!(!advice(&report), "{report}");
+}
+
+#[test]
+fn mixed_state_starts_at_ten_rules_in_each_backend() {
+    // (legacy rules, nft rules, mixed): 10 in each is mixed, 9 in either not.
+    let cases = [(10, 11, true), (11, 10, true), (9, 11, false), (11, 9, false)];
+    for (legacy, nft, mixed) in cases {
+        let node = Node::new(&format!("mixed-{legacy}-{nft}"));
+        legacy_rules(&node, legacy);
+        nft_rules(&node, nft);
+        let report = node.detect();
+        let case = format!("legacy {legacy}, nft {nft}: {report}");
+        assert_eq!(report["decided_by"], "rule-counts", "{case}");
+        assert_eq!(
+            report["rule_counts"]["legacy"]["exact"].as_u64(),
+            Some(legacy as u64),
+            "{case}"
+        );
+        assert_eq!(report["rule_counts"]["mixed"], mixed, "{case}");
+        let advice = report["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("mixed state"));
+        assert_eq!(advice, mixed, "{case}");
+    }
 }

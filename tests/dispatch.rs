@@ -3,7 +3,8 @@
 //! network namespace per test.
 
 mod common;
-use common::{copy_program, legacy_tables, output_within, write_program, Node, WRAPPER};
+use common::{copy_program, legacy_tables, output_within, stub_backend, write_program, Node, WRAPPER};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -79,12 +80,40 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(7));
-    // A shell script is run through its interpreter, so $0 is the script
-    // path; the multi-call binary itself sees argv[0] (checked by -V tests).
+    // A shell script is run through its interpreter, so its $0 is the
+    // script's path, whatever argv[0] the wrapper gave.
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("pid={pid} argv0=xtables-legacy-multi args=-t nat probe=kept")
     );
+    // argv[0], seen by a compiled backend: the caller's own, as given (the
+    // multi-call binary picks its applet by argv[0]'s file name).
+    copy_program(stub_backend(), &fake);
+    let report = node.path("argv-report");
+    let given = node.bin.join("iptables-save");
+    for argv0 in [
+        given.as_os_str(),
+        "iptables-save".as_ref(),
+        "./renamed/iptables-save".as_ref(),
+    ] {
+        let _ = std::fs::remove_file(&report);
+        let status = node
+            .command("iptables-save")
+            .arg0(argv0)
+            .env("IPTABLES_MODE", "legacy")
+            .env("IPTABLES_WRAPPER_SBIN", &sbin)
+            .arg("report")
+            .arg(&report)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{argv0:?}: {status}");
+        let seen = std::fs::read_to_string(&report).unwrap();
+        let expected = format!("argv [{:?}, \"report\", {:?}]", argv0, report.as_os_str());
+        assert!(
+            seen.lines().any(|line| line == expected),
+            "{expected} missing from: {seen}"
+        );
+    }
 }
 
 /// Bad input: exit 2, nothing on stdout, one line on stderr naming `words`.

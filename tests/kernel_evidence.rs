@@ -175,7 +175,23 @@ fn without_proc_legacy_is_unknown_not_empty() {
     node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
          for i in 1 2 3; do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done
          iptables-nft -A INPUT -j ACCEPT");
+    // The host's module list says nf_tables is built in: nft is asked, and
+    // known, where legacy cannot be.
+    host_module_list(
+        &node,
+        "modules.builtin",
+        &["kernel/net/netfilter/nfnetlink.ko", "kernel/net/netfilter/nf_tables.ko"],
+    );
     let report = detect_in_view(&node, View::NoProc, &[]);
+    assert!(
+        values(&report, "backend-presence", "nf_tables")[0].starts_with("present"),
+        "{report}"
+    );
+    assert_eq!(
+        values(&report, "hint-chain", "nft"),
+        ["absent (ipv4, ipv6)"],
+        "nft is read: {report}"
+    );
     for e in evidence(&report) {
         let value = e["value"].as_str().unwrap();
         let method = e["method"].as_str().unwrap();
@@ -194,9 +210,17 @@ fn without_proc_legacy_is_unknown_not_empty() {
             .any(|v| v.starts_with("unknown")),
         "{report}"
     );
-    // One nft rule against an unknown legacy count decides nothing.
+    // One nft rule against an unknown legacy count decides nothing (read
+    // as 0, it would decide nft by the counts): the default decides, and
+    // says so.
     assert_eq!(report["rule_counts"], Value::Null, "{report}");
-    assert_eq!(mode_and_source(&report), ("nft", "default"));
+    assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
+    assert!(
+        values(&report, "rule-counts", "rule counts")
+            .iter()
+            .all(|v| v.starts_with("unknown: legacy")),
+        "{report}"
+    );
     assert!(
         warnings(&report).iter().any(|w| w.contains("unknown")),
         "the default is flagged as resting on unknown evidence: {report}"

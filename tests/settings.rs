@@ -10,22 +10,36 @@
 
 mod common;
 use common::{legacy_tables, Node, WRAPPER};
+use std::io::Write;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Sets up the private mount namespace, then execs its arguments. $1: an
 /// empty directory of the test's own (for the overlay's layers), $2: the
-/// directory whose files become `/etc/iptables-wrapper/`.
+/// directory whose files become `/etc/iptables-wrapper/`, $3: `ro` to mount
+/// that directory read-only (as kubelet mounts a ConfigMap volume), else `rw`.
 const IN_PRIVATE_MOUNTS: &str = r#"
-scratch=$1; settings=$2; shift 2
+scratch=$1; settings=$2; access=$3; shift 3
 mount -t tmpfs tmpfs "$scratch"
 mkdir "$scratch/upper" "$scratch/work"
 cp -a "$settings" "$scratch/upper/iptables-wrapper"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$scratch/upper,workdir=$scratch/work" /etc
+if [ "$access" = ro ]; then
+    mount --bind /etc/iptables-wrapper /etc/iptables-wrapper
+    mount -o remount,bind,ro /etc/iptables-wrapper
+fi
 mount -t tmpfs tmpfs /run
 if [ -d /host ]; then mount -t tmpfs tmpfs /host; fi
 exec "$@"
 "#;
+
+/// How the settings directory is mounted, and what the call reads.
+#[derive(Clone, Copy, Default)]
+struct Call<'a> {
+    read_only: bool,
+    stdin: Option<&'a [u8]>,
+}
 
 /// `command` (program and arguments) run with `files` (name, contents) as
 /// the settings directory, in the node's network namespace.
@@ -44,17 +58,24 @@ fn with_settings(node: &Node, files: &[(&str, &str)], command: &mut Command) -> 
 /// `command` run with the settings directory that `lay_out` makes in the
 /// (empty) directory it is given.
 fn with_layout(node: &Node, lay_out: &dyn Fn(&Path), command: &mut Command) -> Output {
+    with_layout_as(node, lay_out, command, Call::default())
+}
+
+/// [`with_layout`], the directory mounted and the call's stdin as `call`
+/// says; a call still running after 20 s is killed (exit status 124).
+fn with_layout_as(node: &Node, lay_out: &dyn Fn(&Path), command: &mut Command, call: Call) -> Output {
     let settings = node.path("settings");
     let _ = std::fs::remove_dir_all(&settings);
     std::fs::create_dir_all(&settings).unwrap();
     lay_out(&settings);
     let scratch = node.path("mounts");
     std::fs::create_dir_all(&scratch).unwrap();
-    let mut unshare = Command::new("unshare");
+    let mut unshare = Command::new("timeout");
     unshare
-        .args(["-m", "sh", "-ec", IN_PRIVATE_MOUNTS, "sh"])
+        .args(["20", "unshare", "-m", "sh", "-ec", IN_PRIVATE_MOUNTS, "sh"])
         .arg(&scratch)
         .arg(&settings)
+        .arg(if call.read_only { "ro" } else { "rw" })
         .arg(command.get_program())
         .args(command.get_args());
     for (name, value) in command.get_envs() {
@@ -63,7 +84,19 @@ fn with_layout(node: &Node, lay_out: &dyn Fn(&Path), command: &mut Command) -> O
             None => unshare.env_remove(name),
         };
     }
-    let out = unshare.output().unwrap();
+    let out = match call.stdin {
+        None => unshare.output().unwrap(),
+        Some(input) => {
+            let mut child = unshare
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(input).unwrap();
+            child.wait_with_output().unwrap()
+        }
+    };
     assert!(
         !Path::new("/etc/iptables-wrapper").exists(),
         "the machine's /etc is untouched"
@@ -333,4 +366,352 @@ fn a_configmap_volume_is_read_as_kubelet_lays_it_out() {
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("/etc/iptables-wrapper/IPTABLES_MODE line 1"));
+}
+
+/// Asserts that `out` is the refusal of bad settings: exit 2, nothing on
+/// stdout, one line on stderr holding each of `words`.
+fn assert_refused(out: &Output, words: &[&str]) {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.ends_with("; nothing was run\n"), "{stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "{word:?} missing from: {stderr}");
+    }
+    eprintln!("refused as expected: {stderr}");
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Gives `path` (not what a link leads to) to uid and gid 65534 (nobody).
+fn give_to_nobody(path: &Path) {
+    std::os::unix::fs::lchown(path, Some(65534), Some(65534)).unwrap();
+}
+
+#[test]
+fn a_file_another_user_owns_or_may_write_is_refused() {
+    let node = Node::new("settings-untrusted-file");
+    // The program another user would have root run: it leaves a mark.
+    let sbin = node.path("their-sbin");
+    let mark = node.path("their-program-ran");
+    std::fs::create_dir_all(&sbin).unwrap();
+    std::fs::write(
+        sbin.join("iptables-nft"),
+        format!("#!/bin/sh\ntouch {}\n", mark.display()),
+    )
+    .unwrap();
+    set_mode(&sbin.join("iptables-nft"), 0o755);
+    let sbin_value = format!("{}\n", sbin.display());
+    let sbin_value = sbin_value.as_str();
+    type LayOut<'a> = Box<dyn Fn(&Path) + 'a>;
+    // (how the file is made, words the refusal must hold)
+    let cases: [(LayOut, &[&str]); 5] = [
+        (
+            Box::new(|settings: &Path| {
+                let file = settings.join("IPTABLES_WRAPPER_SBIN");
+                std::fs::write(&file, sbin_value).unwrap();
+                set_mode(&file, 0o666);
+                give_to_nobody(&file);
+            }),
+            &[
+                "/etc/iptables-wrapper/IPTABLES_WRAPPER_SBIN",
+                "owned by uid 65534",
+                "chown root",
+            ],
+        ),
+        (
+            Box::new(|settings: &Path| {
+                let file = settings.join("IPTABLES_WRAPPER_SBIN");
+                std::fs::write(&file, sbin_value).unwrap();
+                set_mode(&file, 0o644);
+                give_to_nobody(&file);
+            }),
+            &["owned by uid 65534"],
+        ),
+        (
+            Box::new(|settings: &Path| {
+                let file = settings.join("IPTABLES_WRAPPER_SBIN");
+                std::fs::write(&file, sbin_value).unwrap();
+                set_mode(&file, 0o666);
+            }),
+            &["(mode 0666) is writable by every user", "chmod go-w"],
+        ),
+        (
+            Box::new(|settings: &Path| {
+                let file = settings.join("IPTABLES_WRAPPER_SBIN");
+                std::fs::write(&file, sbin_value).unwrap();
+                set_mode(&file, 0o620);
+            }),
+            &["(mode 0620) is writable by its group"],
+        ),
+        (
+            // A root-owned file behind a link another user owns.
+            Box::new(|settings: &Path| {
+                std::fs::write(settings.join("..value"), sbin_value).unwrap();
+                let link = settings.join("IPTABLES_WRAPPER_SBIN");
+                symlink("..value", &link).unwrap();
+                give_to_nobody(&link);
+            }),
+            &["/etc/iptables-wrapper/IPTABLES_WRAPPER_SBIN is owned by uid 65534"],
+        ),
+    ];
+    for (lay_out, words) in &cases {
+        let mut call = node.command("iptables");
+        call.env("IPTABLES_MODE", "nft").args(["-A", "INPUT", "-j", "ACCEPT"]);
+        let out = with_layout(&node, lay_out, &mut call);
+        assert_refused(&out, words);
+        assert!(!mark.exists(), "their program never ran");
+    }
+    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    assert!(nft.stdout.is_empty(), "no backend ran");
+}
+
+#[test]
+fn a_file_in_a_directory_others_may_write_is_refused() {
+    let node = Node::new("settings-untrusted-dir");
+    counts_say_legacy(&node);
+    // (the settings directory's mode, a subdirectory's, words)
+    let cases: [(u32, Option<u32>, &[&str]); 4] = [
+        (
+            0o775,
+            None,
+            &["/etc/iptables-wrapper (mode 0775) is writable by its group"],
+        ),
+        (
+            0o777,
+            None,
+            &["/etc/iptables-wrapper (mode 0777) is writable by every user"],
+        ),
+        (
+            0o1777,
+            None,
+            &["(mode 1777) is writable by every user (the sticky bit does not stop anyone"],
+        ),
+        // The file is reached through a link into a directory its group may write.
+        (
+            0o755,
+            Some(0o770),
+            &["/etc/iptables-wrapper/..values (mode 0770) is writable by its group"],
+        ),
+    ];
+    for (dir_mode, values_mode, words) in cases {
+        let lay_out = |settings: &Path| match values_mode {
+            None => std::fs::write(settings.join("IPTABLES_MODE"), "nft\n").unwrap(),
+            Some(mode) => {
+                let values = settings.join("..values");
+                std::fs::create_dir(&values).unwrap();
+                std::fs::write(values.join("IPTABLES_MODE"), "nft\n").unwrap();
+                set_mode(&values, mode);
+                symlink("..values/IPTABLES_MODE", settings.join("IPTABLES_MODE")).unwrap();
+                set_mode(settings, dir_mode);
+            }
+        };
+        let lay_out = |settings: &Path| {
+            lay_out(settings);
+            set_mode(settings, dir_mode);
+        };
+        let out = with_layout(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]));
+        assert_refused(&out, words);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with("iptables-wrapper: the settings "),
+            "{out:?}"
+        );
+    }
+    // A link to a file in a world-writable directory elsewhere.
+    let elsewhere = node.path("sticky");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    set_mode(&elsewhere, 0o1777);
+    std::fs::write(elsewhere.join("mode"), "nft\n").unwrap();
+    let out = with_layout(
+        &node,
+        &|settings: &Path| symlink(elsewhere.join("mode"), settings.join("IPTABLES_MODE")).unwrap(),
+        &mut cleared(&node.bin.join("iptables"), &["-V"]),
+    );
+    assert_refused(
+        &out,
+        &["/etc/iptables-wrapper/IPTABLES_MODE", "is writable by every user"],
+    );
+}
+
+#[test]
+fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    let node = Node::new("settings-fifo");
+    let lay_out = |settings: &Path| {
+        let fifo =
+            std::ffi::CString::new(settings.join("IPTABLES_MODE").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    };
+    let started = std::time::Instant::now();
+    let out = with_layout(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]));
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "the call waited for a writer until killed"
+    );
+    assert_refused(
+        &out,
+        &["/etc/iptables-wrapper/IPTABLES_MODE is a FIFO (named pipe), not a regular file"],
+    );
+    assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_link_to_the_callers_stdin_is_refused() {
+    let node = Node::new("settings-stdin");
+    counts_say_legacy(&node);
+    let lay_out = |settings: &Path| symlink("/proc/self/fd/0", settings.join("IPTABLES_MODE")).unwrap();
+    // A caller whose stdin says nft: its value must not pin anything.
+    let call = Call {
+        stdin: Some(b"nft\n"),
+        ..Call::default()
+    };
+    let out = with_layout_as(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]), call);
+    assert_refused(
+        &out,
+        &[
+            "the settings file /etc/iptables-wrapper/IPTABLES_MODE",
+            "/fd/pipe:[",
+            "does not exist",
+        ],
+    );
+    // Stdin /dev/null.
+    let out = with_layout(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]));
+    assert_refused(&out, &["/dev/null is a character device, not a regular file"]);
+}
+
+/// Writes `keys` (name, value) as the next version of the ConfigMap volume
+/// `dir`, in the steps of kubelet's AtomicWriter: the values into a new
+/// timestamped directory, a `..data_tmp` link to it renamed over `..data`
+/// (atomic), then (unless `stop_after_swap`) a link for each new key,
+/// removal of the links of keys this version no longer has, and removal of
+/// the previous version's directory.
+fn kubelet_writes(dir: &Path, version: u32, keys: &[(&str, &str)], stop_after_swap: bool) {
+    let version_dir = dir.join(format!("..2026_12_01_11_40_{version:02}.123456789"));
+    std::fs::create_dir(&version_dir).unwrap();
+    set_mode(&version_dir, 0o755);
+    for (name, value) in keys {
+        std::fs::write(version_dir.join(name), value).unwrap();
+        set_mode(&version_dir.join(name), 0o644);
+    }
+    let previous = std::fs::read_link(dir.join("..data")).ok();
+    symlink(version_dir.file_name().unwrap(), dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    if stop_after_swap {
+        return;
+    }
+    for (name, _) in keys {
+        if dir.join(name).symlink_metadata().is_err() {
+            symlink(Path::new("..data").join(name), dir.join(name)).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name();
+        let name = name.to_str().unwrap();
+        if !name.starts_with('.') && !keys.iter().any(|(key, _)| *key == name) {
+            std::fs::remove_file(dir.join(name)).unwrap();
+        }
+    }
+    if let Some(previous) = previous {
+        std::fs::remove_dir_all(dir.join(previous)).unwrap();
+    }
+}
+
+#[test]
+fn a_configmap_volume_as_kubelet_mounts_it_is_trusted_only_read_only() {
+    let node = Node::new("settings-configmap-mount");
+    counts_say_legacy(&node);
+    // kubelet's volume directory is an emptyDir's: mode 0777, root's.
+    let lay_out = |settings: &Path| {
+        set_mode(settings, 0o777);
+        kubelet_writes(settings, 1, &[("IPTABLES_MODE", "nft\n")], false);
+    };
+    let read_only = Call {
+        read_only: true,
+        ..Call::default()
+    };
+    let out = with_layout_as(
+        &node,
+        &lay_out,
+        &mut cleared(&node.bin.join("iptables"), &["-V"]),
+        read_only,
+    );
+    assert_eq!(mode_of(&out), "nft", "mounted read-only, nobody may write it");
+    let out = with_layout(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]));
+    assert_refused(&out, &["/etc/iptables-wrapper (mode 0777) is writable by every user"]);
+}
+
+#[test]
+fn a_configmap_key_being_removed_is_absent_not_an_error() {
+    let node = Node::new("settings-configmap-removal");
+    counts_say_legacy(&node);
+    let first = [("IPTABLES_MODE", "nft\n"), ("IPTABLES_WRAPPER_SBIN", "/usr/sbin\n")];
+    let next = [("IPTABLES_WRAPPER_SBIN", "/usr/sbin\n")];
+    let read_only = Call {
+        read_only: true,
+        ..Call::default()
+    };
+    let version = |lay_out: &dyn Fn(&Path)| {
+        with_layout_as(
+            &node,
+            lay_out,
+            &mut cleared(&node.bin.join("iptables"), &["-V"]),
+            read_only,
+        )
+    };
+    let pinned = |settings: &Path| kubelet_writes(settings, 1, &first, false);
+    assert_eq!(mode_of(&version(&pinned)), "nft", "the first version pins nft");
+    // The moment after the swap: IPTABLES_MODE's link leads into the new
+    // version, which has no such key.
+    let swapped = |settings: &Path| {
+        pinned(settings);
+        kubelet_writes(settings, 2, &next, true);
+        assert!(settings.join("IPTABLES_MODE").symlink_metadata().is_ok());
+        assert!(!settings.join("IPTABLES_MODE").exists(), "the link dangles");
+    };
+    let out = version(&swapped);
+    assert!(out.stderr.is_empty(), "{out:?}");
+    assert_eq!(mode_of(&out), "legacy", "no pin: the rule counts decide");
+    let done = |settings: &Path| {
+        pinned(settings);
+        kubelet_writes(settings, 2, &next, false);
+    };
+    assert_eq!(mode_of(&version(&done)), "legacy");
+    // A link that dangles anywhere else is a mistake, named.
+    let dangling = |settings: &Path| symlink("/etc/no-such-mode", settings.join("IPTABLES_MODE")).unwrap();
+    assert_refused(
+        &version(&dangling),
+        &["/etc/no-such-mode does not exist (the link /etc/iptables-wrapper/IPTABLES_MODE leads there)"],
+    );
+}
+
+#[test]
+fn trusted_files_and_links_still_work() {
+    let node = Node::new("settings-trusted");
+    counts_say_legacy(&node);
+    // Root's, writable by root alone, behind links relative (climbing
+    // with "..") and absolute; the directory readable by root alone.
+    let lay_out = |settings: &Path| {
+        let values = settings.join("..values");
+        std::fs::create_dir(&values).unwrap();
+        std::fs::write(values.join("mode"), "nft\n").unwrap();
+        set_mode(&values.join("mode"), 0o600);
+        std::fs::write(values.join("sbin"), "/usr/sbin\n").unwrap();
+        symlink("../iptables-wrapper/..values/mode", settings.join("IPTABLES_MODE")).unwrap();
+        symlink(
+            "/etc/iptables-wrapper/..values/sbin",
+            settings.join("IPTABLES_WRAPPER_SBIN"),
+        )
+        .unwrap();
+        set_mode(settings, 0o700);
+    };
+    let out = with_layout(&node, &lay_out, &mut cleared(&node.bin.join("iptables"), &["-V"]));
+    assert!(out.stderr.is_empty(), "{out:?}");
+    assert_eq!(mode_of(&out), "nft");
+    let out = with_layout(&node, &lay_out, node.wrapper().args(["detect", "--json"]));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["decided_by"], "override", "{report}");
 }

@@ -6,28 +6,13 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{copy_program, refuse_syscall, refuse_wrapper_raw_sockets, without_proc, Node, WRAPPER};
+use common::{
+    copy_program, refuse_syscall, refuse_wrapper_raw_sockets, stub_backend as stub, without_proc, Node, WRAPPER,
+};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-
-/// The stand-in backend, compiled once per test run.
-fn stub() -> &'static Path {
-    static STUB: OnceLock<PathBuf> = OnceLock::new();
-    STUB.get_or_init(|| {
-        let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shim-stub-backend");
-        let out = Command::new(std::env::var_os("RUSTC").unwrap_or("rustc".into()))
-            .args(["--edition", "2021", "-O", "-o"])
-            .arg(&stub)
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/stub_backend.rs"))
-            .output()
-            .expect("rustc runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        stub
-    })
-}
 
 /// A node whose nft backend is the stand-in: `wrapped` is the wrapper's
 /// `iptables` link, `direct` the stand-in itself under the name `iptables`.

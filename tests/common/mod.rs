@@ -135,6 +135,24 @@ pub fn write_program(to: &Path, text: &str) {
     std::fs::set_permissions(to, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 }
 
+/// The stand-in backend of tests/shim/stub_backend.rs (it reports the
+/// argv, `argv[0]` included, descriptors and environment it was given),
+/// compiled with rustc once per test binary.
+pub fn stub_backend() -> &'static Path {
+    static STUB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    STUB.get_or_init(|| {
+        let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join(concat!("stub-backend-", env!("CARGO_CRATE_NAME")));
+        let out = Command::new(std::env::var_os("RUSTC").unwrap_or("rustc".into()))
+            .args(["--edition", "2021", "-O", "-o"])
+            .arg(&stub)
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/stub_backend.rs"))
+            .output()
+            .expect("rustc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        stub
+    })
+}
+
 /// The wrapper under test.
 pub const WRAPPER: &str = env!("CARGO_BIN_EXE_iptables-wrapper");
 
