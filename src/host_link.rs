@@ -314,7 +314,8 @@ mod tests {
 
     #[test]
     fn every_node_os_layout() {
-        let layouts: &[(&str, &[(&str, &str)], Mode)] = &[
+        type Layout<'a> = (&'a str, &'a [(&'a str, &'a str)], Mode);
+        let layouts: &[Layout] = &[
             (
                 "debian",
                 &[
