@@ -358,6 +358,22 @@ cmd_stale_remove() {
   ok "restoring the backup brought legacy back exactly ($(grep -c '^-A' "$WORK/legacy-restored") rules)"
 }
 
+# decided-by SOURCE LOCATION: detect, for iptables and for ip6tables, says
+# SOURCE decided, for a reason that names LOCATION (for iptables; ip6tables's
+# own link sits next to it).
+cmd_decided_by() {
+  local command where
+  for command in iptables ip6tables; do
+    where="$2"
+    [ "$command" = iptables ] || where="$(dirname "$2")/ip6tables"
+    iptables-wrapper detect --json --for "$command" >"$WORK/json" || fail "detect --json --for $command exited $?"
+    grep -qF "\"decided_by\":\"$1\"" "$WORK/json" || fail "detect --for $command: not decided by $1: $(cat "$WORK/json")"
+    grep -o '"reason":"[^"]*"' "$WORK/json" >"$WORK/reason" || true
+    grep -qF "$where" "$WORK/reason" || fail "detect --for $command: the reason does not name $where: $(cat "$WORK/reason")"
+    ok "$command decided by $1: $(cut -c11- "$WORK/reason")"
+  done
+}
+
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
 cmd_mode_env() {
   local out
@@ -509,6 +525,7 @@ case "${1:-}" in
   rules) cmd_rules "$2" "$3" ;;
   disagrees) cmd_disagrees ;;
   mode-env) cmd_mode_env "$2" "$3" ;;
+  decided-by) cmd_decided_by "$2" "$3" ;;
   bogus) cmd_bogus ;;
   restore) cmd_restore "$2" ;;
   concurrent) cmd_concurrent "$2" ;;
@@ -519,5 +536,5 @@ case "${1:-}" in
   quiet) cmd_quiet "$2" ;;
   stale-legacy-state) cmd_stale_legacy_state ;;
   stale-remove) cmd_stale_remove ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet|stale-legacy-state|stale-remove ..." >&2; exit 2 ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|decided-by|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet|stale-legacy-state|stale-remove ..." >&2; exit 2 ;;
 esac

@@ -5,9 +5,11 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..11 (see scenario.sh). Default: all of both. Scenarios 1-8 and
+# scenarios 1..12 (see scenario.sh). Default: all of both. Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
-# image) each need an image of their own and run once, in it.
+# image) each need an image of their own and run once, in it; 12 (every node
+# OS's host layout: it tests the host side, not the image) runs once, in
+# bookworm.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -35,7 +37,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
@@ -47,18 +49,20 @@ done
 
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
-declare -A SOLO_IMAGE=([9]=dind [10]=nonroot)
+declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm)
 FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
     [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
-    9|10) SOLO_SCENARIOS+=("$s") ;;
+    9|10|12) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
   esac
 done
 [[ ${#FLAVOUR_SCENARIOS[@]} -gt 0 ]] || FLAVOURS=()
 IMAGES=("${FLAVOURS[@]}")
-for s in "${SOLO_SCENARIOS[@]}"; do IMAGES+=("${SOLO_IMAGE[$s]}"); done
+for s in "${SOLO_SCENARIOS[@]}"; do
+  [[ " ${IMAGES[*]} " == *" ${SOLO_IMAGE[$s]} "* ]] || IMAGES+=("${SOLO_IMAGE[$s]}")
+done
 
 export IPTW_RUN_ID="$$-$(date +%s)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-matrix.XXXXXX")"
@@ -148,8 +152,10 @@ IMAGES_DONE=$SECONDS
 # daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
 # to what iptables needs, the capabilities a Kubernetes pod would be granted.
 # (Scenarios 9 and 10 set their own.)
-if [[ -z "${IPTW_PRIVILEGE:-}" && ${#FLAVOURS[@]} -gt 0 ]]; then
-  if docker run --rm --privileged --network none "${TEST_IMAGE[${FLAVOURS[0]}]}" true >/dev/null 2>&1; then
+PROBE_IMAGE="${FLAVOURS[0]:-}"
+[[ " ${SOLO_SCENARIOS[*]} " != *" 12 "* ]] || PROBE_IMAGE="${SOLO_IMAGE[12]}"
+if [[ -z "${IPTW_PRIVILEGE:-}" && -n "$PROBE_IMAGE" ]]; then
+  if docker run --rm --privileged --network none "${TEST_IMAGE[$PROBE_IMAGE]}" true >/dev/null 2>&1; then
     IPTW_PRIVILEGE="--privileged"
   else
     IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW"
@@ -205,7 +211,8 @@ echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale l
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
 echo "           10 non-root user, backends with file capabilities (own image),"
-echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored)"
+echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
+echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm)"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"
