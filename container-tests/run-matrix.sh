@@ -9,7 +9,9 @@
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
 # image) each need an image of their own and run once, in it; 12 (every node
 # OS's host layout: it tests the host side, not the image) runs once, in
-# bookworm.
+# bookworm; 13 builds the README's recipe for each distribution as printed,
+# on images laid out as those distributions do (distro-recipes.sh), and runs
+# the host states in each.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -37,7 +39,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --flavours) IFS=, read -r -a FLAVOURS <<<"$2"; shift 2 ;;
@@ -50,9 +52,10 @@ done
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
 declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm)
-FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
+FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=() RECIPES=0
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
+    13) RECIPES=1 ;;
     [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
     9|10|12) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
@@ -123,7 +126,7 @@ log "base images"
 declare -A BASE
 while read -r flavour image; do
   BASE[$flavour]="$image"
-done < <("$CT_DIR/build-base.sh" "${IMAGES[@]}")
+done < <([[ ${#IMAGES[@]} -eq 0 ]] || "$CT_DIR/build-base.sh" "${IMAGES[@]}")
 BASES_DONE=$SECONDS
 
 CONTEXT="$WORK/context"
@@ -187,6 +190,16 @@ for flavour in "${FLAVOURS[@]}"; do
   for s in "${FLAVOUR_SCENARIOS[@]}"; do run_cell "$flavour" "$s"; done
 done
 for s in "${SOLO_SCENARIOS[@]}"; do run_cell "${SOLO_IMAGE[$s]}" "$s"; done
+if [[ "$RECIPES" == 1 ]]; then
+  cell_start=$SECONDS
+  CELLS+=("recipes,13")
+  if "$CT_DIR/distro-recipes.sh" "$WRAPPER_IMAGE" >"$LOGS/recipes-13.log" 2>&1; then
+    RESULT[recipes,13]=pass; passed=$((passed + 1))
+  else
+    RESULT[recipes,13]=FAIL; failed=$((failed + 1))
+  fi
+  log "README recipes, scenario 13: ${RESULT[recipes,13]} ($((SECONDS - cell_start))s)"
+fi
 
 # Failed cells' logs, then the table.
 for cell in "${CELLS[@]}"; do
@@ -207,12 +220,14 @@ fi
 for s in "${SOLO_SCENARIOS[@]}"; do
   printf '%-14s %5s: %s\n' "${SOLO_IMAGE[$s]}" "$s" "${RESULT[${SOLO_IMAGE[$s]},$s]}"
 done
+[[ "$RECIPES" == 0 ]] || printf '%-14s %5s: %s\n' recipes 13 "${RESULT[recipes,13]}"
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
 echo "           10 non-root user, backends with file capabilities (own image),"
 echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
-echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm)"
+echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm),"
+echo "           13 the README's recipes (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"

@@ -21,6 +21,7 @@
 #   10 a non-root user, backends with file capabilities (needs the nonroot
 #     image, nonroot.Dockerfile)
 #   11 the upgrade's stale legacy state removed without a reboot (issue 14)
+#   only-nft an image with iptables-nft alone (distro-recipes.sh, UBI 9)
 #   12 every node OS's host layout (host-layouts.sh), the host's / mounted
 #      read-only at /host as the DaemonSet mounts it, in the three states of
 #      1-3: on legacy, on nft, switched to nft without a restart (issue 19)
@@ -234,6 +235,16 @@ scenario_11() { # the upgrade's stale legacy state removed without a reboot (iss
   ctr stale-remove
 }
 
+scenario_only_nft() { # an image with iptables-nft alone (UBI 9): nft, and on a legacy host the error
+  start
+  host_link nft
+  ctr hint nft
+  ctr expect-only nft
+  echo "- the host on legacy: the image cannot serve it, and says which package would"
+  host_link legacy
+  ctr missing-backend legacy EPEL
+}
+
 scenario_12() { # every node OS's host layout, in the three states
   local layout failed=()
   for layout in "${HOST_LAYOUTS[@]}"; do
@@ -294,6 +305,7 @@ scenario_7() { # everything again on a read-only root file system
 case "$SCENARIO" in
   [1-9]|10|11|12) "scenario_$SCENARIO" ;;
   12:*) host_layout_states "${SCENARIO#12:}" ;;
+  only-nft) scenario_only_nft ;;
   *) die "unknown scenario '$SCENARIO'" ;;
 esac
 echo "scenario $SCENARIO passed"
