@@ -67,8 +67,8 @@ pub fn candidates(family: Family) -> &'static [&'static str] {
 /// What the host root holds for a family.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostLinks {
-    /// The host root itself is not there (nothing mounted), or cannot be
-    /// looked at (the reason).
+    /// The host root itself is not there (nothing mounted), is not a
+    /// directory, or cannot be looked at: why, without the path.
     NoRoot(String),
     /// The host root is there and no candidate exists in it.
     NoneExists,
