@@ -17,7 +17,7 @@
 //! looping chain) cannot tell, and says why. Nothing on the host is
 //! executed or opened; links are read with `readlink`, inside the host
 //! root (an absolute target never escapes it). Without a host root, the
-//! cost is one failed `lstat`.
+//! cost is one failed `stat`.
 
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
@@ -112,16 +112,15 @@ const MAX_LINKS: usize = 8;
 /// Reads the family's candidates under `root` until one exists, or with
 /// `every_candidate` (`detect`) all of them.
 pub fn read(root: &Path, family: Family, every_candidate: bool) -> HostLinks {
-    match std::fs::symlink_metadata(root) {
+    // The root itself is the operator's setting: a link to the mount is
+    // followed (`/host -> /mnt/host`); nothing below it is.
+    match std::fs::metadata(root) {
         Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return HostLinks::NoRoot(format!("{} is not a directory", root.display())),
+        Ok(_) => return HostLinks::NoRoot("not a directory".into()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return HostLinks::NoRoot(format!(
-                "{} does not exist (the host root is not mounted)",
-                root.display()
-            ))
+            return HostLinks::NoRoot("does not exist (the host root is not mounted)".into())
         }
-        Err(e) => return HostLinks::NoRoot(format!("{}: {e}", root.display())),
+        Err(e) => return HostLinks::NoRoot(e.to_string()),
     }
     let mut walk = Walk {
         root,
@@ -507,6 +506,18 @@ mod tests {
         ));
         let root = host("empty", &[], &["etc/hostname"]);
         assert_eq!(read(&root, Family::Ipv6, true), HostLinks::NoneExists);
+        assert_eq!(
+            read(&root.join("etc/hostname"), Family::Ipv4, false),
+            HostLinks::NoRoot("not a directory".into())
+        );
+        // A host root that is itself a link to the mount.
+        let linked = root.with_extension("link");
+        let _ = std::fs::remove_file(&linked);
+        symlink(&root, &linked).unwrap();
+        std::fs::create_dir_all(root.join("sbin")).unwrap();
+        symlink("xtables-legacy-multi", root.join("sbin/iptables")).unwrap();
+        assert_eq!(answer(&linked, Family::Ipv4), Ok(Mode::Legacy));
+        std::fs::remove_file(&linked).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -42,7 +42,7 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
             collector.add(absent(
                 root.display().to_string(),
                 format!("no host link: {why}"),
-                "lstat",
+                "stat",
             ));
             return;
         }
