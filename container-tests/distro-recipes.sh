@@ -16,7 +16,8 @@
 # checks: Fedora's `install --dir /usr/sbin` refuses the alternatives link
 # and a reinstalled iptables-nft leaves the wrapper registered; on Wolfi,
 # with the iptables-wrappers package added, `install` refuses its links.
-# Prints one line per recipe; exit 0 when all passed.
+# Containers get IPTW_PRIVILEGE's rights, as in scenario.sh (run-matrix.sh
+# sets it). Prints one line per recipe; exit 0 when all passed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -48,8 +49,9 @@ cp "$CT_DIR/in-container.sh" "$WORK/helper/container-tests/in-container.sh"
 recipe() {
   local name="$1" base printed="$WORK/$1.printed" dockerfile="$WORK/$1.Dockerfile"
   local image="iptables-wrapper-recipe:$1-$RUN" test_image="$TEST_REPO:recipe-$1-$RUN"
-  base="$("$CT_DIR/build-base.sh" "$(base_of "$name")" | awk '{print $2}')"
-  "$CT_DIR/readme-snippets.sh" "$name" >"$printed"
+  base="$("$CT_DIR/build-base.sh" "$(base_of "$name")" | awk '{print $2}')" || return 1
+  [[ -n "$base" ]] || return 1
+  "$CT_DIR/readme-snippets.sh" "$name" >"$printed" || return 1
   # The stand-ins: the first FROM's image, and the wrapper image; nothing else.
   sed -e "0,/^FROM [^ ]*/s##FROM $base#" \
     -e "s#--from=iptables-wrapper\\([[:space:]]\\)#--from=$WRAPPER_IMAGE\\1#" "$printed" >"$dockerfile"
@@ -59,12 +61,14 @@ recipe() {
   quietly docker build --force-rm --network none -t "$image" -f "$dockerfile" "$REPO_DIR" \
     || { echo "FAIL: recipe '$name' does not build as printed in README.md"; return 1; }
   printf 'FROM %s\nCOPY container-tests/in-container.sh /usr/local/bin/wrapper-test\n' "$image" >"$WORK/helper/Dockerfile"
-  quietly docker build --force-rm -t "$test_image" "$WORK/helper"
+  quietly docker build --force-rm -t "$test_image" "$WORK/helper" || return 1
+  # Every step returns its failure: this function runs as an `if`'s
+  # condition, where set -e does not stop it.
   local s
   if [[ "$name" == ubi-9 ]]; then
-    "$CT_DIR/scenario.sh" "$test_image" only-nft
+    "$CT_DIR/scenario.sh" "$test_image" only-nft || return 1
   else
-    for s in 1 2 3; do "$CT_DIR/scenario.sh" "$test_image" "$s"; done
+    for s in 1 2 3; do "$CT_DIR/scenario.sh" "$test_image" "$s" || return 1; done
   fi
   case "$name" in
     fedora-42)
@@ -85,7 +89,7 @@ recipe() {
         [ "$(readlink /etc/alternatives/iptables)" = /usr/bin/iptables-wrapper ] \
           && [ "$(readlink /etc/alternatives/ip6tables-save)" = /usr/bin/iptables-wrapper ] \
           || { echo "FAIL: after a reinstall: $(alternatives --display iptables)"; exit 1; }
-        echo "  ok: after reinstalling iptables-nft and iptables-legacy the group stays on the wrapper"' ;;
+        echo "  ok: after reinstalling iptables-nft and iptables-legacy the group stays on the wrapper"' || return 1 ;;
     wolfi)
       echo "- with Wolfi's iptables-wrappers installed, install refuses its links"
       docker run --rm --network none --entrypoint bash "$test_image" -c '
@@ -94,7 +98,7 @@ recipe() {
         grep -q "another program" /tmp/err || { echo "FAIL: the refusal does not say why: $(cat /tmp/err)"; exit 1; }
         [ "$(readlink /usr/bin/iptables)" = iptables-wrapper ] || { echo "FAIL: /usr/bin/iptables changed"; exit 1; }
         cmp -s /usr/local/sbin/iptables-wrapper /usr/bin/iptables-wrapper && { echo "FAIL: ours was replaced"; exit 1; }
-        echo "  ok: $(cat /tmp/err)"' ;;
+        echo "  ok: $(cat /tmp/err)"' || return 1 ;;
   esac
 }
 

@@ -155,10 +155,10 @@ IMAGES_DONE=$SECONDS
 # daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
 # to what iptables needs, the capabilities a Kubernetes pod would be granted.
 # (Scenarios 9 and 10 set their own.)
-PROBE_IMAGE="${FLAVOURS[0]:-}"
-[[ " ${SOLO_SCENARIOS[*]} " != *" 12 "* ]] || PROBE_IMAGE="${SOLO_IMAGE[12]}"
-if [[ -z "${IPTW_PRIVILEGE:-}" && -n "$PROBE_IMAGE" ]]; then
-  if docker run --rm --privileged --network none "${TEST_IMAGE[$PROBE_IMAGE]}" true >/dev/null 2>&1; then
+# The probe runs the wrapper image's static binary, there whatever runs.
+if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
+  if docker run --rm --privileged --network none --entrypoint /usr/sbin/iptables-wrapper \
+    "$WRAPPER_IMAGE" --version >/dev/null 2>&1; then
     IPTW_PRIVILEGE="--privileged"
   else
     IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW"
