@@ -15,6 +15,10 @@
 #                   real iptables client of scenario 9 (Docker's engine)
 #   nonroot         bookworm with iptables and libcap2-bin, for backends with
 #                   file capabilities (scenario 10)
+#   alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi
+#                   bookworm laid out as that distribution lays out iptables,
+#                   with a stub of its package manager (distro-sim.sh), for
+#                   the README's recipes (distro-recipes.sh, scenario 13)
 #
 # IPTW_BASE_SOURCE selects where the Debian root file systems come from:
 #   local (default)  mmdebstrap from this machine's configured apt sources,
@@ -120,6 +124,23 @@ distroless_image() {
   printf '%s\n' "$tag"
 }
 
+# sim_image DISTRO: print the simulated DISTRO image, built from bookworm
+# by distro-sim.Dockerfile.
+sim_image() {
+  local src tag
+  src="$(debian_image bookworm bookworm "${DEBIAN_PACKAGES[@]}")"
+  tag="$BASE_REPO:$1-$(content_key "$src" "$1" "$CT_DIR/distro-sim.Dockerfile" "$CT_DIR/distro-sim.sh")"
+  if image_exists "$tag"; then
+    log "cached: $tag"
+  else
+    log "building $tag from $src (simulated $1)"
+    quietly docker build --force-rm -t "$tag" -f "$CT_DIR/distro-sim.Dockerfile" \
+      --build-arg "SRC=$src" --build-arg "DISTRO=$1" "$CT_DIR"
+  fi
+  prune_older "$1" "$tag"
+  printf '%s\n' "$tag"
+}
+
 main() {
   local flavours=("$@") flavour image
   [[ ${#flavours[@]} -gt 0 ]] || flavours=("${ALL_FLAVOURS[@]}")
@@ -130,6 +151,7 @@ main() {
       distroless-src) image="$(debian_image distroless-src "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")" ;;
       dind) image="$(debian_image dind "$DIND_SUITE" "${DIND_PACKAGES[@]}")" ;;
       nonroot) image="$(debian_image nonroot bookworm iptables libcap2-bin)" ;;
+      alpine-3.22|alpine-3.23|fedora-42|ubi-9|wolfi) image="$(sim_image "$flavour")" ;;
       *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot)" ;;
     esac
     printf '%s %s\n' "$flavour" "$image"

@@ -134,8 +134,9 @@ done
 [[ -n "$STORAGE_DRIVER" ]] || die "no storage driver worked for the inner dockerd (tried ${DRIVERS[*]})"
 ENGINE_UP=$SECONDS
 
-# What run-matrix.sh needs, copied in (no bind mount: the engine may be remote).
-tar -C "$REPO_DIR" --exclude=container-tests/.cache -cf - Dockerfile Dockerfile.test container-tests \
+# What run-matrix.sh needs, copied in (no bind mount: the engine may be remote);
+# README.md for the recipes of scenario 13.
+tar -C "$REPO_DIR" --exclude=container-tests/.cache -cf - Dockerfile Dockerfile.test .dockerignore README.md container-tests \
   | docker exec -i "$CONTAINER" sh -c 'mkdir -p /src && tar -C /src -xf -'
 docker cp "$IPTW_WRAPPER" "$CONTAINER:/src/iptables-wrapper" >/dev/null
 if [[ ${#LOAD_IMAGES[@]} -gt 0 ]]; then

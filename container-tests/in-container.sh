@@ -358,6 +358,47 @@ cmd_stale_remove() {
   ok "restoring the backup brought legacy back exactly ($(grep -c '^-A' "$WORK/legacy-restored") rules)"
 }
 
+# expect-only MODE: iptables and ip6tables run MODE and detect says so (an
+# image with one backend, where the other's tools to cross-check are absent).
+cmd_expect_only() {
+  local detected
+  check_version "$1" iptables
+  check_version "$1" ip6tables
+  iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
+  detected="$(sed -n 1p "$WORK/detect")"
+  [ "$detected" = "$1" ] || fail "iptables-wrapper detect said '$detected', expected $1"
+  ok "iptables-wrapper detect: $detected"
+}
+
+# missing-backend MODE WORD: with the image lacking MODE's backend and the
+# host on MODE, a call fails (exit 1) with one line that names WORD (the
+# package to install) and prints nothing on stdout.
+cmd_missing_backend() {
+  local rc=0
+  iptables -V >"$WORK/out" 2>"$WORK/err" || rc=$?
+  [ "$rc" -ne 0 ] || fail "iptables -V succeeded without a $1 backend: $(cat "$WORK/out")"
+  [ ! -s "$WORK/out" ] || fail "the failing call printed on stdout: $(cat "$WORK/out")"
+  grep -q "no $1 backend" "$WORK/err" && grep -qF "$2" "$WORK/err" \
+    || fail "the error does not say 'no $1 backend' and name $2: $(cat "$WORK/err")"
+  ok "exit $rc: $(cat "$WORK/err")"
+}
+
+# decided-by SOURCE LOCATION: detect, for iptables and for ip6tables, says
+# SOURCE decided, for a reason that names LOCATION (for iptables; ip6tables's
+# own link sits next to it).
+cmd_decided_by() {
+  local command where
+  for command in iptables ip6tables; do
+    where="$2"
+    [ "$command" = iptables ] || where="$(dirname "$2")/ip6tables"
+    iptables-wrapper detect --json --for "$command" >"$WORK/json" || fail "detect --json --for $command exited $?"
+    grep -qF "\"decided_by\":\"$1\"" "$WORK/json" || fail "detect --for $command: not decided by $1: $(cat "$WORK/json")"
+    grep -o '"reason":"[^"]*"' "$WORK/json" >"$WORK/reason" || true
+    grep -qF "$where" "$WORK/reason" || fail "detect --for $command: the reason does not name $where: $(cat "$WORK/reason")"
+    ok "$command decided by $1: $(cut -c11- "$WORK/reason")"
+  done
+}
+
 # mode-env VALUE EXPECTED: IPTABLES_MODE=VALUE selects EXPECTED.
 cmd_mode_env() {
   local out
@@ -509,6 +550,9 @@ case "${1:-}" in
   rules) cmd_rules "$2" "$3" ;;
   disagrees) cmd_disagrees ;;
   mode-env) cmd_mode_env "$2" "$3" ;;
+  decided-by) cmd_decided_by "$2" "$3" ;;
+  expect-only) cmd_expect_only "$2" ;;
+  missing-backend) cmd_missing_backend "$2" "$3" ;;
   bogus) cmd_bogus ;;
   restore) cmd_restore "$2" ;;
   concurrent) cmd_concurrent "$2" ;;
@@ -519,5 +563,5 @@ case "${1:-}" in
   quiet) cmd_quiet "$2" ;;
   stale-legacy-state) cmd_stale_legacy_state ;;
   stale-remove) cmd_stale_remove ;;
-  *) echo "usage: wrapper-test expect|hint|rules|disagrees|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet|stale-legacy-state|stale-remove ..." >&2; exit 2 ;;
+  *) echo "usage: wrapper-test expect|hint|rules|disagrees|decided-by|expect-only|missing-backend|mode-env|bogus|restore|concurrent|dockerd-start|dockerd-chains|nonroot-setup|reads|quiet|stale-legacy-state|stale-remove ..." >&2; exit 2 ;;
 esac

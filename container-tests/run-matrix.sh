@@ -5,15 +5,19 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST] [--recipes LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..11 (see scenario.sh); recipes: the README's Dockerfile
-# snippets by marker (container-tests/readme-snippets.sh --list), each built
+# scenarios 1..13 (see scenario.sh); recipes: the README's Dockerfile
+# snippets by marker that scenario 13 does not build (container-tests/readme-snippets.sh --list), each built
 # as printed from the repository root and checked by readme-recipe.sh, or
 # none. Default: all of each (recipes: none when there is no README.md beside
 # container-tests, as inside dind.sh). With bookworm or distroless in the
 # run, the example DaemonSet's containers also run there as a node would run
 # them (daemonset-check.sh). Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
-# image) each need an image of their own and run once, in it.
+# image) each need an image of their own and run once, in it; 12 (every node
+# OS's host layout: it tests the host side, not the image) runs once, in
+# bookworm; 13 builds the README's recipe for each distribution as printed,
+# on images laid out as those distributions do (distro-recipes.sh), and runs
+# the host states in each.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -41,13 +45,16 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13)
 RECIPES=()
 if [[ -r "$REPO_DIR/README.md" ]]; then
   # A broken marker fails the run here; a README without any marked
   # Dockerfile snippet would leave its recipes unchecked, so that fails too.
   snippets="$("$CT_DIR/readme-snippets.sh" --list)"
-  mapfile -t RECIPES < <(awk '$2 == "dockerfile" { print $1 }' <<<"$snippets")
+  # Scenario 13 builds each distribution's recipe (distro-recipes.sh
+  # --names); the rest are built here.
+  distro_recipes=" $("$CT_DIR/distro-recipes.sh" --names | tr '\n' ' ') "
+  mapfile -t RECIPES < <(awk -v skip="$distro_recipes" '$2 == "dockerfile" && index(skip, " " $1 " ") == 0 { print $1 }' <<<"$snippets")
   [[ ${#RECIPES[@]} -gt 0 ]] || die "README.md has no Dockerfile snippet marked <!-- snippet: NAME --> (readme-snippets.sh --list)"
 fi
 while [[ $# -gt 0 ]]; do
@@ -62,18 +69,21 @@ done
 
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
-declare -A SOLO_IMAGE=([9]=dind [10]=nonroot)
-FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=()
+declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm)
+FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=() DISTRO_RECIPES=0
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
+    13) DISTRO_RECIPES=1 ;;
     [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
-    9|10) SOLO_SCENARIOS+=("$s") ;;
+    9|10|12) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
   esac
 done
 [[ ${#FLAVOUR_SCENARIOS[@]} -gt 0 ]] || FLAVOURS=()
 IMAGES=("${FLAVOURS[@]}")
-for s in "${SOLO_SCENARIOS[@]}"; do IMAGES+=("${SOLO_IMAGE[$s]}"); done
+for s in "${SOLO_SCENARIOS[@]}"; do
+  [[ " ${IMAGES[*]} " == *" ${SOLO_IMAGE[$s]} "* ]] || IMAGES+=("${SOLO_IMAGE[$s]}")
+done
 
 export IPTW_RUN_ID="$$-$(date +%s)"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-matrix.XXXXXX")"
@@ -134,7 +144,7 @@ log "base images"
 declare -A BASE
 while read -r flavour image; do
   BASE[$flavour]="$image"
-done < <("$CT_DIR/build-base.sh" "${IMAGES[@]}")
+done < <([[ ${#IMAGES[@]} -eq 0 ]] || "$CT_DIR/build-base.sh" "${IMAGES[@]}")
 BASES_DONE=$SECONDS
 
 CONTEXT="$WORK/context"
@@ -163,8 +173,10 @@ IMAGES_DONE=$SECONDS
 # daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
 # to what iptables needs, the capabilities a Kubernetes pod would be granted.
 # (Scenarios 9 and 10 set their own.)
-if [[ -z "${IPTW_PRIVILEGE:-}" && ${#FLAVOURS[@]} -gt 0 ]]; then
-  if docker run --rm --privileged --network none "${TEST_IMAGE[${FLAVOURS[0]}]}" true >/dev/null 2>&1; then
+# The probe runs the wrapper image's static binary, there whatever runs.
+if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
+  if docker run --rm --privileged --network none --entrypoint /usr/sbin/iptables-wrapper \
+    "$WRAPPER_IMAGE" --version >/dev/null 2>&1; then
     IPTW_PRIVILEGE="--privileged"
   else
     IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW"
@@ -222,6 +234,16 @@ for flavour in bookworm distroless; do
   fi
   log "examples/daemonset.yaml in $flavour: ${RESULT[daemonset,$flavour]} ($((SECONDS - cell_start))s)"
 done
+if [[ "$DISTRO_RECIPES" == 1 ]]; then
+  cell_start=$SECONDS
+  CELLS+=("recipes,13")
+  if "$CT_DIR/distro-recipes.sh" "$WRAPPER_IMAGE" >"$LOGS/recipes-13.log" 2>&1; then
+    RESULT[recipes,13]=pass; passed=$((passed + 1))
+  else
+    RESULT[recipes,13]=FAIL; failed=$((failed + 1))
+  fi
+  log "README recipes, scenario 13: ${RESULT[recipes,13]} ($((SECONDS - cell_start))s)"
+fi
 
 # Failed cells' logs, then the table.
 for cell in "${CELLS[@]}"; do
@@ -248,11 +270,14 @@ done
 for flavour in "${DAEMONSET_CELLS[@]}"; do
   printf 'examples/daemonset.yaml, its containers as a node runs them, in %s: %s\n' "$flavour" "${RESULT[daemonset,$flavour]}"
 done
+[[ "$DISTRO_RECIPES" == 0 ]] || printf '%-14s %5s: %s\n' recipes 13 "${RESULT[recipes,13]}"
 echo "scenarios: 1 host legacy, 2 host nft, 3 upgrade without restart, 4 stale legacy outnumbers nft,"
 echo "           5 IPTABLES_MODE, 6 restore/save, 7 read-only root (1-6, 8, 11), 8 50 concurrent calls while flipping,"
 echo "           9 Docker's engine starts in the stale-legacy state (own image),"
 echo "           10 non-root user, backends with file capabilities (own image),"
-echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored)"
+echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
+echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm),"
+echo "           13 the README's recipes (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"

@@ -21,8 +21,13 @@
 #   10 a non-root user, backends with file capabilities (needs the nonroot
 #     image, nonroot.Dockerfile)
 #   11 the upgrade's stale legacy state removed without a reboot (issue 14)
+#   only-nft an image with iptables-nft alone (distro-recipes.sh, UBI 9)
+#   12 every node OS's host layout (host-layouts.sh), the host's / mounted
+#      read-only at /host as the DaemonSet mounts it, in the three states of
+#      1-3: on legacy, on nft, switched to nft without a restart (issue 19)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/host-layouts.sh"
 
 IMAGE="${1:?usage: scenario.sh IMAGE SCENARIO [--read-only]}"
 SCENARIO="${2:?usage: scenario.sh IMAGE SCENARIO [--read-only]}"
@@ -230,6 +235,62 @@ scenario_11() { # the upgrade's stale legacy state removed without a reboot (iss
   ctr stale-remove
 }
 
+scenario_only_nft() { # an image with iptables-nft alone (UBI 9): nft, and on a legacy host the error
+  start
+  host_link nft
+  ctr hint nft
+  ctr expect-only nft
+  echo "- the host on legacy: the image cannot serve it, and says which package would"
+  host_link legacy
+  ctr missing-backend legacy EPEL
+}
+
+scenario_12() { # every node OS's host layout, in the three states
+  local layout failed=()
+  for layout in "${HOST_LAYOUTS[@]}"; do
+    echo "=== host layout $layout"
+    # A child process per layout: its own host root, container and set -e.
+    "${BASH_SOURCE[0]}" "$IMAGE" "12:$layout" || failed+=("$layout")
+  done
+  [[ ${#failed[@]} -eq 0 ]] || { echo "host layouts that failed: ${failed[*]}"; return 1; }
+}
+
+# host_layout_states LAYOUT: on legacy, then switched to nft without a
+# restart (its legacy rules and hint stay), in one container; on nft from
+# the start in another. Each time the host link must be what decided, read
+# from the layout's own place: the kernel's evidence says legacy in the
+# switched state, so only the link can make it nft.
+host_layout_states() {
+  local layout="$1" root="$HOST_DIR/root" where
+  where="/host/$(layout_link "$layout")"
+  mkdir -p "$root"
+  layout_build "$root" "$layout" legacy
+  start_with_host_root "$root"
+  ctr hint legacy
+  ctr rules legacy 5
+  ctr expect legacy
+  ctr decided-by host-link "$where"
+  echo "- the host switches to nft; its legacy rules and hint stay behind"
+  layout_choose "$root" "$layout" nft
+  ctr expect nft
+  ctr decided-by host-link "$where"
+  docker rm -f "$CONTAINER" >/dev/null
+  echo "- on nft from the start"
+  start_with_host_root "$root"
+  ctr hint nft
+  ctr expect nft
+  ctr decided-by host-link "$where"
+}
+
+# start_with_host_root DIR: a fresh container with DIR as the host's / at
+# /host (read-only) instead of the alternatives directory alone.
+start_with_host_root() {
+  CONTAINER="$(docker run --detach "${PRIVILEGE[@]}" --network none \
+    --label "iptables-wrapper-test=${IPTW_RUN_ID:-manual}" \
+    --volume "$1:/host:ro" "$IMAGE" sleep 3600)"
+  echo "container ${CONTAINER:0:12} with the host root $1 at /host"
+}
+
 scenario_7() { # everything again on a read-only root file system
   local s failed=()
   for s in 1 2 3 4 5 6 8 11; do
@@ -242,7 +303,9 @@ scenario_7() { # everything again on a read-only root file system
 }
 
 case "$SCENARIO" in
-  [1-9]|10|11) "scenario_$SCENARIO" ;;
+  [1-9]|10|11|12) "scenario_$SCENARIO" ;;
+  12:*) host_layout_states "${SCENARIO#12:}" ;;
+  only-nft) scenario_only_nft ;;
   *) die "unknown scenario '$SCENARIO'" ;;
 esac
 echo "scenario $SCENARIO passed"

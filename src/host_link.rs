@@ -1,17 +1,28 @@
-//! The host's own choice, read from its alternatives link through a mount.
+//! The host's own choice, read from its iptables link through a mount.
 //!
 //! The host's filesystem may be mounted at `IPTABLES_WRAPPER_HOST_ROOT`
-//! (an absolute path; default `/host`). Debian-style hosts record their choice in
-//! `/etc/alternatives/iptables`; hosts without alternatives link
-//! `/usr/sbin/iptables` straight to `xtables-nft-multi` or
-//! `xtables-legacy-multi`. Link targets are only strings to classify, by the
-//! exact file name of a backend (`iptables-nft`, `xtables-legacy-multi`,
-//! ...; anything else is no hint): nothing on the host is executed, and the
-//! final link is never followed.
+//! (an absolute path; default `/host`; the example DaemonSet mounts the
+//! host's `/` there read-only, as node-exporter does). Each node OS keeps
+//! its choice in a link of its own ([`candidates`], in the order read; the
+//! layouts and their sources are in docs/node-os.md): the alternatives link
+//! (Debian, Ubuntu, Fedora, RHEL), `/usr/sbin/iptables` (Flatcar,
+//! Bottlerocket, Talos through its `/usr/sbin -> bin`), `/sbin/iptables`
+//! (Alpine), NixOS's system profile, k3s's bundled binaries. The first
+//! candidate that exists answers, and no other is read: its link target
+//! names a backend by exact file name (`iptables-nft`,
+//! `xtables-legacy-multi`, ...), or it is followed, by reading links only,
+//! to the next link while the target names none (NixOS's chain of store
+//! links, Debian's `/usr/sbin/iptables -> /etc/alternatives/iptables`);
+//! anything else (a regular file, a wrapper, a script, a dangling or
+//! looping chain) cannot tell, and says why. Nothing on the host is
+//! executed or opened; links are read with `readlink`, inside the host
+//! root (an absolute target never escapes it). Without a host root, the
+//! cost is one failed `stat`.
 
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
 use crate::settings::{self, HOST_ROOT_VAR};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 
 pub const DEFAULT_HOST_ROOT: &str = "/host";
@@ -26,21 +37,18 @@ pub fn host_root() -> PathBuf {
         .map_or(PathBuf::from(DEFAULT_HOST_ROOT), PathBuf::from)
 }
 
-/// A link found on the host, and what its target says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostLink {
-    /// The link as seen from here (under the host root).
-    pub path: PathBuf,
-    /// Its target, exactly as stored.
-    pub target: PathBuf,
-    /// The mode the target's file name names exactly, if any.
-    pub mode: Option<Mode>,
-}
-
-/// The links consulted for a family, in order, relative to the host root.
+/// The links consulted for a family, in order, relative to the host root:
+/// per place, the family's own name first, then `iptables` (an
+/// alternatives group or a layout that links only the IPv4 names).
 pub fn candidates(family: Family) -> &'static [&'static str] {
     match family {
-        Family::Ipv4 => &["etc/alternatives/iptables", "usr/sbin/iptables", "sbin/iptables"],
+        Family::Ipv4 => &[
+            "etc/alternatives/iptables",
+            "usr/sbin/iptables",
+            "sbin/iptables",
+            "run/current-system/sw/bin/iptables",
+            "var/lib/rancher/k3s/data/current/bin/aux/iptables",
+        ],
         Family::Ipv6 => &[
             "etc/alternatives/ip6tables",
             "etc/alternatives/iptables",
@@ -48,82 +56,228 @@ pub fn candidates(family: Family) -> &'static [&'static str] {
             "usr/sbin/iptables",
             "sbin/ip6tables",
             "sbin/iptables",
+            "run/current-system/sw/bin/ip6tables",
+            "run/current-system/sw/bin/iptables",
+            "var/lib/rancher/k3s/data/current/bin/aux/ip6tables",
+            "var/lib/rancher/k3s/data/current/bin/aux/iptables",
         ],
     }
 }
 
-/// Reads the family's candidate links under `root`: every link that exists,
-/// in order. The first one whose target names a mode is the host's choice.
-/// With `until_deciding`, reading stops at the first link that names a mode
-/// (a wrapped call); otherwise every candidate is read (`detect`).
-pub fn read(root: &Path, family: Family, until_deciding: bool) -> Vec<HostLink> {
-    let mut links = Vec::new();
-    for relative in candidates(family) {
-        let Some(target) = read_link_within(root, Path::new(relative)) else {
-            continue;
-        };
-        let mode = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by);
-        links.push(HostLink {
-            path: root.join(relative),
-            target,
-            mode,
-        });
-        if until_deciding && mode.is_some() {
+/// What the host root holds for a family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostLinks {
+    /// The host root itself is not there (nothing mounted), is not a
+    /// directory, or cannot be looked at: why, without the path.
+    NoRoot(String),
+    /// The host root is there and no candidate exists in it.
+    NoneExists,
+    /// The first candidate that exists, the candidates before it that do
+    /// not, and (only when asked for every candidate) the later ones that
+    /// exist too.
+    Found {
+        link: HostLink,
+        missing: Vec<&'static str>,
+        later: Vec<HostLink>,
+    },
+}
+
+/// The first candidate that exists, and what it says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostLink {
+    /// The candidate as seen from here (under the host root).
+    pub path: PathBuf,
+    /// The link targets read, in order, exactly as stored (empty when the
+    /// candidate is not a link).
+    pub chain: Vec<PathBuf>,
+    /// The mode the last target's file name names exactly, or why the
+    /// links cannot tell.
+    pub answer: Result<Mode, String>,
+}
+
+impl HostLink {
+    /// `-> a -> b`, the chain as read.
+    pub fn shown_chain(&self) -> String {
+        self.chain
+            .iter()
+            .map(|t| format!("-> {}", t.display()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Links followed at most in one candidate, directory links included.
+const MAX_LINKS: usize = 8;
+
+/// Reads the family's candidates under `root` until one exists, or with
+/// `every_candidate` (`detect`) all of them.
+pub fn read(root: &Path, family: Family, every_candidate: bool) -> HostLinks {
+    // The root itself is the operator's setting: a link to the mount is
+    // followed (`/host -> /mnt/host`); nothing below it is.
+    match std::fs::metadata(root) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return HostLinks::NoRoot("not a directory".into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return HostLinks::NoRoot("does not exist (the host root is not mounted)".into())
+        }
+        Err(e) => return HostLinks::NoRoot(e.to_string()),
+    }
+    let mut walk = Walk {
+        root,
+        real_dirs: Vec::new(),
+    };
+    let mut missing = Vec::new();
+    let mut found: Vec<HostLink> = Vec::new();
+    for &relative in candidates(family) {
+        match walk.candidate(Path::new(relative)) {
+            Some(link) => found.push(link),
+            None if found.is_empty() => missing.push(relative),
+            None => {}
+        }
+        if !found.is_empty() && !every_candidate {
             break;
         }
     }
-    links
+    let mut found = found.into_iter();
+    match found.next() {
+        Some(link) => HostLinks::Found {
+            link,
+            missing,
+            later: found.collect(),
+        },
+        None => HostLinks::NoneExists,
+    }
 }
 
-/// The first link whose target names a mode.
-pub fn deciding(links: &[HostLink]) -> Option<&HostLink> {
-    links.iter().find(|link| link.mode.is_some())
+/// One reading of the host root: the directories already found to be real
+/// directories (not links), so candidates sharing a prefix read it once.
+struct Walk<'a> {
+    root: &'a Path,
+    real_dirs: Vec<PathBuf>,
 }
 
-/// Reads the link at `relative` under `root` without following it. Symlinked
-/// directories on the way (say `sbin -> usr/sbin`, or `/usr/sbin -> /usr/bin`)
-/// are resolved inside `root`, so an absolute target never escapes to the
-/// wrapper's own filesystem.
-fn read_link_within(root: &Path, relative: &Path) -> Option<PathBuf> {
-    const MAX_DIRECTORY_LINKS: usize = 8;
-    let file_name = relative.file_name()?;
-    let mut directory = PathBuf::new(); // relative to root
-    let mut pending: Vec<PathBuf> = relative
-        .parent()?
-        .components()
+/// A path's parts, for resolving one at a time.
+fn parts(path: &Path) -> Vec<PathBuf> {
+    path.components()
+        .filter(|c| !matches!(c, Component::RootDir | Component::CurDir))
         .map(|c| PathBuf::from(c.as_os_str()))
-        .collect();
-    pending.reverse();
-    let mut links_followed = 0;
-    while let Some(part) = pending.pop() {
-        let next = directory.join(&part);
-        match std::fs::read_link(root.join(&next)) {
-            Ok(target) => {
-                links_followed += 1;
-                if links_followed > MAX_DIRECTORY_LINKS {
-                    return None;
+        .collect()
+}
+
+impl Walk<'_> {
+    /// The candidate at `relative`, or `None` when it does not exist.
+    fn candidate(&mut self, relative: &Path) -> Option<HostLink> {
+        let mut links = 0;
+        let directory = self.directory(relative.parent()?, &mut links)?;
+        let seen = self.root.join(relative);
+        let mut chain = Vec::new();
+        let mut at = directory.join(relative.file_name()?);
+        loop {
+            let target = match std::fs::read_link(self.root.join(&at)) {
+                Ok(target) => target,
+                Err(e) if chain.is_empty() && is_missing(&e) => return None,
+                Err(e) => {
+                    let why = match (e.raw_os_error(), chain.is_empty()) {
+                        (Some(libc::EINVAL), true) => "not a link (a file the wrapper neither runs nor reads)".to_string(),
+                        (Some(libc::EINVAL), false) => format!(
+                            "{} is not a link and not a backend's file name (a wrapper or a script the wrapper neither runs nor reads)",
+                            self.root.join(&at).display()
+                        ),
+                        _ if is_missing(&e) => format!("{} does not exist (a dangling link)", self.root.join(&at).display()),
+                        _ => format!("{}: {e}", self.root.join(&at).display()),
+                    };
+                    return Some(HostLink {
+                        path: seen,
+                        chain,
+                        answer: Err(why),
+                    });
                 }
-                if target.is_absolute() {
-                    directory = PathBuf::new();
-                }
-                let mut parts: Vec<PathBuf> = target
-                    .components()
-                    .filter(|c| !matches!(c, Component::RootDir))
-                    .map(|c| PathBuf::from(c.as_os_str()))
-                    .collect();
-                parts.reverse();
-                pending.extend(parts);
+            };
+            let named = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by);
+            let next = if target.is_absolute() {
+                PathBuf::from_iter(parts(&target))
+            } else {
+                directory_of(&at).join(&target)
+            };
+            chain.push(target);
+            if let Some(mode) = named {
+                return Some(HostLink {
+                    path: seen,
+                    chain,
+                    answer: Ok(mode),
+                });
             }
-            // Nothing below a missing directory exists either.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return None,
-            Err(_) if part == Path::new("..") => {
-                directory.pop();
-            }
-            Err(_) if part == Path::new(".") => {}
-            Err(_) => directory = next,
+            links += 1;
+            let resolved = match (links <= MAX_LINKS)
+                .then(|| next.parent().map(Path::to_path_buf))
+                .flatten()
+            {
+                Some(parent) => self.directory(&parent, &mut links),
+                None => None,
+            };
+            let (Some(directory), Some(name)) = (resolved, next.file_name()) else {
+                let why = if links > MAX_LINKS {
+                    format!("more than {MAX_LINKS} links (a loop?)")
+                } else {
+                    format!("{} does not exist (a dangling link)", self.root.join(&next).display())
+                };
+                return Some(HostLink {
+                    path: seen,
+                    chain,
+                    answer: Err(why),
+                });
+            };
+            at = directory.join(name);
         }
     }
-    std::fs::read_link(root.join(directory).join(file_name)).ok()
+
+    /// Resolves `relative` (a directory) inside the root, one part at a
+    /// time, following directory links inside the root; `None` when it does
+    /// not exist or takes more than [`MAX_LINKS`] links.
+    fn directory(&mut self, relative: &Path, links: &mut usize) -> Option<PathBuf> {
+        let mut directory = PathBuf::new();
+        let mut pending = parts(relative);
+        pending.reverse();
+        while let Some(part) = pending.pop() {
+            if part == Path::new("..") {
+                directory.pop();
+                continue;
+            }
+            let next = directory.join(&part);
+            if self.real_dirs.contains(&next) {
+                directory = next;
+                continue;
+            }
+            match std::fs::read_link(self.root.join(&next)) {
+                Ok(target) => {
+                    *links += 1;
+                    if *links > MAX_LINKS {
+                        return None;
+                    }
+                    if target.is_absolute() {
+                        directory = PathBuf::new();
+                    }
+                    let mut target_parts = parts(&target);
+                    target_parts.reverse();
+                    pending.extend(target_parts);
+                }
+                Err(e) if is_missing(&e) => return None,
+                Err(_) => {
+                    self.real_dirs.push(next.clone());
+                    directory = next;
+                }
+            }
+        }
+        Some(directory)
+    }
+}
+
+fn directory_of(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn is_missing(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
 }
 
 #[cfg(test)]
@@ -131,58 +285,239 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn fake_root(name: &str) -> PathBuf {
+    /// A fake host root: `links` are (path, target) pairs, `files` empty
+    /// regular files, both relative to the root.
+    fn host(name: &str, links: &[(&str, &str)], files: &[&str]) -> PathBuf {
         let root = std::env::temp_dir().join(format!("iptw-host-link-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("etc/alternatives")).unwrap();
-        std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        for (path, target) in links {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            symlink(target, path).unwrap();
+        }
+        for path in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
         root
     }
 
+    fn answer(root: &Path, family: Family) -> Result<Mode, String> {
+        match read(root, family, false) {
+            HostLinks::Found { link, .. } => link.answer,
+            other => Err(format!("{other:?}")),
+        }
+    }
+
     #[test]
-    fn alternatives_link_decides() {
-        let root = fake_root("alt");
-        symlink("/usr/sbin/iptables-nft", root.join("etc/alternatives/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4, false);
-        assert_eq!(deciding(&links).unwrap().mode, Some(Mode::Nft));
-        // ip6tables falls back to the iptables group when it has no link of its own.
-        assert_eq!(
-            deciding(&read(&root, Family::Ipv6, false)).unwrap().mode,
-            Some(Mode::Nft)
+    fn every_node_os_layout() {
+        type Layout<'a> = (&'a str, &'a [(&'a str, &'a str)], Mode);
+        let layouts: &[Layout] = &[
+            (
+                "debian",
+                &[
+                    ("etc/alternatives/iptables", "/usr/sbin/iptables-legacy"),
+                    ("etc/alternatives/ip6tables", "/usr/sbin/ip6tables-legacy"),
+                    ("usr/sbin/iptables", "/etc/alternatives/iptables"),
+                ],
+                Mode::Legacy,
+            ),
+            (
+                "fedora",
+                &[
+                    ("usr/sbin", "bin"),
+                    ("etc/alternatives/iptables", "/usr/bin/iptables-legacy"),
+                    ("etc/alternatives/ip6tables", "/usr/bin/ip6tables-legacy"),
+                    ("usr/bin/iptables", "/etc/alternatives/iptables"),
+                ],
+                Mode::Legacy,
+            ),
+            (
+                "flatcar",
+                &[
+                    ("usr/sbin/iptables", "xtables-nft-multi"),
+                    ("usr/sbin/ip6tables", "xtables-nft-multi"),
+                ],
+                Mode::Nft,
+            ),
+            (
+                "talos",
+                &[
+                    ("usr/sbin", "bin"),
+                    ("sbin", "usr/bin"),
+                    ("usr/bin/iptables", "xtables-nft-multi"),
+                    ("usr/bin/ip6tables", "xtables-nft-multi"),
+                ],
+                Mode::Nft,
+            ),
+            (
+                "bottlerocket",
+                &[
+                    ("usr/sbin/iptables", "xtables-legacy-multi"),
+                    ("usr/sbin/ip6tables", "xtables-legacy-multi"),
+                ],
+                Mode::Legacy,
+            ),
+            (
+                "alpine",
+                &[
+                    ("sbin/iptables", "xtables-nft-multi"),
+                    ("sbin/ip6tables", "xtables-nft-multi"),
+                ],
+                Mode::Nft,
+            ),
+            (
+                "nixos",
+                &[
+                    ("run/current-system", "/nix/store/aaa-nixos-system"),
+                    ("nix/store/aaa-nixos-system/sw", "/nix/store/bbb-system-path"),
+                    (
+                        "nix/store/bbb-system-path/bin/iptables",
+                        "/nix/store/ccc-iptables-1.8.11/bin/iptables",
+                    ),
+                    (
+                        "nix/store/bbb-system-path/bin/ip6tables",
+                        "/nix/store/ccc-iptables-1.8.11/bin/ip6tables",
+                    ),
+                    ("nix/store/ccc-iptables-1.8.11/bin/iptables", "xtables-nft-multi"),
+                    ("nix/store/ccc-iptables-1.8.11/bin/ip6tables", "xtables-nft-multi"),
+                ],
+                Mode::Nft,
+            ),
+            (
+                "k3s",
+                &[
+                    ("var/lib/rancher/k3s/data/current", "/var/lib/rancher/k3s/data/0123abcd"),
+                    (
+                        "var/lib/rancher/k3s/data/0123abcd/bin/aux/iptables",
+                        "xtables-legacy-multi",
+                    ),
+                    (
+                        "var/lib/rancher/k3s/data/0123abcd/bin/aux/ip6tables",
+                        "xtables-legacy-multi",
+                    ),
+                ],
+                Mode::Legacy,
+            ),
+        ];
+        for (name, links, mode) in layouts {
+            let root = host(name, links, &[]);
+            for family in Family::BOTH {
+                assert_eq!(answer(&root, family), Ok(*mode), "{name} {family:?}");
+            }
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_first_candidate_that_exists_answers() {
+        // k3s's links are relinked by its xtables-set-mode.sh; before its
+        // first run they point at its detect script: cannot tell, and the
+        // host's own alternatives link (read first) wins over both.
+        let root = host(
+            "order",
+            &[
+                (
+                    "var/lib/rancher/k3s/data/current/bin/aux/iptables",
+                    "iptables-detect.sh",
+                ),
+                ("sbin/iptables", "xtables-legacy-multi"),
+            ],
+            &["var/lib/rancher/k3s/data/current/bin/aux/iptables-detect.sh"],
         );
-        symlink("/usr/sbin/ip6tables-legacy", root.join("etc/alternatives/ip6tables")).unwrap();
-        assert_eq!(
-            deciding(&read(&root, Family::Ipv6, false)).unwrap().mode,
-            Some(Mode::Legacy)
+        match read(&root, Family::Ipv4, false) {
+            HostLinks::Found { link, missing, later } => {
+                assert!(later.is_empty());
+                assert_eq!(link.answer, Ok(Mode::Legacy));
+                assert_eq!(missing, ["etc/alternatives/iptables", "usr/sbin/iptables"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(root.join("sbin/iptables")).unwrap();
+        let why = answer(&root, Family::Ipv4).unwrap_err();
+        assert!(why.contains("iptables-detect.sh is not a link"), "{why}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn what_cannot_tell() {
+        // Wolfi's iptables-wrappers: a link to a wrapper that is a file.
+        let root = host(
+            "cannot",
+            &[("usr/sbin/iptables", "iptables-wrapper")],
+            &["usr/sbin/iptables-wrapper", "sbin/iptables"],
         );
+        let why = answer(&root, Family::Ipv4).unwrap_err();
+        assert!(why.contains("iptables-wrapper is not a link"), "{why}");
+        std::fs::remove_file(root.join("usr/sbin/iptables")).unwrap();
+        // A regular file: not a link.
+        let why = answer(&root, Family::Ipv4).unwrap_err();
+        assert!(why.starts_with("not a link"), "{why}");
+        std::fs::remove_dir_all(&root).unwrap();
+        // A dangling link and a loop.
+        let root = host(
+            "dangling",
+            &[
+                ("etc/alternatives/iptables", "/usr/sbin/iptables-gone"),
+                ("sbin/iptables", "iptables"),
+            ],
+            &[],
+        );
+        assert!(answer(&root, Family::Ipv4).unwrap_err().contains("dangling"));
+        std::fs::remove_file(root.join("etc/alternatives/iptables")).unwrap();
+        assert!(answer(&root, Family::Ipv4).unwrap_err().contains("loop"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn absolute_links_stay_inside_the_root() {
+        // /run/current-system -> /nix/store/... must not reach this
+        // machine's /nix, nor `..` climb out of the root.
+        let root = host(
+            "escape",
+            &[
+                ("sbin", "../../../../../../usr/local/sbin"),
+                ("usr/local/sbin/iptables", "/usr/local/sbin/xtables-nft-multi"),
+            ],
+            &[],
+        );
+        assert_eq!(answer(&root, Family::Ipv4), Ok(Mode::Nft));
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_wrapper_target_is_no_hint() {
-        let root = fake_root("wrapper");
-        symlink("/usr/sbin/iptables-wrapper", root.join("etc/alternatives/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4, false);
-        assert_eq!(links.len(), 1);
-        assert!(deciding(&links).is_none());
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn directory_links_resolve_inside_the_root() {
-        // Fedora-style /usr/sbin -> /usr/bin (absolute) and /sbin -> usr/sbin.
-        let root = fake_root("usrmerge");
-        symlink("/usr/bin", root.join("usr/sbin")).unwrap();
-        symlink("usr/sbin", root.join("sbin")).unwrap();
-        symlink("xtables-legacy-multi", root.join("usr/bin/iptables")).unwrap();
-        let links = read(&root, Family::Ipv4, false);
-        assert_eq!(links.len(), 2, "{links:?}");
-        assert!(links.iter().all(|l| l.mode == Some(Mode::Legacy)));
+        let root = host(
+            "wrapper",
+            &[("etc/alternatives/iptables", "/usr/sbin/iptables-wrapper")],
+            &[],
+        );
+        assert!(answer(&root, Family::Ipv4).is_err());
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn nothing_mounted() {
-        assert!(read(Path::new("/nonexistent-host-root"), Family::Ipv6, false).is_empty());
+        assert!(matches!(
+            read(Path::new("/nonexistent-host-root"), Family::Ipv6, true),
+            HostLinks::NoRoot(_)
+        ));
+        let root = host("empty", &[], &["etc/hostname"]);
+        assert_eq!(read(&root, Family::Ipv6, true), HostLinks::NoneExists);
+        assert_eq!(
+            read(&root.join("etc/hostname"), Family::Ipv4, false),
+            HostLinks::NoRoot("not a directory".into())
+        );
+        // A host root that is itself a link to the mount.
+        let linked = root.with_extension("link");
+        let _ = std::fs::remove_file(&linked);
+        symlink(&root, &linked).unwrap();
+        std::fs::create_dir_all(root.join("sbin")).unwrap();
+        symlink("xtables-legacy-multi", root.join("sbin/iptables")).unwrap();
+        assert_eq!(answer(&linked, Family::Ipv4), Ok(Mode::Legacy));
+        std::fs::remove_file(&linked).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -6,10 +6,18 @@
 //! (a busy or read-only name) puts back what was already changed: old links
 //! are re-made, replaced files are restored from a hard link kept until the
 //! end; if even that fails, the error names each name left changed. The
-//! wrapper's own file is never replaced or removed. Run it at image build
+//! wrapper's own file is never replaced or removed. Two kinds of link are
+//! left alone unless `--force` is given, because a package upgrade would
+//! put them back and silently drop the wrapper: an alternatives link
+//! (Debian's `/usr/sbin/iptables -> /etc/alternatives/iptables`, Fedora's in
+//! `/usr/bin`, reached through `/usr/sbin -> bin`), which is registered
+//! instead, and a link to another program that is neither a backend nor
+//! this wrapper (Wolfi's `iptables-wrappers` package and its
+//! `/usr/bin/iptables-wrapper`). Run it at image build
 //! time; at run time the wrapper never rewrites anything.
 
 use crate::command::COMMAND_NAMES;
+use crate::mode::mode_named_by;
 use crate::own_file;
 use std::fmt;
 use std::io;
@@ -45,6 +53,13 @@ pub enum InstallError {
     NeitherLinkNorFile(PathBuf),
     /// The name is the wrapper's own file.
     OwnFile(PathBuf),
+    /// The name is an alternatives link (`-> /etc/alternatives/NAME`) and
+    /// `--force` was not given: the next package upgrade would put it back.
+    Alternatives { path: PathBuf, target: PathBuf },
+    /// The name leads to another program that is neither a backend nor
+    /// this wrapper (Wolfi's `iptables-wrappers`, a detect script), and
+    /// `--force` was not given.
+    OtherProgram { path: PathBuf, program: PathBuf },
     /// A check failed; nothing was changed.
     Check(PathBuf, io::Error),
     /// Changing a name failed after `changed_before` others were changed;
@@ -101,6 +116,18 @@ impl fmt::Display for InstallError {
                 f,
                 "{}: the wrapper's own file, never replaced; keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
                 path.display()
+            ),
+            InstallError::Alternatives { path, target } => write!(
+                f,
+                "{} -> {} is an alternatives link: a package upgrade would put it back and drop the wrapper; register the wrapper in that group instead (update-alternatives --install, on Fedora and RHEL alternatives --install, then --set: see the README's recipes), or pass --force to replace the link anyway; nothing was changed",
+                path.display(),
+                target.display()
+            ),
+            InstallError::OtherProgram { path, program } => write!(
+                f,
+                "{} leads to {}, another program (neither a backend nor this wrapper, such as Wolfi's iptables-wrappers package); its package would put its links back on upgrade: remove that package (apk del iptables-wrappers), or pass --force to replace the link anyway; nothing was changed",
+                path.display(),
+                program.display()
             ),
             InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.display()),
             InstallError::Change {
@@ -172,10 +199,11 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Installed, Ins
             Err(e) if e.kind() == io::ErrorKind::NotFound => LinkOutcome::Created,
             Err(e) => return Err(InstallError::Check(path, e)),
             Ok(meta) if meta.file_type().is_symlink() => {
-                if std::fs::read_link(&path).ok().as_deref() == Some(target.as_path()) {
+                let stored = std::fs::read_link(&path).map_err(|e| InstallError::Check(path.clone(), e))?;
+                if stored == target {
                     LinkOutcome::AlreadyInPlace
                 } else {
-                    LinkOutcome::Replaced
+                    existing_link(&path, stored, own_id, force)?
                 }
             }
             Ok(meta) if own_file::file_id(&meta) == own_id => return Err(InstallError::OwnFile(path)),
@@ -211,6 +239,61 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Installed, Ins
     }
     Ok(Installed { target, links: plan })
 }
+
+/// What to do with a link at `path` (stored target `stored`) that does not
+/// name the wrapper the way install would. An alternatives link that leads
+/// to the wrapper already (registered with `update-alternatives`) is in
+/// place; any other alternatives link, and a link leading to a program
+/// that is neither a backend nor the wrapper, is refused without `force`.
+/// A dangling link, or one leading to a backend or to the wrapper by
+/// another path, is replaced.
+fn existing_link(
+    path: &Path,
+    stored: PathBuf,
+    own_id: own_file::FileId,
+    force: bool,
+) -> Result<LinkOutcome, InstallError> {
+    let leads_to = std::fs::canonicalize(path).ok();
+    let is_own = leads_to
+        .as_deref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|meta| own_file::file_id(&meta) == own_id);
+    let absolute = path.parent().map_or_else(|| stored.clone(), |dir| dir.join(&stored));
+    let in_alternatives = match (
+        absolute.parent().map(std::fs::canonicalize),
+        std::fs::canonicalize(ALTERNATIVES_DIR),
+    ) {
+        (Some(Ok(parent)), Ok(alternatives)) => parent == alternatives,
+        _ => false,
+    };
+    if in_alternatives {
+        return match (is_own, force) {
+            (true, _) => Ok(LinkOutcome::AlreadyInPlace),
+            (false, true) => Ok(LinkOutcome::Replaced),
+            (false, false) => Err(InstallError::Alternatives {
+                path: path.to_path_buf(),
+                target: stored,
+            }),
+        };
+    }
+    let names_backend = leads_to
+        .as_deref()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .and_then(mode_named_by)
+        .is_some();
+    match leads_to {
+        Some(program) if !is_own && !names_backend && !force => Err(InstallError::OtherProgram {
+            path: path.to_path_buf(),
+            program,
+        }),
+        _ => Ok(LinkOutcome::Replaced),
+    }
+}
+
+/// Where Debian's `update-alternatives` and Fedora's `alternatives` keep
+/// the links they manage.
+const ALTERNATIVES_DIR: &str = "/etc/alternatives";
 
 /// Points `path` at `target`; returns what stood there.
 fn change(path: &Path, target: &Path) -> io::Result<Previous> {

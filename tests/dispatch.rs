@@ -458,6 +458,67 @@ fn install_is_idempotent_and_refuses_regular_files() {
 }
 
 #[test]
+fn install_leaves_alternatives_links_and_other_wrappers_alone() {
+    // Fedora 42+'s /usr/sbin/iptables is (through /usr/sbin -> bin) the
+    // alternatives group's master link, and Wolfi's iptables-wrappers links
+    // the six names to a file of its own: a package upgrade would put either
+    // back, so install refuses both without --force and changes nothing.
+    let node = Node::new("install-other");
+    let dir = node.path("usr-bin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let install = |extra: &[&str]| {
+        node.wrapper()
+            .arg("install")
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let other = dir.join("iptables-wrapper");
+    std::fs::write(&other, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for name in iptables_wrapper::command::COMMAND_NAMES {
+        std::os::unix::fs::symlink("iptables-wrapper", dir.join(name)).unwrap();
+    }
+    let refused = install(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another program") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("iptables")).unwrap(),
+        std::path::Path::new("iptables-wrapper")
+    );
+    // The machine's own alternatives directory is only pointed at, never touched.
+    assert!(
+        std::path::Path::new("/etc/alternatives").is_dir(),
+        "this test needs /etc/alternatives"
+    );
+    std::fs::remove_file(dir.join("iptables")).unwrap();
+    std::os::unix::fs::symlink("/etc/alternatives/iptables", dir.join("iptables")).unwrap();
+    let forced = install(&["--force"]);
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    std::fs::remove_file(dir.join("iptables")).unwrap();
+    std::os::unix::fs::symlink("/etc/alternatives/iptables", dir.join("iptables")).unwrap();
+    std::fs::remove_file(dir.join("ip6tables")).unwrap();
+    std::os::unix::fs::symlink("iptables-wrapper", dir.join("ip6tables")).unwrap();
+    let refused = install(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("alternatives link") && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("iptables")).unwrap(),
+        std::path::Path::new("/etc/alternatives/iptables")
+    );
+}
+
+#[test]
 fn install_under_concurrent_callers() {
     let node = Node::new("concurrent");
     let bin = node.bin.clone();

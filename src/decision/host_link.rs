@@ -1,7 +1,8 @@
-//! The second source: the host's alternatives link, read through the host
-//! root's mount (see the crate's `host_link`). A link whose target is a
-//! backend's file name decides; one that names no backend is shown, no
-//! hint; no link at all is absent (the host root may not be mounted).
+//! The second source: the host's iptables link, read through the host
+//! root's mount (see the crate's `host_link`: the alternatives link or its
+//! node OS's own place). Links whose target is a backend's file name
+//! decide; a candidate that cannot tell is shown with why, no hint; no
+//! candidate at all is absent (the host root may not be mounted).
 //!
 //! With the host on nft and warnings wanted, legacy rules left here still
 //! apply (the kernel evaluates both backends): the upgrade-without-reboot
@@ -15,9 +16,10 @@ use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
 use crate::command::WrappedCommand;
 use crate::family::Family;
-use crate::host_link;
+use crate::host_link::{self, HostLink, HostLinks};
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::mode::Mode;
+use std::path::Path;
 
 /// Where the stale-rules warning sends the operator.
 pub const STALE_COMMAND_HINT: &str =
@@ -27,47 +29,89 @@ pub const STALE_COMMAND_HINT: &str =
 /// count on every call; larger ones only get GET_INFO's upper bound there.
 const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 16 * 1024;
 
-/// Records the host's links and decides by the one that names a backend;
-/// under an nft link, reads the stale legacy tables when warnings are wanted.
+/// Records what the host root's first existing candidate says and decides
+/// by it when its links name a backend; under an nft link, reads the stale
+/// legacy tables when warnings are wanted. One piece of evidence on a call;
+/// `detect` also shows where it looked first and found nothing.
 pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
     let root = host_link::host_root();
-    let links = host_link::read(&root, command.family, collector.depth.stops_early());
-    for link in &links {
-        let value = match link.mode {
-            Some(_) => format!("-> {}", link.target.display()),
-            None => format!("-> {} (not a backend's file name: no hint)", link.target.display()),
-        };
-        collector.add(Evidence {
-            source: Source::HostLink,
-            location: link.path.display().to_string(),
-            finding: Finding::Known(value),
-            method: "readlink (not followed)".into(),
-            points_to: link.mode,
-        });
-    }
-    match host_link::deciding(&links) {
-        Some(link) => {
-            let mode = link.mode.expect("a deciding link names a mode");
-            collector.decide(
-                mode,
-                Source::HostLink,
-                format!("host link {} -> {}", link.path.display(), link.target.display()),
-            );
-            if mode == Mode::Nft && collector.depth.warns() {
-                read_stale_legacy_tables(collector);
-            }
+    let found = host_link::read(&root, command.family, !collector.depth.stops_early());
+    let candidates = host_link::candidates(command.family);
+    let (link, missing, later) = match found {
+        HostLinks::NoRoot(why) => {
+            collector.add(absent(
+                root.display().to_string(),
+                format!("no host link: {why}"),
+                "stat",
+            ));
+            return;
         }
-        None if links.is_empty() => collector.add(Evidence {
-            source: Source::HostLink,
-            location: root
-                .join(host_link::candidates(command.family)[0])
-                .display()
-                .to_string(),
-            finding: Finding::Absent("no host link (host root not mounted?)".into()),
-            method: "readlink".into(),
-            points_to: None,
-        }),
-        None => {}
+        HostLinks::NoneExists => {
+            collector.add(absent(
+                places(&root, candidates),
+                format!("no host link: none of these exists under {}", root.display()),
+                "readlink",
+            ));
+            return;
+        }
+        HostLinks::Found { link, missing, later } => (link, missing, later),
+    };
+    if collector.depth == Depth::Everything && !missing.is_empty() {
+        collector.add(absent(
+            places(&root, &missing),
+            "absent (read first)".into(),
+            "readlink",
+        ));
+    }
+    let chain = link.shown_chain();
+    collector.add(link_evidence(&link, ""));
+    // `detect` only: the later candidates that exist (say an `iptables`
+    // group that disagrees with the `ip6tables` one) are shown, and weigh
+    // as disagreeing evidence, but never decide.
+    for other in &later {
+        collector.add(link_evidence(other, " (read after the first, does not decide)"));
+    }
+    if let Ok(mode) = link.answer {
+        collector.decide(
+            mode,
+            Source::HostLink,
+            format!("host link {} {chain}", link.path.display()),
+        );
+        if mode == Mode::Nft && collector.depth.warns() {
+            read_stale_legacy_tables(collector);
+        }
+    }
+}
+
+/// What a candidate's links say, as evidence.
+fn link_evidence(link: &HostLink, note: &str) -> Evidence {
+    let chain = link.shown_chain();
+    let (value, points_to) = match &link.answer {
+        Ok(mode) => (format!("{chain}{note}"), Some(*mode)),
+        Err(why) if chain.is_empty() => (format!("cannot tell (no hint): {why}{note}"), None),
+        Err(why) => (format!("{chain}: cannot tell (no hint): {why}{note}"), None),
+    };
+    Evidence {
+        source: Source::HostLink,
+        location: link.path.display().to_string(),
+        finding: Finding::Known(value),
+        method: "readlink inside the host root (not followed, nothing run)".into(),
+        points_to,
+    }
+}
+
+/// `ROOT/{a, b, c}`: candidates under the root, in one location.
+fn places(root: &Path, relative: &[&str]) -> String {
+    format!("{}/{{{}}}", root.display(), relative.join(", "))
+}
+
+fn absent(location: String, finding: String, method: &str) -> Evidence {
+    Evidence {
+        source: Source::HostLink,
+        location,
+        finding: Finding::Absent(finding),
+        method: method.into(),
+        points_to: None,
     }
 }
 
