@@ -233,7 +233,10 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
 /// Removals each race test runs: `IPTW_STALE_ROUNDS`, or 12 (the figures
 /// in docs/mixed-state.md were taken with thousands).
 fn rounds() -> usize {
-    std::env::var("IPTW_STALE_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(12)
+    std::env::var("IPTW_STALE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(12)
 }
 
 /// Runs `writer` (one call per `i`, reporting the rules that call was told
