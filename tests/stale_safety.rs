@@ -172,6 +172,63 @@ iptables-legacy -A INPUT -m comment --comment \"$(printf 'a\\nb')\" -j DROP");
 }
 
 #[test]
+fn the_undo_restores_only_what_was_removed() {
+    // A native table named filter, left alone (a priority iptables-nft never
+    // gives), beside a stale iptables-nft mangle table: iptables-nft-save
+    // prints both, the second lossily.
+    let node = legacy_host_with_native(
+        "undo-only",
+        "table ip filter {\n  chain INPUT {\n    type filter hook input priority 5; policy drop;\n    ip saddr 1.1.1.1 counter accept\n  }\n}\n",
+    );
+    node.sh("iptables-nft -t mangle -A OUTPUT -j ACCEPT");
+    let native = |node: &Node| node.sh("nft list table ip filter");
+    let before = native(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("left alone: nft ipv4 filter"), "{}", stdout(&out));
+    let dir = backup_dir_of(&out);
+    let backup = std::fs::read_to_string(dir.join("iptables-nft.rules")).unwrap();
+    assert!(backup.contains("*mangle") && !backup.contains("*filter"), "{backup}");
+    node.sh(&format!("iptables-nft-restore < {}/iptables-nft.rules", dir.display()));
+    assert_eq!(native(&node), before, "the undo left the native table as it was");
+    assert!(node.sh("iptables-nft-save -t mangle").contains("-A OUTPUT -j ACCEPT"));
+}
+
+#[test]
+fn concurrent_removals_each_report_only_what_their_backup_holds() {
+    let node = Node::new("concurrent");
+    upgraded(&node);
+    for round in 0..4 {
+        node.sh("iptables-legacy -A INPUT -s 10.0.0.1 -j DROP; iptables-legacy -P FORWARD DROP");
+        let runs: Vec<std::process::Child> = (0..3)
+            .map(|_| {
+                node.wrapper()
+                    .args(["stale", "--remove"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut emptied = 0;
+        for run in runs {
+            let out = run.wait_with_output().unwrap();
+            let text = stdout(&out);
+            assert_eq!(out.status.code(), Some(0), "round {round}: {text}{}", stderr(&out));
+            if text.contains("emptied: legacy ipv4 filter") {
+                emptied += 1;
+                let backup = std::fs::read_to_string(backup_dir_of(&out).join("iptables-legacy.rules")).unwrap();
+                assert!(
+                    backup.contains("-A INPUT -s 10.0.0.1/32 -j DROP") && backup.contains(":FORWARD DROP"),
+                    "round {round}: reported emptied, but its backup lacks the rules: {backup}"
+                );
+            }
+        }
+        assert_eq!(emptied, 1, "round {round}: one removal emptied the table");
+    }
+}
+
+#[test]
 fn a_save_that_lacks_a_table_proves_nothing_for_it() {
     // A save tool that leaves out the nat table (the others are the real ones).
     let node = Node::new("lacking");

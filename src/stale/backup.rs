@@ -146,6 +146,11 @@ impl BackupDir {
         self.path.join(name)
     }
 
+    /// Removes the directory, if it is empty (nothing was backed up).
+    pub fn remove_empty(&self) {
+        let _ = unlinkat(None, &self.path, UnlinkatFlags::RemoveDir);
+    }
+
     /// Removes a file the removal made for itself.
     pub fn remove(&self, name: &str) {
         let _ = unlinkat(Some(self.fd.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir);

@@ -19,6 +19,7 @@
 //! tables there. The namespace goes away with the thread. Where it cannot be
 //! made, nothing is proven and nothing is removed.
 
+use super::find;
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::family::Family;
@@ -85,7 +86,7 @@ pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path)
             "{}-{backend}-restore {}: {}{}",
             family.program(),
             output.status,
-            crate::escape::printable_bytes(output.stderr.trim_ascii()),
+            String::from_utf8_lossy(output.stderr.trim_ascii()),
             fed.err()
                 .map(|e| format!(" (writing its input: {e})"))
                 .unwrap_or_default()
@@ -133,20 +134,57 @@ pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result
     Ok((images, generation.unwrap_or_default()))
 }
 
-/// Whether the live images equal the restored ones, per table: Ok, or the
-/// first difference in words.
-pub fn compare<I>(
+/// The backup proven (the save's sections of the tables that passed,
+/// exactly as restored), and per table Ok or why it failed.
+pub type Verdicts = (Vec<u8>, Vec<Result<(), String>>);
+
+/// Proves `save`'s sections of the tables `names` against their `live`
+/// images: `restored_by` restores an input into a new scratch namespace and
+/// reads the chosen tables back. Tables that differ are dropped from the
+/// input, and the rest proven again, until every table in it restores
+/// exactly; a restore that fails for several tables is tried table by table.
+/// The backup is then exactly what was last restored, so the undo restores
+/// only what is removed (never a table left as it was, such as a native one
+/// the save cannot express).
+pub fn narrowed<I>(
+    save: &[u8],
+    names: &[&str],
     live: &[I],
-    restored: &[I],
+    mut restored_by: impl FnMut(&[u8], &[&str]) -> Result<Vec<I>, String>,
     difference: impl Fn(&I, &I) -> Option<String>,
-) -> Vec<Result<(), String>> {
-    live.iter()
-        .zip(restored)
-        .map(|(live, restored)| match difference(live, restored) {
-            None => Ok(()),
-            Some(why) => Err(format!("the backup does not restore it exactly: {why}")),
-        })
-        .collect()
+) -> Result<Verdicts, String> {
+    let mut verdicts: Vec<Result<(), String>> = vec![Ok(()); names.len()];
+    loop {
+        let candidates: Vec<usize> = (0..names.len()).filter(|&i| verdicts[i].is_ok()).collect();
+        if candidates.is_empty() {
+            return Ok((Vec::new(), verdicts));
+        }
+        let chosen: Vec<&str> = candidates.iter().map(|&i| names[i]).collect();
+        let input = find::sections(save, &chosen);
+        match restored_by(&input, &chosen) {
+            Ok(restored) => {
+                let mut all_exact = true;
+                for (&index, restored) in candidates.iter().zip(&restored) {
+                    if let Some(why) = difference(&live[index], restored) {
+                        verdicts[index] = Err(format!("the backup does not restore it exactly: {why}"));
+                        all_exact = false;
+                    }
+                }
+                if all_exact {
+                    return Ok((input, verdicts));
+                }
+            }
+            Err(why) if candidates.len() == 1 => verdicts[candidates[0]] = Err(why),
+            Err(_) => {
+                for &index in &candidates {
+                    let alone = find::sections(save, &[names[index]]);
+                    if let Err(why) = restored_by(&alone, &[names[index]]) {
+                        verdicts[index] = Err(why);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `LegacyTableImage::difference` for tables that may be missing.

@@ -54,9 +54,10 @@ const NFT_BACKOFF: Duration = Duration::from_millis(100);
 /// The lock file the restore tools get while the removal holds the real one.
 const PRIVATE_LOCK: &str = ".xtables.lock";
 
-/// One family of one backend, backed up and proven.
-struct Proven<'a> {
-    finding: &'a Finding,
+/// One family of one backend, read afresh, backed up and proven.
+struct Proven {
+    finding: Finding,
+    /// The backup: the save's sections of the proven tables, as proven.
     save: Vec<u8>,
     /// Per stale table: whether its backup restores it exactly.
     verdicts: Vec<Result<(), String>>,
@@ -64,7 +65,7 @@ struct Proven<'a> {
     images: Vec<NftTableImage>,
 }
 
-impl Proven<'_> {
+impl Proven {
     fn file_name(&self) -> String {
         format!("{}-{}.rules", self.finding.family.program(), self.finding.backend)
     }
@@ -78,6 +79,9 @@ impl Proven<'_> {
     }
 }
 
+/// One nft attempt: the generation its proofs were read at, and the proofs.
+type NftAttempt = Option<(u32, Vec<Proven>)>;
+
 /// What the removal did, for the report.
 #[derive(Default)]
 struct Removal {
@@ -87,6 +91,7 @@ struct Removal {
 }
 
 impl Removal {
+    /// Every stale table of `findings` left, for `why`.
     fn fail_all(&mut self, findings: &[&Finding], why: &str) {
         for finding in findings {
             for table in &finding.tables {
@@ -144,10 +149,13 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             return EXIT_STALE;
         }
     };
-    let stale_in = |backend: Mode| -> Vec<&Finding> {
+    // The families each backend holds stale tables in; what they hold is
+    // read again once writers are held off (another removal may have run).
+    let stale_in = |backend: Mode| -> Vec<Family> {
         before
             .iter()
             .filter(|f| f.backend == backend && !f.tables.is_empty())
+            .map(|f| f.family)
             .collect()
     };
     let (legacy, nft) = (stale_in(Mode::Legacy), stale_in(Mode::Nft));
@@ -169,14 +177,20 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     drop(lock);
     backup.remove(PRIVATE_LOCK);
-    report(hosts, options, &backup.path, &removal, &after)
+    let dir = if removal.files.is_empty() {
+        backup.remove_empty();
+        None
+    } else {
+        Some(backup.path.as_path())
+    };
+    report(hosts, options, dir, &removal, &after)
 }
 
 /// Proves and removes; Err (with nothing changed) when a backup cannot be
 /// written. Returns the xtables lock, if it was taken.
 fn remove(
-    legacy: &[&Finding],
-    nft: &[&Finding],
+    legacy: &[Family],
+    nft: &[Family],
     backup: &BackupDir,
     private_lock: &Path,
     removal: &mut Removal,
@@ -186,14 +200,30 @@ fn remove(
     if !legacy.is_empty() {
         match xtables_lock::hold(LOCK_WAIT) {
             Ok(held) => lock = Some(held),
-            Err(why) => removal.fail_all(legacy, &format!("{why}; nothing was changed")),
+            Err(why) => {
+                let findings: Vec<Finding> = legacy.iter().map(|&f| find::find(Mode::Legacy, f)).collect();
+                removal.fail_all(&findings.iter().collect::<Vec<_>>(), &format!("{why}; nothing was changed"));
+            }
         }
     }
     if lock.is_some() {
-        for finding in legacy {
-            match prove_legacy(finding, private_lock) {
-                Ok(proven) => legacy_proven.push(proven),
-                Err(why) => removal.fail_all(&[finding], &why),
+        for &family in legacy {
+            let finding = find::find(Mode::Legacy, family);
+            if let Some(why) = &finding.unknown {
+                removal.fail_all(&[&finding], why);
+                continue;
+            }
+            if finding.tables.is_empty() {
+                continue; // emptied meanwhile (by another removal)
+            }
+            match prove_legacy(&finding, private_lock) {
+                Ok((save, verdicts)) => legacy_proven.push(Proven {
+                    finding,
+                    save,
+                    verdicts,
+                    images: Vec::new(),
+                }),
+                Err(why) => removal.fail_all(&[&finding], &why),
             }
         }
     }
@@ -204,7 +234,8 @@ fn remove(
         match NftSocket::open() {
             Ok(socket) => Some(socket),
             Err(e) => {
-                removal.fail_all(nft, &format!("nf_tables cannot be read: {e}"));
+                let findings: Vec<Finding> = nft.iter().map(|&f| find::find(Mode::Nft, f)).collect();
+                removal.fail_all(&findings.iter().collect::<Vec<_>>(), &format!("nf_tables cannot be read: {e}"));
                 None
             }
         }
@@ -218,16 +249,10 @@ fn remove(
         Ok(Some((_, proven))) => proven,
         _ => &[],
     };
-    let proofs = legacy_proven.iter().chain(nft_first);
-    for proven in proofs.filter(|p| p.verdicts.iter().any(Result::is_ok)) {
+    for proven in legacy_proven.iter().chain(nft_first).filter(|p| !p.save.is_empty()) {
         let name = proven.file_name();
-        let path = backup
-            .write(&name, &proven.save, false)
-            .map_err(|e| format!("{name}: {e}"))?;
-        removal.files.push((
-            path,
-            format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend),
-        ));
+        let path = backup.write(&name, &proven.save, false).map_err(|e| format!("{name}: {e}"))?;
+        removal.files.push((path, format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend)));
         written.insert(name);
     }
     for proven in &legacy_proven {
@@ -243,10 +268,11 @@ fn remove(
     let Some(socket) = nft_socket else {
         return Ok(lock);
     };
+    let mut last_findings = Vec::new();
     for attempt in 1..=NFT_TRIES {
         let (generation, proven) = match nft_attempt {
             Err(why) => {
-                removal.fail_all(nft, &why);
+                removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
                 return Ok(lock);
             }
             Ok(None) => {
@@ -257,40 +283,35 @@ fn remove(
             Ok(Some(attempt)) => attempt,
         };
         if attempt > 1 {
-            for proven in proven.iter().filter(|p| p.verdicts.iter().any(Result::is_ok)) {
-                let name = proven.file_name();
+            for one in proven.iter().filter(|p| !p.save.is_empty()) {
+                let name = one.file_name();
                 let replace = written.contains(&name);
-                let path = match backup.write(&name, &proven.save, replace) {
+                let path = match backup.write(&name, &one.save, replace) {
                     Ok(path) => path,
                     Err(e) => {
-                        removal.fail_all(nft, &format!("backing up again: {name}: {e}; nothing removed from nft"));
+                        let findings: Vec<&Finding> = to_fail(&proven);
+                        removal.fail_all(&findings, &format!("backing up again: {name}: {e}; nothing removed from nft"));
                         return Ok(lock);
                     }
                 };
                 if !replace {
-                    removal
-                        .files
-                        .push((path, format!("{}-nft-restore", proven.finding.family.program())));
+                    removal.files.push((path, format!("{}-nft-restore", one.finding.family.program())));
                     written.insert(name);
                 }
             }
         }
         let to_empty: Vec<(Family, &str, &NftTableImage)> = proven
             .iter()
-            .flat_map(|p| {
-                p.proven_tables()
-                    .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
-            })
+            .flat_map(|p| p.proven_tables().map(move |(index, table)| (p.finding.family, table.name, &p.images[index])))
             .collect();
         match socket.empty_tables(generation, &to_empty) {
             Ok(Emptied::Done) => {
                 for proven in &proven {
                     removal.record_verdicts(proven);
                     for (_, table) in proven.proven_tables() {
-                        removal.emptied.push((
-                            (Mode::Nft, proven.finding.family, table.name),
-                            show::table_summary(table),
-                        ));
+                        removal
+                            .emptied
+                            .push(((Mode::Nft, proven.finding.family, table.name), show::table_summary(table)));
                     }
                 }
                 return Ok(lock);
@@ -298,25 +319,35 @@ fn remove(
             Ok(Emptied::GenerationMoved) => {
                 // Writers come in bursts (a sync, a restore): let one end.
                 std::thread::sleep(NFT_BACKOFF * attempt as u32);
+                last_findings = proven.into_iter().map(|p| p.finding).collect();
                 nft_attempt = prove_nft(&socket, nft, private_lock);
             }
             Err(e) => {
-                removal.fail_all(nft, &format!("emptying: {e}"));
+                removal.fail_all(&to_fail(&proven), &format!("emptying: {e}"));
                 return Ok(lock);
             }
         }
     }
+    if let Ok(Some((_, proven))) = &nft_attempt {
+        last_findings = proven.iter().map(|p| p.finding.clone()).collect();
+    }
     removal.fail_all(
-        nft,
+        &last_findings.iter().collect::<Vec<_>>(),
         &format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft"),
     );
     Ok(lock)
 }
 
+/// The findings of proofs, to be left with a reason.
+fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
+    proven.iter().map(|p| &p.finding).collect()
+}
+
 /// Reads a legacy family's stale tables, saves it, reads the tables again
 /// (a difference: a writer that bypasses the xtables lock, so again), and
 /// proves the save against them. Called with the xtables lock held.
-fn prove_legacy<'a>(finding: &'a Finding, private_lock: &Path) -> Result<Proven<'a>, String> {
+/// Returns the proven backup and a verdict per stale table.
+fn prove_legacy(finding: &Finding, private_lock: &Path) -> Result<proof::Verdicts, String> {
     let family = finding.family;
     let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
     for _ in 0..LEGACY_TRIES {
@@ -325,77 +356,67 @@ fn prove_legacy<'a>(finding: &'a Finding, private_lock: &Path) -> Result<Proven<
         if proof::legacy_images(family, &names)? != live {
             continue;
         }
-        let restored = proof::in_scratch_namespace(|| {
-            proof::restore(Mode::Legacy, family, &save, private_lock)
-                .map_err(|why| format!("the backup does not restore: {why}"))?;
-            proof::legacy_images(family, &names)
-        })?;
-        return Ok(Proven {
-            finding,
-            verdicts: proof::compare(&live, &restored, proof::legacy_difference),
-            save,
-            images: Vec::new(),
-        });
+        let restored_by = |input: &[u8], chosen: &[&str]| {
+            proof::in_scratch_namespace(|| {
+                proof::restore(Mode::Legacy, family, input, private_lock)
+                    .map_err(|why| format!("the backup does not restore: {why}"))?;
+                proof::legacy_images(family, chosen)
+            })
+        };
+        return proof::narrowed(&save, &names, &live, restored_by, proof::legacy_difference);
     }
     Err(format!(
         "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
     ))
 }
 
-/// One nft attempt's proofs, all read at one generation (returned with
-/// them); Ok(None) when the generation moved while reading.
-fn prove_nft<'a>(
-    socket: &NftSocket,
-    findings: &[&'a Finding],
-    private_lock: &Path,
-) -> Result<Option<(u32, Vec<Proven<'a>>)>, String> {
+/// One nft attempt: each family's stale tables read afresh, their images
+/// and the save all at one generation (returned with the proofs); Ok(None)
+/// when the generation moved while reading.
+fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Result<NftAttempt, String> {
     let generation = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
     let mut read = Vec::new();
-    for finding in findings {
-        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
-        let (images, at) = proof::nft_images(socket, finding.family, &names)?;
+    for &family in families {
+        let finding = find::find(Mode::Nft, family);
+        if let Some(why) = &finding.unknown {
+            return Err(why.clone());
+        }
+        if finding.tables.is_empty() {
+            continue; // emptied meanwhile (by another removal)
+        }
+        let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
+        let (images, at) = proof::nft_images(socket, family, &names)?;
         if at != generation {
             return Ok(None);
         }
-        read.push((*finding, names, images, find::save(Mode::Nft, finding.family)?.stdout));
+        let save = find::save(Mode::Nft, family)?.stdout;
+        read.push((finding, names, images, save));
     }
-    if socket
-        .generation()
-        .map_err(|e| format!("nf_tables cannot be read: {e}"))?
-        != generation
-    {
+    if socket.generation().map_err(|e| format!("nf_tables cannot be read: {e}"))? != generation {
         return Ok(None);
     }
-    let restored = proof::in_scratch_namespace(|| {
-        let scratch =
-            NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
-        read.iter()
-            .map(
-                |(finding, names, _, save)| match proof::restore(Mode::Nft, finding.family, save, private_lock) {
-                    Ok(()) => proof::nft_images(&scratch, finding.family, names).map(|(images, _)| Ok(images)),
-                    Err(why) => Ok(Err(format!("the backup does not restore: {why}"))),
-                },
-            )
-            .collect::<Result<Vec<_>, String>>()
-    })?;
-    let proven = read
-        .into_iter()
-        .zip(restored)
-        .map(|((finding, _, images, save), restored)| {
-            let verdicts = match restored {
-                Ok(restored) => proof::compare(&images, &restored, NftTableImage::difference),
-                Err(why) => vec![Err(why); images.len()],
-            };
-            Proven {
-                finding,
-                save,
-                verdicts,
-                images,
-            }
-        })
-        .collect();
+    let mut proven = Vec::new();
+    for (finding, names, images, save) in read {
+        let family = finding.family;
+        let restored_by = |input: &[u8], chosen: &[&str]| {
+            proof::in_scratch_namespace(|| {
+                let scratch = NftSocket::open()
+                    .map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+                proof::restore(Mode::Nft, family, input, private_lock)
+                    .map_err(|why| format!("the backup does not restore: {why}"))?;
+                proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
+            })
+        };
+        let (save, verdicts) = proof::narrowed(&save, &names, &images, restored_by, NftTableImage::difference)?;
+        proven.push(Proven {
+            finding,
+            save,
+            verdicts,
+            images,
+        });
+    }
     Ok(Some((generation, proven)))
 }
 
@@ -411,7 +432,7 @@ fn empty_legacy(family: Family, table: &StaleTable, private_lock: &Path) -> Resu
 }
 
 /// The report after a removal; its exit status.
-fn report(hosts: &[HostBackend], options: &Options, dir: &Path, removal: &Removal, after: &[Finding]) -> i32 {
+fn report(hosts: &[HostBackend], options: &Options, dir: Option<&Path>, removal: &Removal, after: &[Finding]) -> i32 {
     let status = if removal.failed.is_empty() {
         show::status(after)
     } else {
@@ -420,10 +441,13 @@ fn report(hosts: &[HostBackend], options: &Options, dir: &Path, removal: &Remova
     let out = if options.json {
         format!(
             "{}\n",
-            show::json(hosts, after, &[], Some(removal_json(Some(dir), removal)))
+            show::json(hosts, after, &[], Some(removal_json(dir, removal)))
         )
     } else {
-        let mut out = format!("backup: {}\n", dir.display());
+        let mut out = match dir {
+            Some(dir) => format!("backup: {}\n", dir.display()),
+            None => "no backup written: nothing was proven, nothing removed\n".to_string(),
+        };
         for (file, tool) in &removal.files {
             let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
         }
@@ -447,7 +471,16 @@ fn report(hosts: &[HostBackend], options: &Options, dir: &Path, removal: &Remova
         }
         out
     };
-    print_out(&out).err().unwrap_or(status)
+    match print_out(&out) {
+        Ok(()) => status,
+        Err(failed) => {
+            // The report is lost: where the backup is must not be.
+            if let Some(dir) = dir {
+                say(&format!("stale --remove: the backup is in {}", dir.display()));
+            }
+            failed
+        }
+    }
 }
 
 type Table = (Mode, Family, &'static str);

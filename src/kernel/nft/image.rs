@@ -79,10 +79,17 @@ pub struct NftTableImage {
     policies: BTreeMap<Vec<u8>, Option<u32>>,
     /// By chain name: its rules, in order.
     rules: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
-    /// By set name: the set's attributes and its elements, sorted.
-    sets: BTreeMap<Vec<u8>, (Vec<u8>, Vec<Vec<u8>>)>,
+    /// By set name: the set's attributes and its elements.
+    sets: BTreeMap<Vec<u8>, SetImage>,
     objects: Vec<Vec<u8>>,
     flowtables: Vec<Vec<u8>>,
+}
+
+/// A set's attributes and its elements, sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SetImage {
+    attributes: Vec<u8>,
+    elements: Vec<Vec<u8>>,
 }
 
 /// What emptying needs to know of one chain of an image.
@@ -305,7 +312,13 @@ impl NftSocket {
                 }
             })?;
             elements.sort();
-            image.sets.insert(set.into_bytes(), (attributes_kept, elements));
+            image.sets.insert(
+                set.into_bytes(),
+                SetImage {
+                    attributes: attributes_kept,
+                    elements,
+                },
+            );
         }
         self.dump_all(&Request::new(libc::NFT_MSG_GETOBJ, family), |payload| {
             if attribute(payload, NFTA_OBJ_TABLE).map(until_nul) == Some(name) {
