@@ -23,6 +23,7 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
 use crate::family::Family;
 use crate::kernel::modules::{self, Presence};
+use crate::kernel::KernelReader;
 use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
 use crate::settings::InvalidSetting;
@@ -133,9 +134,11 @@ fn read() -> Result<Snapshot, InvalidSetting> {
     let at = SystemTime::now();
     let started = Instant::now();
     let mut families = Vec::new();
+    // One reader for both decisions: the rules are counted once.
+    let mut kernel = KernelReader::new();
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
-        let decision = decision::decide(&command, Depth::Everything)?;
+        let decision = decision::decide_with(&command, Depth::Everything, &mut kernel)?;
         let stale = stale_state(decision.mode.other(), family);
         families.push(FamilyState {
             family,

@@ -139,7 +139,7 @@ impl Decision {
         );
         if rests_on_counts && self.is_mixed() {
             warnings.push(format!(
-                "both backends hold many rules (mixed state); mount the host's /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives or set {OVERRIDE_VAR} so the choice does not rest on counts"
+                "both backends hold many rules (mixed state); mount the host's root at {DEFAULT_HOST_ROOT} or set {OVERRIDE_VAR} so the choice does not rest on counts"
             ));
         }
         if self.decided_by == Source::Default {
@@ -170,25 +170,35 @@ impl Decision {
 
 /// Decides the mode for `command`. Fails only on invalid settings.
 pub fn decide(command: &WrappedCommand, depth: Depth) -> Result<Decision, InvalidSetting> {
+    decide_with(command, depth, &mut KernelReader::new())
+}
+
+/// Decides the mode for `command` with `kernel`, which keeps what it read
+/// for the next decision (`stale` and the metrics decide for both families
+/// of one state, and so count its rules once).
+pub fn decide_with(
+    command: &WrappedCommand,
+    depth: Depth,
+    kernel: &mut KernelReader,
+) -> Result<Decision, InvalidSetting> {
     if let Some(invalid) = &settings::current().invalid {
         return Err(invalid.clone());
     }
     let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
     let mut collector = Collector::new(depth);
     let mut rule_counts = None;
-    let mut kernel = KernelReader::new();
 
     override_setting::read_override(&mut collector);
     if !collector.done() {
         host_link::read_host_link(&mut collector, command);
     }
     if !collector.done() {
-        rule_counts = kernel_state::read_kernel(&mut collector, &mut kernel);
+        rule_counts = kernel_state::read_kernel(&mut collector, kernel);
     }
     if !collector.done() {
         lock::read_xtables_lock(&mut collector, rule_counts.as_ref());
     }
-    let lacking = presence::read_backend_presence(&mut collector, &mut kernel, command.family);
+    let lacking = presence::read_backend_presence(&mut collector, kernel, command.family);
     let (mode, decided_by, reason) = collector
         .decided
         .take()

@@ -30,6 +30,7 @@ use crate::decision::{self, Decision, Depth, Source};
 use crate::escape::printable;
 use crate::family::Family;
 use crate::host_link::DEFAULT_HOST_ROOT;
+use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::HOST_ROOT_VAR;
 use crate::standard_fds::say;
@@ -97,9 +98,11 @@ pub fn run(options: &Options) -> i32 {
 fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
     let mut hosts = Vec::new();
     let mut uncertain = None;
+    let mut kernel = KernelReader::new();
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
-        let decision = decision::decide(&command, Depth::Everything).map_err(|invalid| invalid.to_string())?;
+        let decision =
+            decision::decide_with(&command, Depth::Everything, &mut kernel).map_err(|invalid| invalid.to_string())?;
         if let (Err(why), None) = (certainty(&decision), &uncertain) {
             uncertain = Some(format!(
                 "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",

@@ -202,7 +202,10 @@ fn remove(
             Ok(held) => lock = Some(held),
             Err(why) => {
                 let findings: Vec<Finding> = legacy.iter().map(|&f| find::find(Mode::Legacy, f)).collect();
-                removal.fail_all(&findings.iter().collect::<Vec<_>>(), &format!("{why}; nothing was changed"));
+                removal.fail_all(
+                    &findings.iter().collect::<Vec<_>>(),
+                    &format!("{why}; nothing was changed"),
+                );
             }
         }
     }
@@ -235,7 +238,10 @@ fn remove(
             Ok(socket) => Some(socket),
             Err(e) => {
                 let findings: Vec<Finding> = nft.iter().map(|&f| find::find(Mode::Nft, f)).collect();
-                removal.fail_all(&findings.iter().collect::<Vec<_>>(), &format!("nf_tables cannot be read: {e}"));
+                removal.fail_all(
+                    &findings.iter().collect::<Vec<_>>(),
+                    &format!("nf_tables cannot be read: {e}"),
+                );
                 None
             }
         }
@@ -251,8 +257,13 @@ fn remove(
     };
     for proven in legacy_proven.iter().chain(nft_first).filter(|p| !p.save.is_empty()) {
         let name = proven.file_name();
-        let path = backup.write(&name, &proven.save, false).map_err(|e| format!("{name}: {e}"))?;
-        removal.files.push((path, format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend)));
+        let path = backup
+            .write(&name, &proven.save, false)
+            .map_err(|e| format!("{name}: {e}"))?;
+        removal.files.push((
+            path,
+            format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend),
+        ));
         written.insert(name);
     }
     for proven in &legacy_proven {
@@ -290,28 +301,37 @@ fn remove(
                     Ok(path) => path,
                     Err(e) => {
                         let findings: Vec<&Finding> = to_fail(&proven);
-                        removal.fail_all(&findings, &format!("backing up again: {name}: {e}; nothing removed from nft"));
+                        removal.fail_all(
+                            &findings,
+                            &format!("backing up again: {name}: {e}; nothing removed from nft"),
+                        );
                         return Ok(lock);
                     }
                 };
                 if !replace {
-                    removal.files.push((path, format!("{}-nft-restore", one.finding.family.program())));
+                    removal
+                        .files
+                        .push((path, format!("{}-nft-restore", one.finding.family.program())));
                     written.insert(name);
                 }
             }
         }
         let to_empty: Vec<(Family, &str, &NftTableImage)> = proven
             .iter()
-            .flat_map(|p| p.proven_tables().map(move |(index, table)| (p.finding.family, table.name, &p.images[index])))
+            .flat_map(|p| {
+                p.proven_tables()
+                    .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
+            })
             .collect();
         match socket.empty_tables(generation, &to_empty) {
             Ok(Emptied::Done) => {
                 for proven in &proven {
                     removal.record_verdicts(proven);
                     for (_, table) in proven.proven_tables() {
-                        removal
-                            .emptied
-                            .push(((Mode::Nft, proven.finding.family, table.name), show::table_summary(table)));
+                        removal.emptied.push((
+                            (Mode::Nft, proven.finding.family, table.name),
+                            show::table_summary(table),
+                        ));
                     }
                 }
                 return Ok(lock);
@@ -394,7 +414,11 @@ fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Re
         let save = find::save(Mode::Nft, family)?.stdout;
         read.push((finding, names, images, save));
     }
-    if socket.generation().map_err(|e| format!("nf_tables cannot be read: {e}"))? != generation {
+    if socket
+        .generation()
+        .map_err(|e| format!("nf_tables cannot be read: {e}"))?
+        != generation
+    {
         return Ok(None);
     }
     let mut proven = Vec::new();
@@ -402,8 +426,8 @@ fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Re
         let family = finding.family;
         let restored_by = |input: &[u8], chosen: &[&str]| {
             proof::in_scratch_namespace(|| {
-                let scratch = NftSocket::open()
-                    .map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+                let scratch =
+                    NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
                 proof::restore(Mode::Nft, family, input, private_lock)
                     .map_err(|why| format!("the backup does not restore: {why}"))?;
                 proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
@@ -439,10 +463,7 @@ fn report(hosts: &[HostBackend], options: &Options, dir: Option<&Path>, removal:
         EXIT_STALE
     };
     let out = if options.json {
-        format!(
-            "{}\n",
-            show::json(hosts, after, &[], Some(removal_json(dir, removal)))
-        )
+        format!("{}\n", show::json(hosts, after, &[], Some(removal_json(dir, removal))))
     } else {
         let mut out = match dir {
             Some(dir) => format!("backup: {}\n", dir.display()),

@@ -277,15 +277,24 @@ impl NftSocket {
                 image.chains.insert(chain.to_vec(), kept);
             }
         })?;
-        let rules = Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
-        self.dump_all(&rules, |payload| {
-            let chain = attribute(payload, NFTA_RULE_CHAIN).map(until_nul).unwrap_or_default();
-            image
-                .rules
-                .entry(chain.to_vec())
-                .or_default()
-                .push(rule_without_state(payload));
-        })?;
+        // One dump per chain: the kernel resumes a dump's every batch by
+        // walking from the start of what it dumps, so one dump of the whole
+        // table costs the square of its rules (55,000 rules: seconds), one
+        // per chain only the square of each chain's.
+        let chains: Vec<Vec<u8>> = image.chains.keys().cloned().collect();
+        for chain in chains {
+            let rules = Request::new(libc::NFT_MSG_GETRULE, family)
+                .attr(NFTA_RULE_TABLE, table)
+                .attr(NFTA_RULE_CHAIN, &String::from_utf8_lossy(&chain));
+            self.dump_all(&rules, |payload| {
+                let chain = attribute(payload, NFTA_RULE_CHAIN).map(until_nul).unwrap_or_default();
+                image
+                    .rules
+                    .entry(chain.to_vec())
+                    .or_default()
+                    .push(rule_without_state(payload));
+            })?;
+        }
         let mut sets = Vec::new();
         self.dump_all(&Request::new(libc::NFT_MSG_GETSET, family), |payload| {
             if attribute(payload, NFTA_SET_TABLE).map(until_nul) == Some(name) {

@@ -100,7 +100,8 @@ impl NftSocket {
     /// The chains of table `table` of `family`, in the kernel's order, each
     /// with its rules counted: a GETCHAIN dump of the family (the kernel
     /// filters chain dumps by no table, so the replies are) and a GETRULE
-    /// dump filtered to the table.
+    /// dump per chain (one of the whole table would cost the square of its
+    /// rules: the kernel resumes each batch from the start).
     pub fn chains(&self, family: Family, table: &'static str) -> io::Result<Vec<NftChain>> {
         let mut chains = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
@@ -144,32 +145,30 @@ impl NftSocket {
             ControlFlow::Continue(())
         })?;
         dump_complete(end)?;
-        let request = Request::new(libc::NFT_MSG_GETRULE, family).attr(NFTA_RULE_TABLE, table);
-        let end = self.dump(&request, |payload| {
-            let mut chain_name: &[u8] = &[];
-            let mut counted = false;
-            for (kind, value) in attributes(payload) {
-                match kind {
-                    NFTA_RULE_CHAIN => chain_name = until_nul(value),
-                    NFTA_RULE_EXPRESSIONS => {
-                        counted = nested(value)
+        // One dump per chain: a dump of the whole table costs the square of
+        // its rules (the kernel resumes each batch from the start).
+        for chain in &mut chains {
+            let request = Request::new(libc::NFT_MSG_GETRULE, family)
+                .attr(NFTA_RULE_TABLE, table)
+                .attr(NFTA_RULE_CHAIN, &chain.name);
+            let end = self.dump(&request, |payload| {
+                let counted = attributes(payload)
+                    .filter(|&(kind, _)| kind == NFTA_RULE_EXPRESSIONS)
+                    .any(|(_, value)| {
+                        nested(value)
                             .filter(|&(kind, _)| kind == NFTA_LIST_ELEM)
                             .any(|(_, expr)| {
                                 nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
                             })
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(chain) = chains.iter_mut().find(|c| c.name.as_bytes() == chain_name) {
+                    });
                 chain.rules += 1;
                 if !counted {
                     chain.rules_without_counter += 1;
                 }
-            }
-            ControlFlow::Continue(())
-        })?;
-        dump_complete(end)?;
+                ControlFlow::Continue(())
+            })?;
+            dump_complete(end)?;
+        }
         Ok(chains)
     }
 }

@@ -28,6 +28,9 @@ pub struct KernelReader {
     nft_unusable: Option<String>,
     /// Likewise for legacy, per family.
     legacy_unusable: [Option<String>; 2],
+    /// The exact counts once read: both families together, so a second
+    /// decision on this reader (ip6tables' after iptables') reads none again.
+    exact_counts: Option<CountComparison>,
 }
 
 impl Default for KernelReader {
@@ -44,6 +47,7 @@ impl KernelReader {
             legacy: [None, None],
             nft_unusable: None,
             legacy_unusable: [None, None],
+            exact_counts: None,
         }
     }
 
@@ -88,6 +92,9 @@ impl KernelReader {
     /// contradict it), then the exact legacy count, then the nft rules until
     /// they pass it (remembered for the next call).
     pub fn compare_rule_counts(&mut self, exact: bool) -> Result<CountComparison, String> {
+        if let Some(counts) = self.exact_counts.as_ref().filter(|_| exact) {
+            return Ok(counts.clone());
+        }
         let mut legacy = self.legacy_bounds("getsockopt GET_INFO entry counts")?;
         let mut nft = self.nft_bounds()?;
         let settled = |legacy: &Reading<RuleBounds>, nft: &Reading<RuleBounds>| {
@@ -139,7 +146,11 @@ impl KernelReader {
         }
         let verdict = verdict_from_bounds(legacy.value, nft.value)
             .expect("an exact legacy count and an nft count read past it always settle");
-        Ok(CountComparison { legacy, nft, verdict })
+        let comparison = CountComparison { legacy, nft, verdict };
+        if exact {
+            self.exact_counts = Some(comparison.clone());
+        }
+        Ok(comparison)
     }
 }
 
