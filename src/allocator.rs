@@ -8,7 +8,7 @@
 //! the override, 96k with the host link, 138k in the empty-namespace
 //! decision; 22k, 39k and 57k with this arena), and touches pages of its own
 //! bookkeeping. Here an allocation is a
-//! pointer bump in a zero-filled static array (`.bss`, so only the pages
+//! pointer bump in a zero-filled static array (not in the file, so only the pages
 //! actually used are ever faulted in), freeing inside the arena does nothing,
 //! and the last allocation grows in place. Memory past the bump pointer has
 //! never been handed out, so it is still zero: zeroed allocations need no
