@@ -10,8 +10,12 @@
  * A command that exits non-zero aborts the measurement.
  *
  * Output, one line per command, tab-separated:
- *   median_us  p25_us  p75_us  min_us  max_rss_kib
- * where max_rss_kib is the largest ru_maxrss seen over the kept runs.
+ *   median_us  p25_us  p75_us  min_us  max_rss_kib  median_cpu_us
+ * where max_rss_kib is the largest ru_maxrss seen over the kept runs and
+ * median_cpu_us the median of the CPU time the kernel accounted to the run
+ * (ru_utime + ru_stime from wait4, the posix_spawn child's set-up included):
+ * time spent waiting for a CPU another process holds is not in it, so on a
+ * shared machine it moves much less than the wall-clock figures.
  *
  * Interleaving keeps the comparison fair on a shared machine: a burst of
  * background load hits all commands alike instead of one block of runs.
@@ -34,6 +38,7 @@ extern char **environ;
 struct cmd {
 	char **argv;
 	double *us;
+	double *cpu_us;
 	long max_rss;
 };
 
@@ -44,7 +49,12 @@ static double now_us(void)
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static void run_once(struct cmd *c, posix_spawn_file_actions_t *fa, double *us, long *rss)
+static double tv_us(struct timeval tv)
+{
+	return tv.tv_sec * 1e6 + tv.tv_usec;
+}
+
+static void run_once(struct cmd *c, posix_spawn_file_actions_t *fa, double *us, double *cpu_us, long *rss)
 {
 	struct rusage ru;
 	int status;
@@ -62,6 +72,7 @@ static void run_once(struct cmd *c, posix_spawn_file_actions_t *fa, double *us, 
 		}
 	*us = now_us() - t0;
 	*rss = ru.ru_maxrss;
+	*cpu_us = tv_us(ru.ru_utime) + tv_us(ru.ru_stime);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "abtime: %s failed (status 0x%x)\n", c->argv[0], status);
 		exit(1);
@@ -119,6 +130,7 @@ int main(int argc, char **argv)
 		if (cmds[ncmd].argv[0] == NULL)
 			usage();
 		cmds[ncmd].us = calloc(runs, sizeof(double));
+		cmds[ncmd].cpu_us = calloc(runs, sizeof(double));
 		cmds[ncmd].max_rss = 0;
 		ncmd++;
 	}
@@ -131,11 +143,12 @@ int main(int argc, char **argv)
 	for (int r = 0; r < warmup + runs; r++) {
 		for (int k = 0; k < ncmd; k++) {
 			struct cmd *c = &cmds[r % 2 ? ncmd - 1 - k : k];
-			double us;
+			double us, cpu_us;
 			long rss;
-			run_once(c, &fa, &us, &rss);
+			run_once(c, &fa, &us, &cpu_us, &rss);
 			if (r >= warmup) {
 				c->us[r - warmup] = us;
+				c->cpu_us[r - warmup] = cpu_us;
 				if (rss > c->max_rss)
 					c->max_rss = rss;
 			}
@@ -144,9 +157,10 @@ int main(int argc, char **argv)
 
 	for (int k = 0; k < ncmd; k++) {
 		qsort(cmds[k].us, runs, sizeof(double), cmp_double);
-		printf("%.1f\t%.1f\t%.1f\t%.1f\t%ld\n", quantile(cmds[k].us, runs, 0.5),
+		qsort(cmds[k].cpu_us, runs, sizeof(double), cmp_double);
+		printf("%.1f\t%.1f\t%.1f\t%.1f\t%ld\t%.1f\n", quantile(cmds[k].us, runs, 0.5),
 		       quantile(cmds[k].us, runs, 0.25), quantile(cmds[k].us, runs, 0.75),
-		       cmds[k].us[0], cmds[k].max_rss);
+		       cmds[k].us[0], cmds[k].max_rss, quantile(cmds[k].cpu_us, runs, 0.5));
 	}
 	return 0;
 }
