@@ -359,6 +359,10 @@ fn race_writer(
         lost.len(),
         added.len()
     );
+    println!(
+        "{rounds} removals ({removed} emptied something) beside a writer: {} rules written, none lost",
+        added.len()
+    );
     (added.len(), removed)
 }
 
