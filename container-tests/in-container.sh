@@ -365,7 +365,7 @@ cmd_expect_only() {
   check_version "$1" iptables
   check_version "$1" ip6tables
   iptables-wrapper detect >"$WORK/detect" || fail "iptables-wrapper detect exited $?"
-  detected="$(sed -n 1p "$WORK/detect")"
+  detected="$(sed -n '1{s/ .*//;p;}' "$WORK/detect")"  # the verdict's first word
   [ "$detected" = "$1" ] || fail "iptables-wrapper detect said '$detected', expected $1"
   ok "iptables-wrapper detect: $detected"
 }

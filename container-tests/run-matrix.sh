@@ -171,7 +171,9 @@ IMAGES_DONE=$SECONDS
 
 # --privileged fails on an engine that lacks some capability itself (a
 # daemon inside a restricted sandbox: "unable to apply caps"). Then fall back
-# to what iptables needs, the capabilities a Kubernetes pod would be granted.
+# to what iptables needs, the capabilities a Kubernetes pod would be granted
+# (SYS_ADMIN as the init container that runs `stale --remove` gets it: the
+# removal proves its backup in a scratch network namespace of its own).
 # (Scenarios 9 and 10 set their own.)
 # The probe runs the wrapper image's static binary, there whatever runs.
 if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
@@ -179,7 +181,7 @@ if [[ -z "${IPTW_PRIVILEGE:-}" ]]; then
     "$WRAPPER_IMAGE" --version >/dev/null 2>&1; then
     IPTW_PRIVILEGE="--privileged"
   else
-    IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW"
+    IPTW_PRIVILEGE="--cap-add NET_ADMIN --cap-add NET_RAW --cap-add SYS_ADMIN"
     log "this engine cannot start --privileged containers; using $IPTW_PRIVILEGE"
   fi
 fi
