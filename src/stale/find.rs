@@ -171,7 +171,7 @@ fn add_legacy_table(finding: &mut Finding, table: &str, chains: Vec<StaleChain>)
 
 /// The tables of a save, each with every chain it declares: its policy
 /// (None for a user chain, declared with `-`) and its `-A` lines.
-pub fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
+fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
     let mut tables: Vec<(String, Vec<StaleChain>)> = Vec::new();
     for line in save.split(|&b| b == b'\n') {
         if let Some(table) = line.strip_prefix(b"*") {

@@ -114,11 +114,6 @@ impl NftTableImage {
             .collect()
     }
 
-    /// The sets of the table, named and anonymous (iptables-nft makes none).
-    pub fn sets(&self) -> usize {
-        self.sets.len()
-    }
-
     /// The first difference between this image and `other`, in words (this
     /// one is "the table", the other "the restored one"); None when equal.
     pub fn difference(&self, other: &NftTableImage) -> Option<String> {

@@ -105,7 +105,7 @@ use netlink::{
 
 pub use count::{RuleCount, RulesetKeptChanging};
 pub use empty::Emptied;
-pub use image::{ChainSummary, NftTableImage};
+pub use image::NftTableImage;
 pub use lookups::NftObject;
 pub use tables::{BaseChain, NftChain, NftTable, NF_ACCEPT};
 
