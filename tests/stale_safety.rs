@@ -498,6 +498,39 @@ fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
 }
 
 #[test]
+fn a_hint_chain_of_one_family_does_not_make_the_other_certain() {
+    let node = Node::new("v4hint");
+    // kubelet on nft made its hint in IPv4 only; IPv4 rules in nft; in
+    // IPv6 only legacy holds a rule, and nothing says IPv6 is on nft.
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+iptables-nft -A INPUT -s 10.0.0.1 -j ACCEPT
+ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");
+    let before = legacy_saves(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("the hint chain is in nft ipv4 only, and in ipv6 nft holds no rules while legacy holds 1"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(legacy_saves(&node), before, "nothing removed");
+    // Showing says why neither is certainly stale.
+    let out = stale(&node, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("the hint chain is in nft ipv4 only"),
+        "{}",
+        stdout(&out)
+    );
+    // With the IPv6 hint chain too, IPv6 is certain and its legacy rule goes.
+    node.sh("ip6tables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("2001:db8::1"), "{}", legacy_saves(&node));
+}
+
+#[test]
 fn an_empty_kube_proxy_table_does_not_outweigh_legacy_rules() {
     let node = Node::new("kpempty");
     node.sh("nft add table ip kube-proxy");

@@ -79,6 +79,12 @@ impl Finding {
 
 /// What `backend` holds in `family`.
 pub fn find(backend: Mode, family: Family) -> Finding {
+    find_beside(backend, family, None)
+}
+
+/// What `backend` holds in `family`, where `save` is that family's save
+/// just taken, whose notes then need no save of their own.
+pub fn find_beside(backend: Mode, family: Family, save: Option<&SaveOutput>) -> Finding {
     let mut finding = Finding {
         family,
         backend,
@@ -89,7 +95,7 @@ pub fn find(backend: Mode, family: Family) -> Finding {
     };
     let read = match backend {
         Mode::Legacy => find_legacy(&mut finding),
-        Mode::Nft => find_nft(&mut finding),
+        Mode::Nft => find_nft(&mut finding, save),
     };
     if let Err(why) = read {
         finding.tables.clear();
@@ -201,7 +207,7 @@ fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
     tables
 }
 
-fn find_nft(finding: &mut Finding) -> Result<(), String> {
+fn find_nft(finding: &mut Finding, save: Option<&SaveOutput>) -> Result<(), String> {
     let family = finding.family;
     match modules::nf_tables() {
         Presence::Present(_) | Presence::Askable(_) => {}
@@ -252,7 +258,10 @@ fn find_nft(finding: &mut Finding) -> Result<(), String> {
         if why.is_none() {
             let notes = match &save_notes {
                 Some(notes) => notes,
-                None => save_notes.insert(incompatibility_notes(family)?),
+                None => save_notes.insert(match save {
+                    Some(save) => incompatibility_notes(save),
+                    None => incompatibility_notes(&self::save(Mode::Nft, family)?),
+                }),
             };
             why = notes
                 .iter()
@@ -353,18 +362,17 @@ fn builtin_chains_of(table: &str) -> Vec<&'static str> {
         .unwrap_or_default()
 }
 
-/// The `# Table ... incompatible` notes of `iptables-nft-save` (to stdout
-/// or stderr, depending on the version).
-fn incompatibility_notes(family: Family) -> Result<Vec<String>, String> {
-    let output = save(Mode::Nft, family)?;
-    Ok(output
+/// The `# Table ... incompatible` notes of an `iptables-nft-save` (to
+/// stdout or stderr, depending on the version).
+fn incompatibility_notes(output: &SaveOutput) -> Vec<String> {
+    output
         .stdout
         .split(|&b| b == b'\n')
         .chain(output.stderr.split(|&b| b == b'\n'))
         .map(String::from_utf8_lossy)
         .filter(|line| line.starts_with("# Table") && line.contains("incompatible"))
         .map(|line| line.into_owned())
-        .collect())
+        .collect()
 }
 
 /// What a save tool printed, byte for byte.

@@ -6,7 +6,8 @@
 //! It decides the host's backend per family as a wrapped call does, and
 //! removes only when that decision is certain: the override, the host link,
 //! or a hint chain present in that backend alone that the rule counts do
-//! not contradict ([`certainty`]). Counts, the lock and the default can be
+//! not contradict ([`certainty`]), nor, where the chain is in the other
+//! family only, that family's own counts ([`family_contradiction`]). Counts, the lock and the default can be
 //! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
 //! and says what would make it certain, and showing shows what each backend
 //! holds, saying that which one is stale is not certain, and why.
@@ -103,7 +104,8 @@ fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
         let decision =
             decision::decide_with(&command, Depth::Everything, &mut kernel).map_err(|invalid| invalid.to_string())?;
-        if let (Err(why), None) = (certainty(&decision), &uncertain) {
+        let certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family, &mut kernel));
+        if let (Err(why), None) = (certain, &uncertain) {
             uncertain = Some(format!(
                 "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
                 family.program(),
@@ -143,10 +145,60 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
     }
 }
 
+/// For a decision by a hint chain: Err when the chosen backend's hint
+/// chains are all in the other family and `family`'s own state contradicts
+/// the decision there (see [`family_contradiction`]).
+fn hint_in_family(decision: &Decision, family: Family, kernel: &mut KernelReader) -> Result<(), String> {
+    if decision.decided_by != Source::HintChain {
+        return Ok(());
+    }
+    let mode = decision.mode;
+    let hints = match mode {
+        Mode::Nft => kernel.nft_lookups().map(|r| r.value.hint_chains),
+        Mode::Legacy => kernel.legacy_hint_chains(false).map(|r| r.value),
+    }?;
+    let hint_families: Vec<Family> = hints.iter().map(|h| h.family).collect();
+    if hint_families.contains(&family) {
+        return Ok(());
+    }
+    let chosen = kernel.family_rules(mode, family);
+    let other = kernel.family_rules(mode.other(), family);
+    match family_contradiction(mode, family, &hint_families, chosen, other) {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
+
+/// Why `family`'s backend is not certain by a hint chain of `mode` found
+/// only in `hint_families` (the other family): in `family`, `mode` holds no
+/// rules (`chosen`) while the other backend holds some (`other`), or either
+/// count is unknown. None when `family`'s own state does not contradict.
+fn family_contradiction(
+    mode: Mode,
+    family: Family,
+    hint_families: &[Family],
+    chosen: Result<u64, String>,
+    other: Result<u64, String>,
+) -> Option<String> {
+    let found_in: Vec<&str> = hint_families.iter().map(|f| f.label()).collect();
+    let only = format!("the hint chain is in {mode} {} only", found_in.join(", "));
+    match (chosen, other) {
+        (Err(why), _) | (_, Err(why)) => Some(format!("{only}, and {}'s rules cannot be read: {why}", family.label())),
+        (Ok(0), Ok(other)) if other > 0 => Some(format!(
+            "{only}, and in {} {mode} holds no rules while {} holds {other}: nothing shows {} uses {mode}",
+            family.label(),
+            mode.other(),
+            family.label()
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::certainty;
+    use super::{certainty, family_contradiction};
     use crate::decision::{Decision, Evidence, Finding, RuleCounts, Source};
+    use crate::family::Family;
     use crate::kernel::RuleBounds;
     use crate::mode::Mode;
 
@@ -192,6 +244,24 @@ mod tests {
         assert_eq!(certainty(&with(counts(202, 1))), Ok(()));
         assert_eq!(certainty(&with(counts(0, 0))), Ok(()));
         assert!(certainty(&with(None)).is_err());
+    }
+
+    #[test]
+    fn a_hint_chain_of_the_other_family_is_contradicted_by_this_familys_rules() {
+        let ipv4 = [Family::Ipv4];
+        assert_eq!(
+            family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(0), Ok(3)),
+            Some(
+                "the hint chain is in nft ipv4 only, and in ipv6 nft holds no rules while legacy holds 3: nothing shows ipv6 uses nft"
+                    .to_string()
+            )
+        );
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(1), Ok(3)), None);
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(0), Ok(0)), None);
+        assert_eq!(
+            family_contradiction(Mode::Legacy, Family::Ipv6, &ipv4, Err("refused".into()), Ok(0)),
+            Some("the hint chain is in legacy ipv4 only, and ipv6's rules cannot be read: refused".to_string())
+        );
     }
 
     #[test]

@@ -399,7 +399,10 @@ fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Re
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
     let mut read = Vec::new();
     for &family in families {
-        let finding = find::find(Mode::Nft, family);
+        // The save first: its notes serve the finding, which needs no save
+        // of its own then; the generation check below covers all three.
+        let save = find::save(Mode::Nft, family)?;
+        let finding = find::find_beside(Mode::Nft, family, Some(&save));
         if let Some(why) = &finding.unknown {
             return Err(why.clone());
         }
@@ -411,8 +414,7 @@ fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Re
         if at != generation {
             return Ok(None);
         }
-        let save = find::save(Mode::Nft, family)?.stdout;
-        read.push((finding, names, images, save));
+        read.push((finding, names, images, save.stdout));
     }
     if socket
         .generation()

@@ -280,7 +280,7 @@ impl NftSocket {
         for chain in chains {
             let rules = Request::new(libc::NFT_MSG_GETRULE, family)
                 .attr(NFTA_RULE_TABLE, table)
-                .attr(NFTA_RULE_CHAIN, &String::from_utf8_lossy(&chain));
+                .attr_bytes(NFTA_RULE_CHAIN, &chain);
             self.dump_all(&rules, |payload| {
                 let chain = attribute(payload, NFTA_RULE_CHAIN).map(until_nul).unwrap_or_default();
                 image

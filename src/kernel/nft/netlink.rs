@@ -74,8 +74,14 @@ impl Request {
 
     /// A string attribute, NUL-terminated as the kernel's `nla_strcmp`
     /// expects (NLA_STRING).
-    pub(super) fn attr(mut self, kind: u16, value: &str) -> Request {
-        let mut bytes = value.as_bytes().to_vec();
+    pub(super) fn attr(self, kind: u16, value: &str) -> Request {
+        self.attr_bytes(kind, value.as_bytes())
+    }
+
+    /// A string attribute given as the bytes the kernel holds (a name read
+    /// back from it need not be UTF-8), NUL-terminated.
+    pub(super) fn attr_bytes(mut self, kind: u16, value: &[u8]) -> Request {
+        let mut bytes = value.to_vec();
         bytes.push(0);
         self.attributes.push((kind, bytes));
         self
