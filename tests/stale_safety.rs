@@ -195,6 +195,30 @@ fn the_undo_restores_only_what_was_removed() {
 }
 
 #[test]
+fn kube_proxy_session_affinity_and_connlimit_rules_are_removed_and_restored() {
+    // kube-proxy's ClientIP affinity writes `-m recent --set` without
+    // --mask (all 16 mask bytes set), its save says `--mask 255.255.255.255`
+    // (which restores 4): bytes an IPv4 rule never reads. Same for connlimit.
+    let node = Node::new("affinity");
+    upgraded(&node);
+    node.sh("iptables-legacy -t nat -N KUBE-SEP-AFF
+iptables-legacy -t nat -A KUBE-SEP-AFF -p tcp -m recent --set --name KUBE-SEP-AFF --rsource -j DNAT --to-destination 10.0.0.2:80
+iptables-legacy -t nat -A KUBE-SEP-AFF -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-AFF --rsource -j ACCEPT
+iptables-legacy -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 3 -j REJECT");
+    let before = legacy_saves(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("emptied: legacy ipv4 nat"), "{}", stdout(&out));
+    assert!(!legacy_saves(&node).contains("recent"), "{}", legacy_saves(&node));
+    let dir = backup_dir_of(&out);
+    node.sh(&format!(
+        "iptables-legacy-restore < {0}/iptables-legacy.rules && ip6tables-legacy-restore < {0}/ip6tables-legacy.rules",
+        dir.display()
+    ));
+    assert_eq!(legacy_saves(&node), before, "the undo restores what was removed");
+}
+
+#[test]
 fn concurrent_removals_each_report_only_what_their_backup_holds() {
     let node = Node::new("concurrent");
     upgraded(&node);

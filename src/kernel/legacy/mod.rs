@@ -23,6 +23,7 @@
 //! structures are in `abi`, the walk of the blob in `walk`.
 
 mod abi;
+mod unread;
 mod walk;
 
 use crate::family::Family;
@@ -82,7 +83,8 @@ impl TableInfo {
 /// A legacy table as the kernel holds it, without its counters: its
 /// GET_INFO (hooks, chain starts and ends, entry count, size) and its entry
 /// blob. Two tables with equal images hold the same rules in the same
-/// chains with the same policies, byte for byte.
+/// chains with the same policies, byte for byte but for the bytes of a
+/// match that the kernel never reads for the table's family (`unread`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LegacyTableImage {
     info: Vec<u8>,
@@ -288,6 +290,7 @@ impl LegacyFamily {
                     return Err(invalid_data("an entry's next_offset leaves the blob"));
                 }
                 blob[offset + layout.counters_at..offset + layout.counters_at + COUNTERS_LEN].fill(0);
+                unread::zero_unread(self.family, &layout, &mut blob[offset..offset + next]);
                 entry_starts.push(offset);
                 offset += next;
             }
