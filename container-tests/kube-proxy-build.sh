@@ -33,7 +33,9 @@
 #      v1.0.1 links to reflect.mapiterinit with its pre-1.18 signature, which
 #      crashes JSON decoding of maps at run time under Go 1.18+ (the fix
 #      reflect2 v1.0.2 made, applied to the vendored copy).
-# 4. `go build` of cmd/kube-proxy, cmd/kube-apiserver and cmd/kubectl, static
+# 4. The one generated file the tarball lacks (the OpenAPI definitions
+#    kube-apiserver serves), made with the vendored openapi-gen.
+# 5. `go build` of cmd/kube-proxy, cmd/kube-apiserver and cmd/kubectl, static
 #    (CGO_ENABLED=0), under nice with GOMAXPROCS=2 and -p 2, the version
 #    stamped as v1.20.2. Measured on 2 cores: about 4.5 minutes for
 #    kube-proxy alone, about 12 for all three from an empty Go cache.
@@ -107,15 +109,39 @@ GOROOT_DIR=$("$GOVENV/bin/go" env GOROOT)
 python3 "$HERE/kube-proxy/fix-modules-txt.py" "$TREE/vendor/modules.txt"
 patch -s -d "$TREE" -p1 <"$HERE/kube-proxy/reflect2-go1.18.patch"
 
-# --- 4. build ---------------------------------------------------------------
+# --- 4. generated code -----------------------------------------------------
+# The tarball leaves out one generated file kube-apiserver needs,
+# pkg/generated/openapi/zz_generated.openapi.go (`make` makes it with
+# openapi-gen): made here as Makefile.generated_files does, from the same
+# package list (+k8s:openapi-gen tags, staging named as vendor), by the
+# vendored openapi-gen in a GOPATH holding the tree as k8s.io/kubernetes;
+# its API-rule report must equal the tree's known-violations list.
+goenv=(env PATH="$GOROOT_DIR/bin:$PATH" GOROOT="$GOROOT_DIR" GOTOOLCHAIN=local GOPROXY=off GOSUMDB=off
+    GOMAXPROCS=2 CGO_ENABLED=0 GOCACHE="$CACHE/gocache")
+log "generating pkg/generated/openapi (openapi-gen)"
+(cd "$TREE" && "${goenv[@]}" GOFLAGS=-mod=vendor GOPATH="$CACHE/gopath" \
+    nice go build -p 2 -o "$TREE/_output/openapi-gen" k8s.io/kube-openapi/cmd/openapi-gen) >&2
+dirs=$(cd "$TREE" && find -H . \( -path './_*' -o -path './.*' -o -path ./vendor \) -prune -o -type f -name '*.go' -print \
+    | sed 's|^\./staging/src|vendor|; s|^\./||' | xargs grep -l '^// *+k8s:' | xargs grep -l '+k8s:openapi-gen=' \
+    | grep -v '^vendor/k8s.io/code-generator/\|^vendor/k8s.io/sample-apiserver/' \
+    | xargs -n1 dirname | LC_ALL=C sort -u | sed 's|^|k8s.io/kubernetes/|' | paste -sd, -)
+GENPATH="$TREE/_output/gopath"
+mkdir -p "$GENPATH/src/k8s.io"
+ln -s "$TREE" "$GENPATH/src/k8s.io/kubernetes"
+(cd "$GENPATH/src/k8s.io/kubernetes" && "${goenv[@]}" GOPATH="$GENPATH" GO111MODULE=off GOFLAGS= \
+    nice "$TREE/_output/openapi-gen" --logtostderr -i "$dirs" -p k8s.io/kubernetes/pkg/generated/openapi \
+    -O zz_generated.openapi -h vendor/k8s.io/code-generator/hack/boilerplate.go.txt \
+    -r "$TREE/_output/openapi-violations.report") >&2
+diff -q "$TREE/_output/openapi-violations.report" "$TREE/api/api-rules/violation_exceptions.list" >&2 \
+    || { log "openapi-gen's API-rule report differs from api/api-rules/violation_exceptions.list"; exit 1; }
+
+# --- 5. build ---------------------------------------------------------------
 LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$UPSTREAM -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=20 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$UPSTREAM"
 mkdir -p "$OUT.tmp"
 for cmd in kube-proxy kube-apiserver kubectl; do
     start=$SECONDS
     log "building $cmd"
-    (cd "$TREE" && env PATH="$GOROOT_DIR/bin:$PATH" GOROOT="$GOROOT_DIR" GOTOOLCHAIN=local \
-        GOFLAGS=-mod=vendor GOPROXY=off GOSUMDB=off GOMAXPROCS=2 CGO_ENABLED=0 \
-        GOCACHE="$CACHE/gocache" GOPATH="$CACHE/gopath" \
+    (cd "$TREE" && "${goenv[@]}" GOFLAGS=-mod=vendor GOPATH="$CACHE/gopath" \
         nice go build -p 2 -trimpath -ldflags "$LDFLAGS" -o "$OUT.tmp/$cmd" "./cmd/$cmd") >&2
     log "$cmd built in $((SECONDS - start))s"
 done

@@ -11,8 +11,8 @@
 #                               KP_STRACE=0; KP_SYNC_PERIOD (default 1h) is
 #                               --iptables-sync-period
 #   kp_stop                     SIGTERM to kube-proxy, wait for it
-#   sync_count / sync_sum       kube-proxy's completed syncs and their summed
-#                               duration (s), from its /metrics
+#   sync_count, sync_stats      kube-proxy's completed syncs ("COUNT SUM":
+#                               and their summed duration in s), from /metrics
 #   wait_syncs DIR N            until N syncs are done and none follows for 3 s
 #   save_rules DIR              both backends' rules, both families
 #   node_down                   stops everything node_up and kp_start started
@@ -109,7 +109,13 @@ kp_metric() {
         | awk -v m="$1" '$1 == m { print $2; f = 1 } END { if (!f) print 0 }'
 }
 sync_count() { kp_metric kubeproxy_sync_proxy_rules_duration_seconds_count; }
-sync_sum() { kp_metric kubeproxy_sync_proxy_rules_duration_seconds_sum; }
+# sync_stats: "COUNT SUM" from one scrape (two scrapes could straddle a sync).
+sync_stats() {
+    curl -sf http://127.0.0.1:10249/metrics 2>/dev/null | awk '
+        $1 == "kubeproxy_sync_proxy_rules_duration_seconds_count" { c = $2 }
+        $1 == "kubeproxy_sync_proxy_rules_duration_seconds_sum" { s = $2 }
+        END { print (c == "" ? 0 : c), (s == "" ? 0 : s) }'
+}
 
 wait_syncs() {
     local dir="$1" want="$2" i c=0 last
