@@ -84,7 +84,7 @@ done
 for tool in etcd openssl curl unshare nft; do
     command -v "$tool" >/dev/null || { echo "bench/kube-proxy.sh: $tool is missing (apt-get install etcd-server openssl curl nftables)" >&2; exit 2; }
 done
-KUBE_BIN=$(bash "$CT/kube-proxy-build.sh" | tail -n1)
+KUBE_BIN="${IPTW_KUBE_BIN:-$(bash "$CT/kube-proxy-build.sh" | tail -n1)}"
 WRAPPER="${IPTW_WRAPPER:-$(bash "$REPO/scripts/build-static.sh" | tail -n1)}"
 T=$(mktemp -d /tmp/iptw-kube-proxy-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT

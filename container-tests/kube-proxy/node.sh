@@ -45,7 +45,11 @@ users: [{name: admin, user: {token: $NODE_TOKEN}}]
 contexts: [{name: local, context: {cluster: local, user: admin}}]
 current-context: local
 EOF
-    NODE_KUBECONFIG="$out/kubeconfig"
+    # kube-proxy is given the copy on /run (this namespace's own tmpfs): the
+    # same path in every run, so its logged flags are the same too.
+    mkdir -p /run/iptw-node
+    cp "$out/kubeconfig" /run/iptw-node/kubeconfig
+    NODE_KUBECONFIG=/run/iptw-node/kubeconfig
     wait_for 30 "etcd" curl -sf http://127.0.0.1:2379/health
     # --endpoint-reconciler-type=none: the "kubernetes" Service gets no
     # endpoints (its address would be loopback, which Endpoints refuse).
@@ -105,13 +109,13 @@ kp_stop() {
 }
 
 kp_metric() {
-    curl -sf http://127.0.0.1:10249/metrics 2>/dev/null \
+    { curl -sf http://127.0.0.1:10249/metrics 2>/dev/null || true; } \
         | awk -v m="$1" '$1 == m { print $2; f = 1 } END { if (!f) print 0 }'
 }
 sync_count() { kp_metric kubeproxy_sync_proxy_rules_duration_seconds_count; }
 # sync_stats: "COUNT SUM" from one scrape (two scrapes could straddle a sync).
 sync_stats() {
-    curl -sf http://127.0.0.1:10249/metrics 2>/dev/null | awk '
+    { curl -sf http://127.0.0.1:10249/metrics 2>/dev/null || true; } | awk '
         $1 == "kubeproxy_sync_proxy_rules_duration_seconds_count" { c = $2 }
         $1 == "kubeproxy_sync_proxy_rules_duration_seconds_sum" { s = $2 }
         END { print (c == "" ? 0 : c), (s == "" ? 0 : s) }'
