@@ -61,19 +61,24 @@ mkdir -p "$CACHE/src" "$CACHE/bin"
 
 # --- 1. the source -----------------------------------------------------------
 ORIG="kubernetes_${SRC_VERSION%-*}.orig.tar.gz"
-want_sha() { apt-cache showsrc "kubernetes=$SRC_VERSION" 2>/dev/null | sed -n '/^Checksums-Sha256:/,/^[^ ]/p' | awk -v f="$1" '$3 == f { print $1; exit }'; }
+want_sha() {
+    # showsrc takes no version: every stanza's files are listed, the file
+    # name carries the version.
+    { apt-cache showsrc kubernetes 2>/dev/null || true; } \
+        | sed -n '/^Checksums-Sha256:/,/^[^ ]/p' | awk -v f="$1" '$3 == f { print $1; exit }'
+}
+if [[ -z "$(want_sha "$ORIG")" ]]; then
+    # Copy the archive address from this machine's own Debian sources
+    # (deb822 or one-line form), so the repository names no mirror.
+    uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/\{0,1\}$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)
+    [[ -n "$uri" ]] || uri=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+    [[ -n "$uri" ]] || { log "no Debian archive in /etc/apt/sources.list*: cannot add a deb-src entry for $SUITE"; exit 1; }
+    log "adding deb-src $SUITE from $uri (for the kubernetes source package)"
+    printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$uri" "$SUITE" >/etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources
+    apt-get update -qq || log "apt-get update failed; going on with what is cached"
+fi
 if [[ ! -s "$CACHE/src/$ORIG" ]]; then
-    if [[ -z "$(want_sha "$ORIG")" ]]; then
-        # Copy the archive address from this machine's own Debian sources
-        # (deb822 or one-line form), so the repository names no mirror.
-        uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/\{0,1\}$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
-        [[ -n "$uri" ]] || uri=$(awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
-        [[ -n "$uri" ]] || { log "no Debian archive in /etc/apt/sources.list*: cannot add a deb-src entry for $SUITE"; exit 1; }
-        log "adding deb-src $SUITE from $uri (for the kubernetes source package)"
-        printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-            "$uri" "$SUITE" >/etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources
-        apt-get update -qq
-    fi
     (cd "$CACHE/src" && apt-get source --download-only -qq "kubernetes=$SRC_VERSION") \
         || log "apt-get source did not fetch every file (the .dsc or Debian's patches may be missing on the mirror); going on with what arrived"
 fi
@@ -81,6 +86,9 @@ fi
 sha=$(want_sha "$ORIG")
 if [[ -n "$sha" ]]; then
     echo "$sha  $CACHE/src/$ORIG" | sha256sum --quiet -c - || { log "$ORIG does not match apt's sha256"; exit 1; }
+    log "$ORIG: sha256 as apt's index gives"
+else
+    log "$ORIG: apt's index gives no sha256 to check it against (offline?); using the cached file"
 fi
 
 TREE="$CACHE/tree-$KEY"
