@@ -128,9 +128,14 @@ while (($#)); do
     esac
 done
 [[ $EUID -eq 0 ]] || { echo "kube-proxy.sh: needs root (network namespaces)" >&2; exit 2; }
-for tool in strace etcd openssl curl unshare; do
-    command -v "$tool" >/dev/null || { echo "kube-proxy.sh: $tool is missing (apt-get install strace etcd-server openssl curl)" >&2; exit 2; }
-done
+# What the runs need, from Debian's packages when missing.
+declare -A PKG=([strace]=strace [etcd]=etcd-server [openssl]=openssl [curl]=curl [unshare]=util-linux [nft]=nftables [python3]=python3 [ip]=iproute2)
+missing=()
+for tool in strace etcd openssl curl unshare nft ip python3; do command -v "$tool" >/dev/null || missing+=("${PKG[$tool]}"); done
+if ((${#missing[@]})); then
+    echo "kube-proxy.sh: installing ${missing[*]}" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
 KUBE_BIN="${IPTW_KUBE_BIN:-$(bash "$HERE/kube-proxy-build.sh" | tail -n1)}" # IPTW_KUBE_BIN: a directory with the three binaries
 WRAPPER="${IPTW_WRAPPER:-$(bash "$REPO/scripts/build-static.sh" | tail -n1)}"
