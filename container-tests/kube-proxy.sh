@@ -224,6 +224,7 @@ if [[ " $FAMILIES " == *" ipv4 "* ]]; then
     for f in nft4 nft6 legacy4 legacy6; do norm_rules "$u/$f.rules" >"$u/$f.norm"; done
     norm_rules "$u/old/legacy4.rules" >"$u/old/legacy4.norm"
     echo "upgrade: legacy held $(rule_count "$u/old/legacy4.rules") old kube-proxy rules; stale --remove exited $(cat "$u/stale-remove.rc"): $(head -n1 "$u/stale-remove.txt")"
+    grep '^left as it was' "$u/stale-remove.txt" | sed 's/^/upgrade: stale --remove: /' || true
     echo "upgrade: after: $(rule_count "$u/nft4.rules") nft rules, $(rule_count "$u/legacy4.rules") legacy rules, $(wc -l <"$u/calls.txt") calls"
     check "upgrade: legacy held the old kube-proxy's rules" bash -c '(( $(grep -c "^-A KUBE" "$1") > 500 ))' _ "$u/old/legacy4.rules"
     check "upgrade: stale --remove exited 0" bash -c '[[ "$(cat "$1")" == 0 ]]' _ "$u/stale-remove.rc"

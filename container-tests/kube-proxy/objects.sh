@@ -4,7 +4,7 @@
 # ports, endpoint addresses), so two fresh API servers give byte-identical
 # rules and a wrapped run can be compared line by line with a direct one.
 #
-#   objects.sh ipv4 [EXTRA]   ten IPv4 Services, two ports each, 15 endpoints
+#   objects.sh ipv4 [EXTRA]   ten IPv4 Services, two ports each, 18 endpoints
 #                             per Service: ClusterIP and NodePort, one with
 #                             ClientIP session affinity, one with
 #                             externalTrafficPolicy Local, one with an external
@@ -81,8 +81,8 @@ EOF
 
 for i in 0 1 2 3 4 5 6 7 8 9; do
     service "svc-$i" "$i" IPv4
-    count=15
-    ((i == 0)) && count=$((15 + extra))
+    count=18
+    ((i == 0)) && count=$((18 + extra))
     ((i == 9)) && continue # no endpoints: kube-proxy REJECTs its cluster IP
     slice "svc-$i" "$i" IPv4 "$count"
 done
