@@ -10,11 +10,14 @@
 # (default 6), kube-proxy v1.20.2 (container-tests/kube-proxy-build.sh, cached)
 # runs once with the six command names linked to iptables-nft ("direct") and
 # once linked to the wrapper ("wrapped"), in alternating order (ABBA...), each
-# time on an emptied ruleset (`nft flush ruleset` in the namespace) with
-# --iptables-sync-period=1s: after its first sync, SYNCS further full syncs
-# (default 15) are sampled one by one from its /metrics (the change of
+# time on an emptied ruleset (`nft flush ruleset` in the namespace): after
+# its start-up syncs, SYNCS changes (default 15: one endpoint of svc-0 made
+# not ready, then ready again, by a JSON patch to the API) each make one
+# full sync, sampled from its /metrics (the change of
 # kubeproxy_sync_proxy_rules_duration_seconds_sum over one increment of
-# _count), so each sample is exactly one sync.
+# _count), so each sample is exactly one sync. (kube-proxy 1.20 has no
+# periodic sync to sample: its --iptables-sync-period only paces the canary
+# checks, and its forced resync is hourly.)
 #
 # Reported per round: the median sync of each side; then each side's median
 # of round medians, the wrapper's share (wrapped - direct) and the direct
@@ -39,7 +42,17 @@ if [[ "${1:-}" == --inside ]]; then
     node_up ipv4 "$out"
     bash "$CT/kube-proxy/objects.sh" ipv4 0 >"$out/objects.yaml"
     "$KUBE_BIN/kubectl" --kubeconfig "$out/kubeconfig" apply -f "$out/objects.yaml" >/dev/null
-    export KP_STRACE=0 KP_SYNC_PERIOD=1s
+    export KP_STRACE=0
+    api=https://127.0.0.1:6443/apis/discovery.k8s.io/v1beta1/namespaces/default/endpointslices/svc-0-slice
+    # toggle K: endpoint 1 of svc-0 not ready (K odd) or ready (K even); each
+    # toggle is one change kube-proxy syncs.
+    toggle() {
+        local ready=true
+        (($1 % 2)) && ready=false
+        curl -sfk -o /dev/null -X PATCH -H "Authorization: Bearer $NODE_TOKEN" \
+            -H 'Content-Type: application/json-patch+json' \
+            -d "[{\"op\": \"replace\", \"path\": \"/endpoints/0/conditions/ready\", \"value\": $ready}]" "$api"
+    }
     for ((r = 1; r <= ROUNDS; r++)); do
         order=(direct wrapped)
         ((r % 2 == 0)) && order=(wrapped direct)
@@ -47,22 +60,18 @@ if [[ "${1:-}" == --inside ]]; then
             nft flush ruleset
             dir="$out/$side-$r"
             kp_start "$dir" "$CMD_DIRS/$side" ipv4
-            # Wait for the first sync (start-up, full write), then sample.
-            for ((i = 0; i < 600; i++)); do
-                (($(sync_count) >= 1)) && break
-                sleep 0.1
-            done
-            read -r c0 s0 < <(sync_stats)
-            n=0
+            wait_syncs "$dir" 1 # the start-up syncs, then 3 s without one
             : >"$dir/syncs.txt"
-            for ((i = 0; i < SYNCS * 40 && n < SYNCS; i++)); do
-                sleep 0.05
-                read -r c s < <(sync_stats)
-                if ((c == c0 + 1)); then
-                    awk -v a="$s" -v b="$s0" 'BEGIN { printf "%.6f\n", (a - b) * 1000 }' >>"$dir/syncs.txt"
-                    n=$((n + 1))
-                fi
-                c0=$c s0=$s
+            for ((k = 1; k <= SYNCS; k++)); do
+                read -r c0 s0 < <(sync_stats)
+                toggle "$k"
+                for ((i = 0; i < 200; i++)); do
+                    sleep 0.05
+                    read -r c s < <(sync_stats)
+                    ((c > c0)) && break
+                done
+                ((c == c0 + 1)) || { echo "round $r $side: toggle $k gave $((c - c0)) syncs" >&2; continue; }
+                awk -v a="$s" -v b="$s0" 'BEGIN { printf "%.6f\n", (a - b) * 1000 }' >>"$dir/syncs.txt"
             done
             kp_stop
             rules=$(iptables-nft-save | grep -c '^-A' || true)
@@ -103,6 +112,8 @@ cp "$WRAPPER" "$CMD_DIRS/wrapped/iptables-wrapper"
 export KUBE_BIN CMD_DIRS
 unshare -n -m --propagation private bash "$0" --inside "$T/run" "$ROUNDS" "$SYNCS" >"$T/inside.log" 2>&1 \
     || { tail -30 "$T/inside.log" >&2; exit 1; }
+
+grep 'gave' "$T/inside.log" || true # toggles not sampled (not exactly one sync)
 
 # The report.
 awk -v rounds="$ROUNDS" -v syncs="$SYNCS" -v bin="$KUBE_BIN" '

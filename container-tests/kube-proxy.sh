@@ -21,10 +21,14 @@
 #   wrapped  the six names link to the wrapper (`iptables-wrapper install
 #            --dir`, as the README's install does); no host root mounted,
 #            so the wrapper decides from the kernel's state
-# Checked, wrapped against direct: the same normalized nft rules (counters
-# and comments dropped), nothing in legacy; the same log lines (klog
-# header, durations and addresses of memory masked); the same calls
-# (argv, in time order) and every wrapped call ending in xtables-nft-multi.
+# Checked, wrapped against direct: the same nft rules (iptables-save without
+# counters and comment lines, sorted: kube-proxy 1.20 writes Services in Go
+# map order), nothing in legacy; the same distinct log lines (klog header,
+# durations and pointers masked); the same calls: kube-proxy makes one or two
+# syncs at start-up depending on when its informers' events arrive, so the
+# calls are compared as the start-up calls plus what each sync calls
+# (kube-proxy/calls.py); every wrapped call ending in xtables-nft-multi; of
+# the hint chains only KUBE-PROXY-CANARY is made.
 # Then, ipv4 only:
 #   upgrade  legacy holds an old kube-proxy's rules (the same kube-proxy run
 #            first on iptables-legacy*, then stopped), the host's link says
@@ -32,7 +36,12 @@
 #            iptables-nft, IPTABLES_WRAPPER_HOST_ROOT): kube-proxy through the
 #            wrapper must write nft, and `iptables-wrapper stale --remove`, run
 #            while it runs, must exit 0 and leave legacy empty; kube-proxy's
-#            nft rules must equal the direct run's.
+#            nft rules must equal the direct run's. (It does not today:
+#            kube-proxy's ClientIP session affinity writes `-m recent --set`
+#            without --mask, which sets all 16 bytes of xt_recent's mask,
+#            while the saved `--mask 255.255.255.255` restores 4; the
+#            wrapper's byte-for-byte proof of the backup then refuses to
+#            empty legacy nat, and exits 1.)
 # --wrong-backend sets IPTABLES_MODE=legacy for the wrapped runs (a wrapper
 # that picks the wrong backend): the checks must then fail, and this script
 # exits 1. Prints one "PASS"/"FAIL" line per check and a summary; exit 0 only
