@@ -94,9 +94,12 @@ else
 fi
 
 TREE="$CACHE/tree-$KEY"
-rm -rf "$TREE" "$TREE.tmp"
+rm -rf "$CACHE"/tree-* # unpacked trees of earlier or interrupted builds
 mkdir -p "$TREE.tmp"
 if [[ -s "$CACHE/src/kubernetes_$SRC_VERSION.dsc" && -s "$CACHE/src/kubernetes_$SRC_VERSION.debian.tar.xz" ]]; then
+    # The .dsc's signature cannot be checked without Debian's keyring of
+    # uploaders (dpkg-source warns); apt-get source checked every file
+    # against the signed Sources index already.
     log "unpacking with Debian's patches (dpkg-source -x)"
     dpkg-source -x "$CACHE/src/kubernetes_$SRC_VERSION.dsc" "$TREE.tmp/k" >&2
 else
@@ -104,7 +107,7 @@ else
     tar xzf "$CACHE/src/$ORIG" -C "$TREE.tmp"
     mv "$TREE.tmp/kubernetes-$UPSTREAM" "$TREE.tmp/k"
 fi
-mv "$TREE.tmp/k" "$TREE" && rmdir "$TREE.tmp"
+mv "$TREE.tmp/k" "$TREE" && rm -rf "$TREE.tmp" # dpkg-source leaves a copy of the tarball beside its tree
 
 # --- 2. Go ------------------------------------------------------------------
 GOVENV="$CACHE/go-$GO_VERSION"
