@@ -42,6 +42,8 @@
 #            while the saved `--mask 255.255.255.255` restores 4; the
 #            wrapper's byte-for-byte proof of the backup then refuses to
 #            empty legacy nat, and exits 1.)
+#   upgrade-no-affinity  the same without svc-3's ClientIP session affinity,
+#            checked for the removal, legacy empty and the nft rules.
 # --wrong-backend sets IPTABLES_MODE=legacy for the wrapped runs (a wrapper
 # that picks the wrong backend): the checks must then fail, and this script
 # exits 1. Prints one "PASS"/"FAIL" line per check and a summary; exit 0 only
@@ -72,11 +74,11 @@ inside() {
     case "$mode" in
         direct) bindir="$CMD_DIRS/direct" ;;
         wrapped) bindir="$CMD_DIRS/wrapped" ;;
-        upgrade) bindir="$CMD_DIRS/wrapped" env=(IPTABLES_WRAPPER_HOST_ROOT="$CMD_DIRS/host-nft") ;;
+        upgrade*) bindir="$CMD_DIRS/wrapped" env=(IPTABLES_WRAPPER_HOST_ROOT="$CMD_DIRS/host-nft") ;;
     esac
     [[ "${WRONG_BACKEND:-0}" == 1 && "$mode" != direct ]] && env+=(IPTABLES_MODE=legacy)
 
-    if [[ "$mode" == upgrade ]]; then
+    if [[ "$mode" == upgrade* ]]; then
         # Before the upgrade: the same kube-proxy on legacy, stopped; its
         # rules stay in the legacy tables, as on a node that switched.
         kp_start "$out/old" "$CMD_DIRS/legacy" "$family"
@@ -95,7 +97,7 @@ inside() {
     n=$(sync_count)
     "${kubectl[@]}" delete service svc-8 >>"$out/kubectl.log"
     wait_syncs "$out" $((n + 1))
-    if [[ "$mode" == upgrade ]]; then
+    if [[ "$mode" == upgrade* ]]; then
         # While kube-proxy runs: the wrapper's own stale removal.
         local rc=0
         env "${env[@]}" IPTABLES_WRAPPER_RUN_DIR=/run/iptables-wrapper \
@@ -117,6 +119,7 @@ inside() {
 }
 
 if [[ "${1:-}" == --inside ]]; then
+    [[ "$2" == upgrade-no-affinity ]] && export OBJ_AFFINITY=0
     inside "$2" "$3" "$4"
     exit 0
 fi
@@ -240,6 +243,16 @@ if [[ " $FAMILIES " == *" ipv4 "* ]]; then
     check "upgrade: legacy empty after stale --remove" empty_rules "$u/legacy4.norm"
     check "upgrade: kube-proxy's rules in nft, the same as the direct run's" same "$d/nft4.norm" "$u/nft4.norm"
     check "upgrade: every wrapped call ended in xtables-nft-multi" \
+        bash -c '[[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"' _ "$u/backends.txt"
+    # The same upgrade without svc-3's session affinity (no `-m recent`).
+    run upgrade-no-affinity ipv4
+    u="$T/ipv4-upgrade-no-affinity"
+    norm_rules "$u/legacy4.rules" >"$u/legacy4.norm"
+    echo "upgrade, no affinity: legacy held $(rule_count "$u/old/legacy4.rules") old rules; stale --remove exited $(cat "$u/stale-remove.rc"); after: $(rule_count "$u/nft4.rules") nft rules, $(rule_count "$u/legacy4.rules") legacy rules"
+    check "upgrade, no affinity: stale --remove exited 0" bash -c '[[ "$(cat "$1")" == 0 ]]' _ "$u/stale-remove.rc"
+    check "upgrade, no affinity: legacy empty after stale --remove" empty_rules "$u/legacy4.norm"
+    check "upgrade, no affinity: kube-proxy's rules in nft (over 900)" bash -c '(( $(grep -c "^-A" "$1") > 900 ))' _ "$u/nft4.rules"
+    check "upgrade, no affinity: every wrapped call ended in xtables-nft-multi" \
         bash -c '[[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"' _ "$u/backends.txt"
 fi
 
