@@ -197,6 +197,11 @@ norm_log() {
     sed -E 's/^([IWEF])[0-9]{4} [0-9:.]+ +[0-9]+ /\1 /; s/[0-9]+(\.[0-9]+)?(ns|µs|us|ms|s)\b/DUR/g; s/0x[0-9a-f]+/PTR/g' "$1" | sort -u
 }
 same() { diff -q "$1" "$2" >/dev/null; }
+all_nft() { [[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"; } # every call's last exec
+rc_zero() { [[ "$(cat "$1")" == 0 ]]; }
+canary_only() { grep -q KUBE-PROXY-CANARY "$1" && ! grep -q KUBE-IPTABLES-HINT "$1"; }
+rules_over() { (($(grep -c "^-A${3:-}" "$2" || true) > $1)); } # rules_over N FILE [CHAIN-PREFIX]
+calls_same() { python3 "$KP/calls.py" compare "$1" "$2" >/dev/null; }
 empty_rules() { ! grep -q '^-A\|^:KUBE' "$1"; }
 
 for family in $FAMILIES; do
@@ -219,11 +224,11 @@ for family in $FAMILIES; do
     python3 "$KP/calls.py" compare "$d/calls.txt" "$w/calls.txt" >"$w/calls-compare.txt" || true
     sed "s/^/$family: /" "$w/calls-compare.txt"
     check "$family: the same calls (start-up calls, and what each sync calls)" \
-        bash -c 'python3 "$1" compare "$2" "$3" >/dev/null' _ "$KP/calls.py" "$d/calls.txt" "$w/calls.txt"
+        calls_same "$d/calls.txt" "$w/calls.txt"
     check "$family: every wrapped call ended in xtables-nft-multi" \
-        bash -c '[[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"' _ "$w/backends.txt"
+        all_nft "$w/backends.txt"
     check "$family: kube-proxy made only KUBE-PROXY-CANARY of the hint chains" \
-        bash -c 'grep -q KUBE-PROXY-CANARY "$1" && ! grep -q KUBE-IPTABLES-HINT "$1"' _ "$w/calls.txt"
+        canary_only "$w/calls.txt"
     ip6=$(grep -c '^ip6tables' "$d/calls.txt" || true)
     echo "$family: ip6tables calls: $ip6 of $(wc -l <"$d/calls.txt")"
     for f in nft4 nft6; do diff "$d/$f.norm" "$w/$f.norm" | head -5 || true; done
@@ -238,22 +243,22 @@ if [[ " $FAMILIES " == *" ipv4 "* ]]; then
     echo "upgrade: legacy held $(rule_count "$u/old/legacy4.rules") old kube-proxy rules; stale --remove exited $(cat "$u/stale-remove.rc"): $(head -n1 "$u/stale-remove.txt")"
     grep '^left as it was' "$u/stale-remove.txt" | sed 's/^/upgrade: stale --remove: /' || true
     echo "upgrade: after: $(rule_count "$u/nft4.rules") nft rules, $(rule_count "$u/legacy4.rules") legacy rules, $(wc -l <"$u/calls.txt") calls"
-    check "upgrade: legacy held the old kube-proxy's rules" bash -c '(( $(grep -c "^-A KUBE" "$1") > 500 ))' _ "$u/old/legacy4.rules"
-    check "upgrade: stale --remove exited 0" bash -c '[[ "$(cat "$1")" == 0 ]]' _ "$u/stale-remove.rc"
+    check "upgrade: legacy held the old kube-proxy's rules" rules_over 500 "$u/old/legacy4.rules" " KUBE"
+    check "upgrade: stale --remove exited 0" rc_zero "$u/stale-remove.rc"
     check "upgrade: legacy empty after stale --remove" empty_rules "$u/legacy4.norm"
     check "upgrade: kube-proxy's rules in nft, the same as the direct run's" same "$d/nft4.norm" "$u/nft4.norm"
     check "upgrade: every wrapped call ended in xtables-nft-multi" \
-        bash -c '[[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"' _ "$u/backends.txt"
+        all_nft "$u/backends.txt"
     # The same upgrade without svc-3's session affinity (no `-m recent`).
     run upgrade-no-affinity ipv4
     u="$T/ipv4-upgrade-no-affinity"
     norm_rules "$u/legacy4.rules" >"$u/legacy4.norm"
     echo "upgrade, no affinity: legacy held $(rule_count "$u/old/legacy4.rules") old rules; stale --remove exited $(cat "$u/stale-remove.rc"); after: $(rule_count "$u/nft4.rules") nft rules, $(rule_count "$u/legacy4.rules") legacy rules"
-    check "upgrade, no affinity: stale --remove exited 0" bash -c '[[ "$(cat "$1")" == 0 ]]' _ "$u/stale-remove.rc"
+    check "upgrade, no affinity: stale --remove exited 0" rc_zero "$u/stale-remove.rc"
     check "upgrade, no affinity: legacy empty after stale --remove" empty_rules "$u/legacy4.norm"
-    check "upgrade, no affinity: kube-proxy's rules in nft (over 900)" bash -c '(( $(grep -c "^-A" "$1") > 900 ))' _ "$u/nft4.rules"
+    check "upgrade, no affinity: kube-proxy's rules in nft (over 900)" rules_over 900 "$u/nft4.rules"
     check "upgrade, no affinity: every wrapped call ended in xtables-nft-multi" \
-        bash -c '[[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"' _ "$u/backends.txt"
+        all_nft "$u/backends.txt"
 fi
 
 echo "kube-proxy: $PASS passed, $FAIL failed$([[ $WRONG_BACKEND == 1 ]] && echo ' (--wrong-backend: failures expected)')"
