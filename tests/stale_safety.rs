@@ -522,19 +522,23 @@ fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
 }
 
 #[test]
-fn a_hint_chain_of_one_family_does_not_make_the_other_certain() {
-    let node = Node::new("v4hint");
-    // kubelet on nft made its hint in IPv4 only; IPv4 rules in nft; in
-    // IPv6 only legacy holds a rule, and nothing says IPv6 is on nft.
+fn a_hint_chain_is_certain_only_where_its_familys_own_state_agrees() {
+    let node = Node::new("famhint");
+    // kubelet's hint in nft (both families), IPv4 rules in nft; in IPv6
+    // only legacy holds state: a rule and DROP policies.
     node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+ip6tables-nft -t mangle -N KUBE-IPTABLES-HINT
 iptables-nft -A INPUT -s 10.0.0.1 -j ACCEPT
-ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");
+ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP
+ip6tables-legacy -P INPUT DROP
+ip6tables-legacy -P FORWARD DROP");
     let before = legacy_saves(&node);
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stderr(&out)
-            .contains("the hint chain is in nft ipv4 only, and in ipv6 nft holds no rules while legacy holds 1"),
+        stderr(&out).contains(
+            "in ipv6 legacy holds 1 rule, 2 non-ACCEPT policies while nft holds none: the hint chain may be a stray one"
+        ),
         "{}",
         stderr(&out)
     );
@@ -542,16 +546,49 @@ ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");
     // Showing says why neither is certainly stale.
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("in ipv6 legacy holds 1 rule"), "{}", stdout(&out));
+    // Policies alone are state too: without the rule, still refused.
+    node.sh("ip6tables-legacy -F INPUT");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
-        stdout(&out).contains("the hint chain is in nft ipv4 only"),
+        stderr(&out).contains("in ipv6 legacy holds 2 non-ACCEPT policies"),
         "{}",
-        stdout(&out)
+        stderr(&out)
     );
-    // With the IPv6 hint chain too, IPv6 is certain and its legacy rule goes.
-    node.sh("ip6tables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    // With a rule of its own in IPv6 nft, IPv6 is certain and legacy goes.
+    node.sh("ip6tables-nft -A INPUT -j ACCEPT");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
-    assert!(!legacy_saves(&node).contains("2001:db8::1"), "{}", legacy_saves(&node));
+    assert!(!legacy_saves(&node).contains("DROP"), "{}", legacy_saves(&node));
+}
+
+#[test]
+fn a_hint_chain_in_a_family_its_backend_holds_nothing_in_is_not_certain() {
+    // The hint's own family: nft IPv4 holds nothing but the hint, legacy
+    // IPv4 200 rules; 3 nft IPv6 rules must not vouch for it.
+    let node = Node::new("ownfam");
+    let mut rules = String::from("*filter\n");
+    for i in 0..200 {
+        rules.push_str(&format!("-A INPUT -s 10.9.{}.{}/32 -j ACCEPT\n", i / 200, i % 200 + 1));
+    }
+    rules.push_str("COMMIT\n");
+    std::fs::write(node.path("legacy.rules"), rules).unwrap();
+    node.sh(&format!(
+        "iptables-legacy-restore < {}
+iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+for i in 1 2 3; do ip6tables-nft -A INPUT -s 2001:db8::$i -j ACCEPT; done",
+        node.path("legacy.rules").display()
+    ));
+    let before = legacy_saves(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("in ipv4 legacy holds 200 rules while nft holds none"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(legacy_saves(&node), before, "nothing removed");
 }
 
 #[test]
@@ -609,6 +646,35 @@ iptables-nft -A INPUT -s 10.0.0.1 -j DROP");
         after.contains("-A INPUT -s 10.0.0.1/32 -j DROP") && after.contains("*security"),
         "{after}"
     );
+}
+
+#[test]
+fn a_table_of_thousands_of_chains_is_emptied_and_reported_so() {
+    // One acknowledgement per change: 2,000 chains' overflowed the socket
+    // (ENOBUFS) after the commit, and the removal said nothing changed.
+    let node = Node::new("manychains");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    let mut rules = String::from("*filter\n");
+    for c in 0..2000 {
+        rules.push_str(&format!(":U{c} - [0:0]\n"));
+    }
+    for c in 0..2000 {
+        rules.push_str(&format!("-A U{c} -j ACCEPT\n"));
+    }
+    rules.push_str("COMMIT\n");
+    std::fs::write(node.path("many.rules"), rules).unwrap();
+    node.sh(&format!(
+        "iptables-legacy -A INPUT -j ACCEPT && iptables-nft-restore < {}",
+        node.path("many.rules").display()
+    ));
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("emptied: nft ipv4 filter (held 2000 rules, 2000 user chains)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!node.sh("iptables-nft-save").contains("-A "), "nft emptied");
 }
 
 #[test]

@@ -6,8 +6,8 @@
 //! It decides the host's backend per family as a wrapped call does, and
 //! removes only when that decision is certain: the override, the host link,
 //! or a hint chain present in that backend alone that the rule counts do
-//! not contradict ([`certainty`]), nor, where the chain is in the other
-//! family only, that family's own counts ([`family_contradiction`]). Counts, the lock and the default can be
+//! not contradict ([`certainty`]), nor each family's own state
+//! ([`family_contradiction`]). Counts, the lock and the default can be
 //! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
 //! and says what would make it certain, and showing shows what each backend
 //! holds, saying that which one is stale is not certain, and why.
@@ -102,9 +102,15 @@ fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
     let mut kernel = KernelReader::new();
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
-        let decision =
-            decision::decide_with(&command, Depth::Everything, &mut kernel).map_err(|invalid| invalid.to_string())?;
-        let certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family, &mut kernel));
+        // The override and the host link are certain by themselves: then
+        // nothing more is read (counting 55,000 nft rules takes a second).
+        let mut decision = decision::decide_with(&command, Depth::DecideAndWarn, &mut kernel)
+            .map_err(|invalid| invalid.to_string())?;
+        if !matches!(decision.decided_by, Source::Override | Source::HostLink) {
+            decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
+                .map_err(|invalid| invalid.to_string())?;
+        }
+        let certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family));
         if let (Err(why), None) = (certain, &uncertain) {
             uncertain = Some(format!(
                 "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
@@ -145,50 +151,63 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
     }
 }
 
-/// For a decision by a hint chain: Err when the chosen backend's hint
-/// chains are all in the other family and `family`'s own state contradicts
-/// the decision there (see [`family_contradiction`]).
-fn hint_in_family(decision: &Decision, family: Family, kernel: &mut KernelReader) -> Result<(), String> {
+/// For a decision by a hint chain: Err when `family`'s own state
+/// contradicts it (see [`family_contradiction`]), whichever family the
+/// chain is in.
+fn hint_in_family(decision: &Decision, family: Family) -> Result<(), String> {
     if decision.decided_by != Source::HintChain {
         return Ok(());
     }
     let mode = decision.mode;
-    let hints = match mode {
-        Mode::Nft => kernel.nft_lookups().map(|r| r.value.hint_chains),
-        Mode::Legacy => kernel.legacy_hint_chains(false).map(|r| r.value),
-    }?;
-    let hint_families: Vec<Family> = hints.iter().map(|h| h.family).collect();
-    if hint_families.contains(&family) {
-        return Ok(());
-    }
-    let chosen = kernel.family_rules(mode, family);
-    let other = kernel.family_rules(mode.other(), family);
-    match family_contradiction(mode, family, &hint_families, chosen, other) {
+    let state = |backend: Mode| {
+        let finding = find::find(backend, family);
+        match &finding.unknown {
+            Some(why) => Err(why.clone()),
+            None => Ok(decisive_state(&finding.tables)),
+        }
+    };
+    match family_contradiction(mode, family, state(mode), state(mode.other())) {
         Some(why) => Err(why),
         None => Ok(()),
     }
 }
 
-/// Why `family`'s backend is not certain by a hint chain of `mode` found
-/// only in `hint_families` (the other family): in `family`, `mode` holds no
-/// rules (`chosen`) while the other backend holds some (`other`), or either
-/// count is unknown. None when `family`'s own state does not contradict.
+/// What in `tables` decides a packet's fate: their rules and non-ACCEPT
+/// policies, in words ("3 rules, 1 DROP policy"); None when nothing (empty
+/// user chains, such as hint chains, decide nothing).
+fn decisive_state(tables: &[find::StaleTable]) -> Option<String> {
+    let chains = || tables.iter().flat_map(|t| &t.chains);
+    let rules: u64 = chains().map(|c| c.rules).sum();
+    let policies = chains().filter(|c| c.builtin && c.policy != Some("ACCEPT")).count();
+    let mut parts = Vec::new();
+    if rules > 0 {
+        parts.push(format!("{rules} rule{}", if rules == 1 { "" } else { "s" }));
+    }
+    if policies > 0 {
+        parts.push(format!(
+            "{policies} non-ACCEPT polic{}",
+            if policies == 1 { "y" } else { "ies" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// Why a hint chain of `mode` does not make `family`'s backend certain: in
+/// `family`, the other backend holds rules or non-ACCEPT policies
+/// (`other`) while `mode` holds neither (`chosen`), the same pattern as a
+/// stray empty chain, within one family; or either is unknown.
 fn family_contradiction(
     mode: Mode,
     family: Family,
-    hint_families: &[Family],
-    chosen: Result<u64, String>,
-    other: Result<u64, String>,
+    chosen: Result<Option<String>, String>,
+    other: Result<Option<String>, String>,
 ) -> Option<String> {
-    let found_in: Vec<&str> = hint_families.iter().map(|f| f.label()).collect();
-    let only = format!("the hint chain is in {mode} {} only", found_in.join(", "));
     match (chosen, other) {
-        (Err(why), _) | (_, Err(why)) => Some(format!("{only}, and {}'s rules cannot be read: {why}", family.label())),
-        (Ok(0), Ok(other)) if other > 0 => Some(format!(
-            "{only}, and in {} {mode} holds no rules while {} holds {other}: nothing shows {} uses {mode}",
+        (Err(why), _) | (_, Err(why)) => Some(format!("{}'s state cannot be read: {why}", family.label())),
+        (Ok(None), Ok(Some(held))) => Some(format!(
+            "in {} {} holds {held} while {mode} holds none: the hint chain may be a stray one",
             family.label(),
-            mode.other(),
-            family.label()
+            mode.other()
         )),
         _ => None,
     }
@@ -196,7 +215,7 @@ fn family_contradiction(
 
 #[cfg(test)]
 mod tests {
-    use super::{certainty, family_contradiction};
+    use super::{certainty, decisive_state, family_contradiction, find};
     use crate::decision::{Decision, Evidence, Finding, RuleCounts, Source};
     use crate::family::Family;
     use crate::kernel::RuleBounds;
@@ -247,20 +266,47 @@ mod tests {
     }
 
     #[test]
-    fn a_hint_chain_of_the_other_family_is_contradicted_by_this_familys_rules() {
-        let ipv4 = [Family::Ipv4];
+    fn a_hint_chain_is_contradicted_by_its_familys_own_state() {
+        let held = || Ok(Some("3 rules".to_string()));
         assert_eq!(
-            family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(0), Ok(3)),
-            Some(
-                "the hint chain is in nft ipv4 only, and in ipv6 nft holds no rules while legacy holds 3: nothing shows ipv6 uses nft"
-                    .to_string()
-            )
+            family_contradiction(Mode::Nft, Family::Ipv6, Ok(None), held()),
+            Some("in ipv6 legacy holds 3 rules while nft holds none: the hint chain may be a stray one".to_string())
         );
-        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(1), Ok(3)), None);
-        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, &ipv4, Ok(0), Ok(0)), None);
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, held(), held()), None);
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None)), None);
         assert_eq!(
-            family_contradiction(Mode::Legacy, Family::Ipv6, &ipv4, Err("refused".into()), Ok(0)),
-            Some("the hint chain is in legacy ipv4 only, and ipv6's rules cannot be read: refused".to_string())
+            family_contradiction(Mode::Legacy, Family::Ipv6, Err("refused".into()), Ok(None)),
+            Some("ipv6's state cannot be read: refused".to_string())
+        );
+    }
+
+    #[test]
+    fn only_rules_and_policies_other_than_accept_are_decisive() {
+        let chain = |name: &str, builtin: bool, policy: Option<&'static str>, rules: u64| find::StaleChain {
+            name: name.into(),
+            builtin,
+            policy,
+            rules,
+        };
+        let table = |chains| find::StaleTable {
+            name: "filter",
+            chains,
+            builtin_chains: vec!["INPUT", "FORWARD", "OUTPUT"],
+        };
+        assert_eq!(
+            decisive_state(&[table(vec![chain("KUBE-IPTABLES-HINT", false, None, 0)])]),
+            None
+        );
+        assert_eq!(
+            decisive_state(&[table(vec![
+                chain("INPUT", true, Some("DROP"), 0),
+                chain("FORWARD", true, Some("DROP"), 2)
+            ])]),
+            Some("2 rules, 2 non-ACCEPT policies".to_string())
+        );
+        assert_eq!(
+            decisive_state(&[table(vec![chain("OUTPUT", true, Some("ACCEPT"), 1)])]),
+            Some("1 rule".to_string())
         );
     }
 

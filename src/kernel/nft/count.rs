@@ -12,8 +12,7 @@ use std::io;
 use std::ops::ControlFlow;
 
 use super::netlink::{
-    attributes, be_u64, Request, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE,
-    NFTA_RULE_POSITION, NFTA_RULE_TABLE,
+    attributes, be_u64, Request, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_TABLE,
 };
 use super::{DumpEnd, NftSocket};
 use crate::family::Family;
@@ -106,46 +105,25 @@ impl NftSocket {
     /// read twice. After `COUNT_TRIES` attempts without either, the count
     /// is [`RulesetKeptChanging`].
     ///
-    /// Dumps filtered by table (`NFTA_RULE_TABLE`) stop at the first table
-    /// of that name in the kernel's list, active or not. While a
-    /// transaction that replaces a table (as every `iptables-nft-restore`
-    /// does) is being committed, the old table, its rules no longer active,
-    /// still precedes the new one: a filtered dump then counts nothing in
-    /// that table. That commit moves the generation, so a filtered reading
-    /// stands only when the generation held still across it: an exact count
-    /// (no `stop_above`: `detect`, `stale`, the metrics) reads its first
-    /// attempt chain by chain ([`NftSocket::read_rules_by_chain`]), which
-    /// costs the square of each chain's rules rather than of the family's
-    /// (the kernel resumes every datagram of a dump by walking from the
-    /// start of what it dumps: 55,000 rules in 50 chains, about 4x
-    /// faster), and every later attempt, whose reading may have to stand on
-    /// two identical readings instead, dumps the whole family. That walks
-    /// both tables and counts the active rules only; it also serialises the
+    /// Not one dump per table: the kernel's table filter (`NFTA_RULE_TABLE`)
+    /// stops at the first table of that name in its list, active or not.
+    /// While a transaction that replaces a table (as every
+    /// `iptables-nft-restore` does) is being committed, the old table, its
+    /// rules no longer active, still precedes the new one: a filtered dump
+    /// then counts nothing in that table. A dump of the whole family walks
+    /// both tables and counts the active rules only. It also serialises the
     /// rules of other nf_tables tables (kube-proxy's own, say), which are
-    /// skipped after parsing their names. A bounded count (a wrapped call)
-    /// dumps the whole family from the start: it stops at its limit, and
-    /// one dump is fewer round trips than one per chain.
+    /// skipped after parsing their names.
     pub fn count_rules(&self, families: &[Family], stop_above: Option<u64>) -> io::Result<RuleCount> {
         let limit = stop_above.unwrap_or(u64::MAX);
         let mut previous: Option<DumpReading> = None;
         for attempt in 1..=COUNT_TRIES {
             let before = self.generation()?;
             let settled = self.wait_for_commits(before)?;
-            // An exact count's first attempt dumps chain by chain: only a
-            // generation that held still can vouch for such a reading.
-            let by_chain = stop_above.is_none() && attempt == 1;
-            let reading = if by_chain {
-                self.read_rules_by_chain(families)?
-            } else {
-                self.read_rules(families, limit)?
-            };
+            let reading = self.read_rules(families, limit)?;
             let after = self.generation()?;
             if settled && before == after && reading.consistent && !reading.interrupted {
                 return Ok(reading.count(Some(before)));
-            }
-            if by_chain {
-                log::debug!("nf_tables count attempt {attempt} (by chain): generation {before} -> {after}, read again by family");
-                continue;
             }
             if reading.consistent && previous.as_ref().is_some_and(|p| p.same_rules(&reading)) {
                 log::debug!("nf_tables count attempt {attempt}: generation moved, the same rules read twice");
@@ -203,67 +181,6 @@ impl NftSocket {
             if matches!(outcome.end, DumpEnd::Stopped) {
                 reading.complete = false;
                 break;
-            }
-        }
-        Ok(reading)
-    }
-}
-
-impl NftSocket {
-    /// One attempt of an exact count: the chains of the iptables tables of
-    /// `families` (a GETCHAIN dump per family), then one GETRULE dump per
-    /// chain, on a fresh socket, checked as [`NftSocket::read_rules`]'s are.
-    fn read_rules_by_chain(&self, families: &[Family]) -> io::Result<DumpReading> {
-        let socket = NftSocket::open()?;
-        let mut reading = DumpReading {
-            rules: 0,
-            complete: true,
-            consistent: true,
-            interrupted: false,
-            fingerprint: Fingerprint::new(),
-        };
-        for &family in families {
-            let mut chains: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            let listed = socket.dump(&Request::new(libc::NFT_MSG_GETCHAIN, family), |payload| {
-                let (mut table, mut chain) = (None, None);
-                for (kind, value) in attributes(payload) {
-                    match kind {
-                        NFTA_CHAIN_TABLE => table = Some(until_nul(value)),
-                        NFTA_CHAIN_NAME => chain = Some(until_nul(value)),
-                        _ => {}
-                    }
-                }
-                if let (Some(table), Some(chain)) = (table.filter(|t| is_iptables_table(t)), chain) {
-                    chains.push((table.to_vec(), chain.to_vec()));
-                }
-                ControlFlow::Continue(())
-            })?;
-            reading.interrupted |= listed.interrupted;
-            for (table, chain) in &chains {
-                let request = Request::new(libc::NFT_MSG_GETRULE, family)
-                    .attr_bytes(NFTA_RULE_TABLE, table)
-                    .attr_bytes(NFTA_RULE_CHAIN, chain);
-                let mut order = DumpOrder::default();
-                let outcome = match socket.dump(&request, |payload| {
-                    let rule = RuleMessage::parse(payload);
-                    order.see(&rule);
-                    if rule.table != Some(table.as_slice()) || rule.chain != Some(chain.as_slice()) {
-                        order.broken = true;
-                    }
-                    reading.fingerprint.add(family, &rule);
-                    reading.rules += 1;
-                    ControlFlow::Continue(())
-                }) {
-                    Ok(outcome) => outcome,
-                    // The chain went away since the listing: not one state.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                        reading.consistent = false;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                reading.consistent &= !order.broken;
-                reading.interrupted |= outcome.interrupted;
             }
         }
         Ok(reading)

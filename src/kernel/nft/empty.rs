@@ -17,7 +17,7 @@
 use std::io;
 
 use nix::errno::Errno;
-use nix::sys::socket::{recv, MsgFlags};
+use nix::sys::socket::{recv, setsockopt, sockopt, MsgFlags};
 use std::os::fd::AsRawFd;
 
 use super::image::NftTableImage;
@@ -87,6 +87,7 @@ impl NftSocket {
         }
         let end_seq = first_seq.wrapping_add(changes.len() as u32 + 1);
         Request::batch(libc::NFNL_MSG_BATCH_END, None).encode(&mut datagram, libc::NLM_F_REQUEST, end_seq);
+        self.make_room(datagram.len(), changes.len());
         self.send(&datagram)?;
 
         // The kernel handles a batch within the send: every reply is queued.
@@ -98,7 +99,12 @@ impl NftSocket {
             let datagram = match recv(self.fd.as_raw_fd(), &mut buffer, MsgFlags::MSG_DONTWAIT) {
                 Err(Errno::EAGAIN) => break,
                 Err(Errno::EINTR) => continue,
-                Err(errno) => return Err(errno.into()),
+                // Sent: the kernel has committed or refused it already.
+                Err(errno) => {
+                    return Err(io::Error::other(format!(
+                        "reading the kernel's replies to the batch: {errno}: whether it was committed is unknown (see the state read after the removal)"
+                    )))
+                }
                 Ok(len) => &buffer[..len.min(RECV_BUFFER_LEN)],
             };
             for message in messages(datagram) {
@@ -128,5 +134,23 @@ impl NftSocket {
             )));
         }
         Ok(Emptied::Done)
+    }
+
+    /// Room in the socket's buffers for a batch of `len` bytes and the
+    /// kernel's acknowledgement of each of its `changes` (each one a
+    /// datagram of its own, about 1 KiB of buffer): otherwise a large
+    /// table's batch is refused as too long (EMSGSIZE), or its
+    /// acknowledgements overflow (ENOBUFS) after it was committed. The
+    /// `FORCE` options pass `net.core.{w,r}mem_max` with `CAP_NET_ADMIN`,
+    /// which the batch needs anyway; without it the defaults stay.
+    fn make_room(&self, len: usize, changes: usize) {
+        const PER_ACK: usize = 2048;
+        const MARGIN: usize = 256 * 1024;
+        if let Err(e) = setsockopt(&self.fd, sockopt::SndBufForce, &(len + MARGIN)) {
+            log::debug!("SO_SNDBUFFORCE {}: {e}", len + MARGIN);
+        }
+        if let Err(e) = setsockopt(&self.fd, sockopt::RcvBufForce, &(changes * PER_ACK + MARGIN)) {
+            log::debug!("SO_RCVBUFFORCE {}: {e}", changes * PER_ACK + MARGIN);
+        }
     }
 }

@@ -20,8 +20,7 @@
 //! - [`NftSocket::count_rules`]: GETRULE dumps, where the kernel serialises
 //!   every rule whole (hundreds of bytes each with xt matches). They are
 //!   streamed through a fixed buffer and abandoned as soon as the count
-//!   passes the caller's limit; one per family, or for an exact count one
-//!   per chain while the generation holds still (see there).
+//!   passes the caller's limit; one per family, not per table (see there).
 //!
 //! Counts from one state: a dump spans many datagrams, and a ruleset
 //! committed meanwhile (a full `iptables-nft-restore` in another process)
@@ -63,11 +62,9 @@
 //! first call at 100k. Kube-proxy-like 50k + 50k 0.24-0.26, 100k + 100k
 //! 0.32-0.45 (4-6x the 50k figure). Per-chain dumps (`NFTA_RULE_CHAIN`)
 //! resume the same way and cannot help one long chain; for many short
-//! chains they scale better, but they filter by table name and so miss a
-//! table being replaced: an exact count reads chain by chain only in a
-//! first attempt that the generation vouches for (see
-//! [`NftSocket::count_rules`]). Repeated calls on an unchanged ruleset take
-//! the count from [`super::count_cache`].
+//! chains they would scale better, but they filter by table name and so
+//! miss a table being replaced (see [`NftSocket::count_rules`]). Repeated
+//! calls on an unchanged ruleset take the count from [`super::count_cache`].
 //!
 //! What no check here sees: a transaction prepared and then aborted, or a
 //! table with an owner removed when its process exits, takes entries out of

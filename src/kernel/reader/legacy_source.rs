@@ -128,39 +128,23 @@ impl KernelReader {
 
     pub(super) fn legacy_exact(&mut self) -> Result<Reading<RuleBounds>, String> {
         for family in Family::BOTH {
-            self.walk_legacy(family);
-        }
-        self.legacy_bounds("getsockopt GET_ENTRIES walk")
-    }
-
-    /// The exact legacy rule count of one family.
-    pub(super) fn legacy_family_exact(&mut self, family: Family) -> Result<u64, String> {
-        self.walk_legacy(family);
-        match self.legacy_source(family) {
-            LegacySource::Sockopt { exact, .. } => Ok(exact.iter().map(|e| e.unwrap_or(0)).sum()),
-            LegacySource::Saved(saved) => Ok(saved.rules),
-            LegacySource::Unreadable(why) => Err(why.clone()),
-        }
-    }
-
-    /// Walks the entries of `family`'s tables not walked yet, so each one's
-    /// count is exact; a walk that fails falls back to the save tool.
-    fn walk_legacy(&mut self, family: Family) {
-        if let LegacySource::Sockopt { tables, exact } = self.legacy_source(family) {
-            let mut failure = None;
-            for (table, exact) in tables.tables.iter().zip(exact.iter_mut()).filter(|(_, e)| e.is_none()) {
-                match tables.entries(table) {
-                    Ok(entries) => *exact = Some(entries.rules),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
+            if let LegacySource::Sockopt { tables, exact } = self.legacy_source(family) {
+                let mut failure = None;
+                for (table, exact) in tables.tables.iter().zip(exact.iter_mut()).filter(|(_, e)| e.is_none()) {
+                    match tables.entries(table) {
+                        Ok(entries) => *exact = Some(entries.rules),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
                     }
                 }
-            }
-            if let Some(e) = failure {
-                self.fall_back_legacy(family, e);
+                if let Some(e) = failure {
+                    self.fall_back_legacy(family, e);
+                }
             }
         }
+        self.legacy_bounds("getsockopt GET_ENTRIES walk")
     }
 
     pub(super) fn legacy_source(&mut self, family: Family) -> &mut LegacySource {

@@ -84,15 +84,6 @@ impl KernelReader {
         self.nf_tables.get_or_insert_with(modules::nf_tables)
     }
 
-    /// The exact rule count of one backend in one family (`stale` weighs a
-    /// family's own state where its hint chains are in the other family).
-    pub fn family_rules(&mut self, mode: Mode, family: Family) -> Result<u64, String> {
-        match mode {
-            Mode::Legacy => self.legacy_family_exact(family),
-            Mode::Nft => self.nft_family_exact(family),
-        }
-    }
-
     /// Compares the backends' rule counts, IPv4 and IPv6 together. With
     /// `exact` (detect) both counts are read in full, and the nft count
     /// remembered for this generation is only compared with the fresh one;

@@ -148,23 +148,6 @@ impl KernelReader {
         self.nft_settled_count().map(|reading| (reading, None))
     }
 
-    /// The exact nft rule count of the iptables tables of one family.
-    pub(super) fn nft_family_exact(&mut self, family: Family) -> Result<u64, String> {
-        if let NftSource::Netlink(socket) = self.nft_source() {
-            match socket.count_rules(&[family], None) {
-                Ok(count) => return Ok(count.rules),
-                Err(e) if RulesetKeptChanging::is(&e) => return Err(e.to_string()),
-                Err(e) => self.fall_back_nft(e),
-            }
-        }
-        match self.nft_source() {
-            NftSource::NotLoaded => Ok(0),
-            NftSource::Saved(saved) => Ok(saved.iter().filter(|(f, _)| *f == family).map(|(_, s)| s.rules).sum()),
-            NftSource::Unreadable(why) => Err(why.clone()),
-            NftSource::Netlink(_) => unreachable!("netlink failures fall back"),
-        }
-    }
-
     /// The nft count when it does not come from netlink: nothing, or a save.
     fn nft_settled_count(&mut self) -> Result<Reading<RuleBounds>, String> {
         match self.nft_source() {
