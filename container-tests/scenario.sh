@@ -171,11 +171,8 @@ scenario_8() { # 50 concurrent calls while the host link flips
 }
 
 scenario_9() { # Docker's engine as a client, started in the stale-legacy state (issue 7)
-  # An inner dockerd needs more than iptables does. --privileged would do,
-  # but an engine that lacks a capability itself (CAP_SYS_RESOURCE here)
-  # cannot grant it; this is enough for a daemon that runs no containers.
-  PRIVILEGE=(--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined
-    --security-opt apparmor=unconfined --volume /sys/fs/cgroup:/sys/fs/cgroup)
+  # An inner dockerd needs more than iptables does (lib.sh).
+  PRIVILEGE=("${DAEMON_PRIVILEGE[@]}")
   start
   ctr rules legacy 30
   ctr rules nft 3
