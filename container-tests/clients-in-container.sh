@@ -110,7 +110,7 @@ snap() {
 
 # changes BEFORE AFTER: the lines added (+) and removed (-), in order.
 changes() {
-  diff "$1" "$2" | sed -n 's/^> /+ /p; s/^< /- /p' || true
+  diff "$1" "$2" | sed -n 's/^> /+ /p; s/^< /- /p' | normalise || true
 }
 
 # --- steps ------------------------------------------------------------------
@@ -134,8 +134,10 @@ note() { printf '# %s\n' "$*" >>"$STEPS"; }
 normalise() {
   sed -E \
     -e 's/[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9:,.]+( ?[+-][0-9]{2}:?[0-9]{2}|Z)?/<time>/g' \
+    -e 's/\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +[0-9]+ [0-9:]{8} [0-9]{4}/<time>/g' \
     -e 's/\b[0-9a-f]{64}\b/<id>/g' -e 's/\b[0-9a-f]{12}\b/<id>/g' \
     -e 's#[A-Za-z0-9+/]{43}=#<key>#g' \
+    -e 's/\bfe80::[0-9a-f:]+/fe80::<addr>/g' \
     -e 's/\bpid [0-9]+/pid <n>/g; s/\[[0-9]+\]:/[<n>]:/g' \
     -e 's/ in [0-9.]+ ?m?s\b/ in <t>/g'
 }
@@ -218,6 +220,9 @@ client_firewalld() {
   snap stopped
 }
 
+# f2b_gone: the server has exited (its comm is the script's name).
+f2b_gone() { ! pgrep -x fail2ban-server; }
+
 # fail2ban with the sshd jail on a log file of its own, the default
 # iptables-multiport ban action; the server started and stopped by its client.
 client_fail2ban() {
@@ -249,7 +254,7 @@ EOF
   wait_for 20 rules_lack 203.0.113.7 || note "the unban rule stayed"
   snap unbanned
   step fail2ban-client stop
-  wait_for 20 bash -c '! pgrep -f fail2ban-server' || note "fail2ban-server still runs"
+  wait_for 20 f2b_gone || note "fail2ban-server still runs"
   note "fail2ban's log, warnings and errors"
   grep -E 'WARNING|ERROR' /var/log/fail2ban.log | sed -E 's/^[^ ]+ [^ ]+ //' | normalise >>"$STEPS" || true
   snap stopped
@@ -317,21 +322,33 @@ EOF
 }
 
 # podman with netavark's iptables driver: a container on the default bridge
-# network with a published port, stopped, then removed; its network torn
+# network with a published port, killed, then removed; its network torn
 # down by conmon's exit command (podman container cleanup).
 PODMAN=(podman --storage-driver vfs --cgroup-manager cgroupfs --events-backend file
   --network-backend netavark)
+# crun refuses a hybrid cgroup layout (v1 controllers beside a v2 hierarchy
+# with controllers, as this machine's): the v2 one hidden in the container's
+# own mount namespace; the container runs with --cgroups disabled anyway.
+before_podman() {
+  if [[ "$(stat -f -c %T /sys/fs/cgroup/unified 2>/dev/null)" == cgroup2fs ]]; then
+    mount -t tmpfs -o size=1m tmpfs /sys/fs/cgroup/unified
+  fi
+}
 client_podman() {
   mkdir -p "$OUT/bb/bin"
   cp /bin/busybox "$OUT/bb/bin/busybox"
   ln -s busybox "$OUT/bb/bin/sh"; ln -s busybox "$OUT/bb/bin/sleep"
   tar -C "$OUT/bb" -cf "$OUT/bb.tar" .
   "${PODMAN[@]}" import -q "$OUT/bb.tar" localhost/bb >/dev/null
-  step "${PODMAN[@]}" run -d --name iptw -p 8080:80 localhost/bb sleep 600
+  step "${PODMAN[@]}" run -d --cgroups disabled --name iptw -p 8080:80 localhost/bb sleep 600
   snap running
   step "${PODMAN[@]}" port iptw
-  step "${PODMAN[@]}" stop -t 0 iptw
+  # Killed, not stopped: the network is then torn down by conmon's exit
+  # command alone (podman container cleanup), not by whichever of it and
+  # `podman stop` comes first.
+  step "${PODMAN[@]}" kill iptw
   wait_for 20 rules_lack NETAVARK-DN || note "netavark's DNAT rules stayed"
+  step "${PODMAN[@]}" wait iptw
   snap stopped
   step "${PODMAN[@]}" rm iptw
   snap removed
@@ -378,6 +395,10 @@ calls_report() {
 cmd_run() {
   local client="$1" host="$2" s rc=0
   SNAPS=()
+  # wg-quick and netavark set their network namespace's sysctls
+  # (src_valid_mark, ip_forward), which Docker mounts read-only; they are the
+  # container's own.
+  mount -o remount,rw /proc/sys
   if declare -F "before_${client//-/_}" >/dev/null; then "before_${client//-/_}"; fi
   snap before
   # The client runs with the marker in its environment, under strace
@@ -388,6 +409,8 @@ cmd_run() {
     bash "$0" __client "$client" || rc=$?
   unset "$MARK"
   [[ $rc -eq 0 ]] || fail "the $client steps stopped (exit $rc)"
+  echo "== package"
+  cmd_version "$client"
   echo "== steps"
   cat "$STEPS"
   # The snapshots were taken inside the traced run; read them back.
