@@ -36,7 +36,7 @@
 # both. IPTW_CLIENTS_UPDATE_README=1 writes the produced table into README.md
 # instead. A partial run (--clients, --states) skips that check.
 #
-# Environment: IPTW_LOG_DIR keeps every cell's report there; IPTW_RUN_ID
+# Environment: IPTW_LOG_DIR keeps every cell's report in its clients/; IPTW_RUN_ID
 # labels the containers (run-matrix.sh sets it). Exit 0 when every cell passed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -58,7 +58,8 @@ while [[ $# -gt 0 ]]; do
 done
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/iptw-clients.XXXXXX")"
-REPORTS="${IPTW_LOG_DIR:-$WORK/reports}"
+REPORTS="${IPTW_LOG_DIR:+$IPTW_LOG_DIR/clients}"
+REPORTS="${REPORTS:-$WORK/reports}"
 RESULTS="${IPTW_CLIENTS_RESULTS:-$WORK/results}"
 mkdir -p "$REPORTS"
 CONTAINER=""
@@ -185,13 +186,15 @@ log "self-check (ufw through a wrapper pinned to the wrong backend): $(awk '$1 =
 echo
 column -t -s ' ' -o ' ' <(cut -d' ' -f1-4 "$RESULTS") 2>/dev/null || cut -d' ' -f1-4 "$RESULTS"
 echo
-grep -v ' pass \| bypass ' "$RESULTS" | while read -r c s r v why; do
-  echo "$c $s $r: $v $why"
-done
+# The failures, with why.
+awk '$4 != "pass" && $4 != "bypass"' "$RESULTS"
 
 # The table, from the results and the packages' versions.
 TABLE="$WORK/table.md"
-"$CT_DIR/clients-table.sh" "$RESULTS" "$REPORTS" "$IMAGE" >"$TABLE"
+"$CT_DIR/clients-table.sh" "$RESULTS" "$REPORTS" >"$TABLE"
+echo
+cat "$TABLE"
+echo
 readme="$REPO_DIR/README.md"
 if [[ "$FULL" == 1 && -r "$readme" ]]; then
   if [[ "${IPTW_CLIENTS_UPDATE_README:-0}" == 1 ]]; then

@@ -25,6 +25,8 @@
 #   12 every node OS's host layout (host-layouts.sh), the host's / mounted
 #      read-only at /host as the DaemonSet mounts it, in the three states of
 #      1-3: on legacy, on nft, switched to nft without a restart (issue 19)
+#   14 the real clients (clients.sh: its own cells, containers and report;
+#      needs the clients image) (issue 20)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/host-layouts.sh"
@@ -299,8 +301,12 @@ scenario_7() { # everything again on a read-only root file system
   [[ ${#failed[@]} -eq 0 ]] || { echo "read-only failures: ${failed[*]}"; return 1; }
 }
 
+scenario_14() { # the real clients, wrapped and direct (issue 20)
+  "$CT_DIR/clients.sh" "$IMAGE"
+}
+
 case "$SCENARIO" in
-  [1-9]|10|11|12) "scenario_$SCENARIO" ;;
+  [1-9]|10|11|12|14) "scenario_$SCENARIO" ;;
   12:*) host_layout_states "${SCENARIO#12:}" ;;
   only-nft) scenario_only_nft ;;
   *) die "unknown scenario '$SCENARIO'" ;;
