@@ -109,6 +109,13 @@ passed() {
         s = ""; for (i = 1; i <= n; i++) s = s (s == "" ? "" : ", ") label(states[i])
         print s "; host link and settings file"; exit
       }
+      if (byp == 2 * n) {
+        same = 1; for (i = 2; i <= n; i++) if (land[states[i]] != land[states[1]]) same = 0
+        if (same) {
+          s = ""; for (i = 1; i <= n; i++) s = s (s == "" ? "" : ", ") label(states[i])
+          print "bypassed in " s ": its rules in " land[states[1]] ", as without the wrapper"; exit
+        }
+      }
       out = ""
       for (i = 1; i <= n; i++) {
         st = states[i]; l = v[st, "link"]; p = v[st, "settings"]
@@ -125,8 +132,9 @@ passed() {
 
 echo '| client | version (Debian 12) | what it exercises through the wrapper | states passed (each through the host link and the settings file, against the same client run directly) |'
 echo '|---|---|---|---|'
-for client in $(awk '$1 != "self-check" { print $1 }' "$RESULTS" | awk '!seen[$0]++'); do
+awk '$1 != "self-check" { print $1 }' "$RESULTS" | awk '!seen[$0]++' | while read -r client; do
   version="$(f=("$REPORTS/$client".*.direct); section "${f[0]}" '^== package' | paste -sd, - | sed 's/,/, /g')"
+  # shellcheck disable=SC2016 # the backquotes are Markdown's
   case "$client" in
     wg-quick) name='wg-quick (no `nft` in PATH)' ;;
     wg-quick-nft) name='wg-quick (`nft` installed)' ;;
