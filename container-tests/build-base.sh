@@ -15,6 +15,9 @@
 #                   real iptables client of scenario 9 (Docker's engine)
 #   nonroot         bookworm with iptables and libcap2-bin, for backends with
 #                   file capabilities (scenario 10)
+#   clients         bookworm with the real clients of container-tests/clients.sh
+#                   (ufw, firewalld, fail2ban, wg-quick, ferm, podman with
+#                   netavark, netfilter-persistent) and what runs them
 #   alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi
 #                   bookworm laid out as that distribution lays out iptables,
 #                   with a stub of its package manager (distro-sim.sh), for
@@ -50,6 +53,15 @@ DISTROLESS_SRC_PACKAGES=(iptables busybox-static)
 # iptables, and fuse-overlayfs for a storage driver faster than vfs.
 DIND_SUITE=bookworm
 DIND_PACKAGES=(docker.io iptables fuse-overlayfs)
+# The real clients (container-tests/clients.sh), each from Debian's own
+# packages, and what the suite needs to run them: dbus for firewalld,
+# wireguard-go for wg-quick (the kernel may lack WireGuard), podman's runtime
+# and its netavark with aardvark-dns, busybox-static for podman's one image,
+# nftables (wg-quick and fail2ban look for nft), strace to see what each runs.
+CLIENTS_SUITE=bookworm
+CLIENTS_PACKAGES=(iptables ufw firewalld dbus fail2ban wireguard-tools wireguard-go
+  ferm podman netavark aardvark-dns crun conmon catatonit busybox-static
+  nftables iproute2 procps strace)
 
 # prune_older NAME KEEP: remove the images of NAME built from older recipes.
 prune_older() {
@@ -97,8 +109,12 @@ debian_image() {
     local mirror; mirror="$(debian_mirror)"
     check_suite_reachable "$mirror" "$suite"
     log "building $tag with mmdebstrap ($suite + $packages)"
-    "$CT_DIR/mkrootfs.sh" "$mirror" "$suite" "$packages" \
-      | docker import "${IMPORT_CHANGES[@]}" - "$tag" >/dev/null
+    # Imported untagged and tagged only when mmdebstrap succeeded: a failed
+    # build would otherwise leave an empty image under the cached tag.
+    local id
+    id="$("$CT_DIR/mkrootfs.sh" "$mirror" "$suite" "$packages" | docker import "${IMPORT_CHANGES[@]}" -)" \
+      || { [[ -z "${id:-}" ]] || docker rmi "$id" >/dev/null 2>&1 || true; die "building $tag failed"; }
+    docker tag "$id" "$tag"
   fi
   prune_older "$name" "$tag"
   tag_by_name "$name" "$tag"
@@ -151,8 +167,9 @@ main() {
       distroless-src) image="$(debian_image distroless-src "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")" ;;
       dind) image="$(debian_image dind "$DIND_SUITE" "${DIND_PACKAGES[@]}")" ;;
       nonroot) image="$(debian_image nonroot bookworm iptables libcap2-bin)" ;;
+      clients) image="$(debian_image clients "$CLIENTS_SUITE" "${CLIENTS_PACKAGES[@]}")" ;;
       alpine-3.22|alpine-3.23|fedora-42|ubi-9|wolfi) image="$(sim_image "$flavour")" ;;
-      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot)" ;;
+      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot, clients)" ;;
     esac
     printf '%s %s\n' "$flavour" "$image"
   done

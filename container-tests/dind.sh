@@ -74,9 +74,10 @@ LOAD_IMAGES=()
 if [[ "$BASES" == load ]]; then
   names=("${FLAVOURS[@]}")
   [[ " ${FLAVOURS[*]} " == *" distroless "* ]] && names+=(distroless-src)
-  # Scenarios 9 and 10 run in images of their own (see run-matrix.sh).
+  # Scenarios 9, 10 and 14 run in images of their own (see run-matrix.sh).
   [[ " ${SCENARIOS[*]} " == *" 9 "* ]] && names+=(dind)
   [[ " ${SCENARIOS[*]} " == *" 10 "* ]] && names+=(nonroot)
+  [[ " ${SCENARIOS[*]} " == *" 14 "* ]] && names+=(clients)
   while read -r _ image; do LOAD_IMAGES+=("$image"); done < <("$CT_DIR/build-base.sh" "${names[@]}")
 fi
 PREPARED=$SECONDS

@@ -26,6 +26,14 @@ DISTROLESS_SUITE=bookworm
 # driver also sees local images; a "docker-container" driver does not.)
 export DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}"
 
+# The docker run options of a container that runs daemons of its own (Docker's
+# engine in scenario 9, the real clients of clients.sh). --privileged would
+# do, but an engine that lacks a capability itself (CAP_SYS_RESOURCE here)
+# cannot grant it; this is enough for a daemon, and for crun to start a
+# container inside (podman).
+DAEMON_PRIVILEGE=(--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined
+  --security-opt apparmor=unconfined --volume /sys/fs/cgroup:/sys/fs/cgroup)
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 

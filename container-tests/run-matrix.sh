@@ -5,7 +5,7 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST] [--recipes LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..13 (see scenario.sh); recipes: the README's Dockerfile
+# scenarios 1..14 (see scenario.sh); recipes: the README's Dockerfile
 # snippets by marker that scenario 13 does not build (container-tests/readme-snippets.sh --list), each built
 # as printed from the repository root and checked by readme-recipe.sh, or
 # none. Default: all of each (recipes: none when there is no README.md beside
@@ -17,7 +17,10 @@
 # OS's host layout: it tests the host side, not the image) runs once, in
 # bookworm; 13 builds the README's recipe for each distribution as printed,
 # on images laid out as those distributions do (distro-recipes.sh), and runs
-# the host states in each.
+# the host states in each; 14 (the real clients: ufw, firewalld, fail2ban,
+# wg-quick, ferm, podman with netavark, from Debian's packages, wrapped and
+# direct, clients.sh) runs once, in the clients image, and checks the
+# README's "Tested with" table against its results.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -45,7 +48,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
 RECIPES=()
 if [[ -r "$REPO_DIR/README.md" ]]; then
   # A broken marker fails the run here; a README without any marked
@@ -69,13 +72,13 @@ done
 
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
-declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm)
+declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm [14]=clients)
 FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=() DISTRO_RECIPES=0
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
     13) DISTRO_RECIPES=1 ;;
     [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
-    9|10|12) SOLO_SCENARIOS+=("$s") ;;
+    9|10|12|14) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
   esac
 done
@@ -279,7 +282,8 @@ echo "           9 Docker's engine starts in the stale-legacy state (own image),
 echo "           10 non-root user, backends with file capabilities (own image),"
 echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
 echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm),"
-echo "           13 the README's recipes (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3"
+echo "           13 the README's recipes (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3,"
+echo "           14 real clients from Debian's packages, wrapped and direct, in three host states (clients image, clients.sh)"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"

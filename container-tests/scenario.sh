@@ -25,6 +25,8 @@
 #   12 every node OS's host layout (host-layouts.sh), the host's / mounted
 #      read-only at /host as the DaemonSet mounts it, in the three states of
 #      1-3: on legacy, on nft, switched to nft without a restart (issue 19)
+#   14 the real clients (clients.sh: its own cells, containers and report;
+#      needs the clients image) (issue 20)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/host-layouts.sh"
@@ -171,11 +173,8 @@ scenario_8() { # 50 concurrent calls while the host link flips
 }
 
 scenario_9() { # Docker's engine as a client, started in the stale-legacy state (issue 7)
-  # An inner dockerd needs more than iptables does. --privileged would do,
-  # but an engine that lacks a capability itself (CAP_SYS_RESOURCE here)
-  # cannot grant it; this is enough for a daemon that runs no containers.
-  PRIVILEGE=(--cap-add ALL --cap-drop SYS_RESOURCE --security-opt seccomp=unconfined
-    --security-opt apparmor=unconfined --volume /sys/fs/cgroup:/sys/fs/cgroup)
+  # An inner dockerd needs more than iptables does (lib.sh).
+  PRIVILEGE=("${DAEMON_PRIVILEGE[@]}")
   start
   ctr rules legacy 30
   ctr rules nft 3
@@ -302,8 +301,12 @@ scenario_7() { # everything again on a read-only root file system
   [[ ${#failed[@]} -eq 0 ]] || { echo "read-only failures: ${failed[*]}"; return 1; }
 }
 
+scenario_14() { # the real clients, wrapped and direct (issue 20)
+  "$CT_DIR/clients.sh" "$IMAGE"
+}
+
 case "$SCENARIO" in
-  [1-9]|10|11|12) "scenario_$SCENARIO" ;;
+  [1-9]|10|11|12|14) "scenario_$SCENARIO" ;;
   12:*) host_layout_states "${SCENARIO#12:}" ;;
   only-nft) scenario_only_nft ;;
   *) die "unknown scenario '$SCENARIO'" ;;

@@ -10,7 +10,9 @@
 # their checksums, --version and the sizes docs/building.md gives (within
 # 10%); the aarch64 binary under qemu-user
 # (scripts/qemu-smoke.sh); then, when a Docker engine answers, the container
-# matrix, scripts/apt-install.sh against a held lock and broken packages
+# matrix (with the real clients from Debian's packages, scenario 14, which
+# also checks the README's Tested with table), scripts/apt-install.sh
+# against a held lock and broken packages
 # (container-tests/apt-install-check.sh) and a short docker-in-docker smoke
 # (one image, the upgrade-without-restart scenario); with IPTW_KUBE_PROXY=1
 # also a real kube-proxy wrapped against direct (container-tests/kube-proxy.sh).
