@@ -7,7 +7,7 @@
 //! removes only when that decision is certain: the override, the host link,
 //! or a hint chain present in that backend alone that the rule counts do
 //! not contradict ([`certainty`]), nor each family's own state
-//! ([`family_contradiction`]). Counts, the lock and the default can be
+//! (`family_contradiction`). Counts, the lock and the default can be
 //! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
 //! and says what would make it certain, and showing shows what each backend
 //! holds, saying that which one is stale is not certain, and why.
