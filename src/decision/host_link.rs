@@ -39,7 +39,7 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {
-            collector.add(absent(
+            collector.add(|| absent(
                 root.display().to_string(),
                 format!("no host link: {why}"),
                 "stat",
@@ -47,7 +47,7 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
             return;
         }
         HostLinks::NoneExists => {
-            collector.add(absent(
+            collector.add(|| absent(
                 places(&root, candidates),
                 format!("no host link: none of these exists under {}", root.display()),
                 "readlink",
@@ -57,19 +57,19 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
         HostLinks::Found { link, missing, later } => (link, missing, later),
     };
     if collector.depth == Depth::Everything && !missing.is_empty() {
-        collector.add(absent(
+        collector.add(|| absent(
             places(&root, &missing),
             "absent (read first)".into(),
             "readlink",
         ));
     }
     let chain = link.shown_chain();
-    collector.add(link_evidence(&link, ""));
+    collector.add(|| link_evidence(&link, ""));
     // `detect` only: the later candidates that exist (say an `iptables`
     // group that disagrees with the `ip6tables` one) are shown, and weigh
     // as disagreeing evidence, but never decide.
     for other in &later {
-        collector.add(link_evidence(other, " (read after the first, does not decide)"));
+        collector.add(|| link_evidence(other, " (read after the first, does not decide)"));
     }
     if let Ok(mode) = link.answer {
         collector.decide(
@@ -132,7 +132,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             Ok(Some(names)) if !names.is_empty() => names,
             Ok(_) => continue,
             Err(why) => {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
                     finding: Finding::unknown(why),
@@ -151,7 +151,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             // Known, not unknown: that the tables exist is what was found,
             // and what makes this evidence for legacy.
             Err(e) => {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
                     finding: Finding::Known(format!(
@@ -198,7 +198,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                 Some(Mode::Legacy),
             )
         };
-        collector.add(Evidence {
+        collector.add(|| Evidence {
             source: Source::RuleCounts,
             location,
             finding,

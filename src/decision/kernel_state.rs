@@ -80,7 +80,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
                 let legacy_rules = kernel.legacy_may_hold_rules();
                 let decides = !matches!(legacy_rules, Ok(true));
                 for family in families {
-                    collector.add(Evidence {
+                    collector.add(|| Evidence {
                         source: Source::KubeProxyTable,
                         location: format!("nft table {} kube-proxy", family.nft_name()),
                         finding: Finding::Known(if decides {
@@ -110,7 +110,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
                 }
             }
             Some(_) => {}
-            None => collector.add(Evidence {
+            None => collector.add(|| Evidence {
                 source: Source::KubeProxyTable,
                 location: "nft tables ip/ip6 kube-proxy".into(),
                 finding: Finding::unknown_aside("netlink refused; the save tool cannot show them"),
@@ -150,7 +150,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
     match reading {
         Ok((hints, method)) => {
             if hints.is_empty() {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::HintChain,
                     location: format!("{mode} mangle chains {}", HINT_CHAINS.join(", ")),
                     finding: Finding::Absent("absent (ipv4, ipv6)".into()),
@@ -159,7 +159,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
                 });
             }
             for hint in hints {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::HintChain,
                     location: hint_location(mode, hint),
                     finding: Finding::Known("present".into()),
@@ -168,7 +168,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
                 });
             }
         }
-        Err(why) => collector.add(Evidence {
+        Err(why) => collector.add(|| Evidence {
             source: Source::HintChain,
             location: format!("{mode} mangle hint chains"),
             finding: Finding::unknown(why.as_str()),

@@ -63,6 +63,8 @@ pub struct Decision {
     pub decided_by: Source,
     /// One line: why this mode.
     pub reason: String,
+    /// What was read, in order; empty at [`Depth::Decide`], where nothing
+    /// reads it (no warning is shown or recorded).
     pub evidence: Vec<Evidence>,
     pub rule_counts: Option<RuleCounts>,
     /// Backends the running kernel lacks, or that this process is known to

@@ -30,7 +30,7 @@ pub(super) fn read_override(collector: &mut Collector) {
             format!("overridden by environment variable {OVERRIDE_VAR}={value}"),
         ),
     };
-    collector.add(Evidence {
+    collector.add(|| Evidence {
         source: Source::Override,
         location,
         finding: Finding::Known(value.to_string()),

@@ -70,7 +70,7 @@ pub(super) fn read_backend_presence(
                     lacking.push((mode, format!("the running kernel lacks it ({module}: {how})")));
                 }
             }
-            collector.add(Evidence {
+            collector.add(|| Evidence {
                 source: Source::BackendPresence,
                 location: format!("{module} ({backend}) in the running kernel"),
                 finding: Finding::of_presence(&presence),
@@ -85,7 +85,7 @@ pub(super) fn read_backend_presence(
                 if each == family {
                     lacking.push((mode, format!("this process cannot use it ({why})")));
                 }
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::BackendPresence,
                     location: format!("{backend} from this process"),
                     finding: Finding::Known(format!("cannot be used: {why}")),
