@@ -98,12 +98,17 @@ pub struct HostLink {
 impl HostLink {
     /// `-> a -> b`, the chain as read.
     pub fn shown_chain(&self) -> String {
-        self.chain
-            .iter()
-            .map(|t| format!("-> {}", t.display()))
-            .collect::<Vec<_>>()
-            .join(" ")
+        shown_chain(&self.chain)
     }
+}
+
+/// `-> a -> b`: link targets as read, in order.
+pub fn shown_chain(chain: &[PathBuf]) -> String {
+    chain
+        .iter()
+        .map(|t| format!("-> {}", t.display()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Links followed at most in one candidate, directory links included.

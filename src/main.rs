@@ -169,7 +169,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             command.name,
             decision.mode,
             decision.decided_by.key(),
-            printable(&decision.reason),
+            printable(&decision.reason.to_string()),
             backend.path.display(),
             printable(&argv0.to_string_lossy()),
             decision.took.map_or("(not timed)".to_string(), |took| format!(
@@ -181,7 +181,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
     say(&format!(
         "{failure} ({} was chosen because: {})",
         decision.mode,
-        printable(&decision.reason)
+        printable(&decision.reason.to_string())
     ));
     failure.exit_status()
 }

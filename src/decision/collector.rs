@@ -8,6 +8,7 @@
 //! once [`Collector::done`] says reading can stop.
 
 use super::evidence::{Evidence, Source};
+use super::reason::Reason;
 use crate::mode::Mode;
 
 /// How much to read.
@@ -40,7 +41,7 @@ impl Depth {
 pub(super) struct Collector {
     pub(super) depth: Depth,
     pub(super) evidence: Vec<Evidence>,
-    pub(super) decided: Option<(Mode, Source, String)>,
+    pub(super) decided: Option<(Mode, Source, Reason)>,
 }
 
 impl Collector {
@@ -62,9 +63,9 @@ impl Collector {
         }
     }
 
-    pub(super) fn decide(&mut self, mode: Mode, source: Source, reason: String) {
+    pub(super) fn decide(&mut self, mode: Mode, source: Source, reason: impl Into<Reason>) {
         if self.decided.is_none() {
-            self.decided = Some((mode, source, reason));
+            self.decided = Some((mode, source, reason.into()));
         }
     }
 

@@ -13,6 +13,7 @@
 
 use super::collector::{Collector, Depth};
 use super::evidence::{Evidence, Finding, Source};
+use super::reason::Reason;
 use super::legacy_state::{describe_state, rules};
 use crate::command::WrappedCommand;
 use crate::family::Family;
@@ -63,7 +64,6 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
             "readlink",
         ));
     }
-    let chain = link.shown_chain();
     collector.add(|| link_evidence(&link, ""));
     // `detect` only: the later candidates that exist (say an `iptables`
     // group that disagrees with the `ip6tables` one) are shown, and weigh
@@ -72,11 +72,11 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
         collector.add(|| link_evidence(other, " (read after the first, does not decide)"));
     }
     if let Ok(mode) = link.answer {
-        collector.decide(
-            mode,
-            Source::HostLink,
-            format!("host link {} {chain}", link.path.display()),
-        );
+        let reason = Reason::HostLink {
+            path: link.path,
+            chain: link.chain,
+        };
+        collector.decide(mode, Source::HostLink, reason);
         if mode == Mode::Nft && collector.depth.warns() {
             read_stale_legacy_tables(collector);
         }

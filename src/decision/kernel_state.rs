@@ -17,6 +17,7 @@
 use super::collector::Collector;
 use super::counts::{read_rule_counts, RuleCounts};
 use super::evidence::{Evidence, Finding, Source};
+use super::reason::Reason;
 use crate::kernel::modules::Presence;
 use crate::kernel::{HintChain, KernelReader, HINT_CHAINS};
 use crate::mode::Mode;
@@ -37,7 +38,12 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         collector.decide(
             Mode::Nft,
             Source::HintChain,
-            format!("hint chain {} found in nft ({})", hint.chain, hint.family.label()),
+            Reason::HintChain {
+                chain: hint.chain,
+                family: hint.family,
+                found_in: Mode::Nft,
+                nft_read: true,
+            },
         );
         if collector.done() {
             return None;
@@ -51,19 +57,15 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         legacy_hints.as_ref().map(|r| (&r.value, &r.method)),
     );
     if let Some(hint) = legacy_hints.as_ref().ok().and_then(|r| r.value.first()) {
-        let in_nft = if nft_lookups.is_ok() {
-            "not in nft"
-        } else {
-            "nft's could not be read"
-        };
         collector.decide(
             Mode::Legacy,
             Source::HintChain,
-            format!(
-                "hint chain {} found in legacy ({}), {in_nft}",
-                hint.chain,
-                hint.family.label()
-            ),
+            Reason::HintChain {
+                chain: hint.chain,
+                family: hint.family,
+                found_in: Mode::Legacy,
+                nft_read: nft_lookups.is_ok(),
+            },
         );
         if collector.done() {
             return None;
@@ -134,7 +136,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         collector.decide(
             Mode::Nft,
             Source::RuleCounts,
-            "no legacy table exists, so legacy holds no rules and no count can favour it".into(),
+            "no legacy table exists, so legacy holds no rules and no count can favour it",
         );
         if collector.done() {
             return None;

@@ -41,11 +41,13 @@ mod legacy_state;
 mod lock;
 mod override_setting;
 mod presence;
+mod reason;
 
 pub use collector::Depth;
 pub use counts::{RuleCounts, MIXED_STATE_RULES};
 pub use evidence::{Evidence, Finding, ReasonShown, Source};
 pub use host_link::STALE_COMMAND_HINT;
+pub use reason::Reason;
 
 use crate::command::WrappedCommand;
 use crate::host_link::DEFAULT_HOST_ROOT;
@@ -61,8 +63,8 @@ pub struct Decision {
     pub command: &'static str,
     pub mode: Mode,
     pub decided_by: Source,
-    /// One line: why this mode.
-    pub reason: String,
+    /// Why this mode (one line, as `Display` shows it).
+    pub reason: Reason,
     /// What was read, in order; empty at [`Depth::Decide`], where nothing
     /// reads it (no warning is shown or recorded).
     pub evidence: Vec<Evidence>,
