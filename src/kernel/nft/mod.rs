@@ -92,7 +92,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use libc::c_int;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
+    connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
     SockProtocol, SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
@@ -148,7 +148,8 @@ impl NftSocket {
         setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RECEIVE_BUFFER)?;
         // A reply that never comes is an error, not a hang.
         setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::seconds(RECEIVE_TIMEOUT_SECONDS))?;
-        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+        // connect binds the socket to a port of its own (netlink's
+        // autobind): no `bind` call of its own is needed.
         connect(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
         Ok(NftSocket {
             fd,
