@@ -260,7 +260,8 @@ impl NftSocket {
             return Ok(Vec::new()); // the kernel refuses an empty datagram
         }
         let first_seq = self.take_seqs(requests.len());
-        let mut datagram = Vec::new();
+        // Room for lookups of the longest names without growing.
+        let mut datagram = Vec::with_capacity(requests.len() * 96);
         for (seq, request) in (first_seq..).zip(requests) {
             request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_ACK, seq);
         }

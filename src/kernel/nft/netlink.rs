@@ -42,7 +42,9 @@ pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
 pub(super) struct Request {
     message_type: u16,
     family: Family,
-    attributes: Vec<(u16, Vec<u8>)>,
+    /// The attributes, already in their wire form (each header, value and
+    /// padding): one buffer, not one per attribute.
+    attributes: Vec<u8>,
     /// A batch message: family AF_UNSPEC, res_id the nf_tables subsystem.
     batch: bool,
     /// `NFNL_BATCH_GENID` (a batch's BATCH_BEGIN).
@@ -75,16 +77,25 @@ impl Request {
     /// A string attribute, NUL-terminated as the kernel's `nla_strcmp`
     /// expects (NLA_STRING).
     pub(super) fn attr(mut self, kind: u16, value: &str) -> Request {
-        let mut bytes = value.as_bytes().to_vec();
-        bytes.push(0);
-        self.attributes.push((kind, bytes));
+        self.push_attribute(kind, &[value.as_bytes(), &[0]]);
         self
     }
 
     /// A u32 attribute in network byte order (NLA_U32 of nf_tables).
     pub(super) fn attr_u32(mut self, kind: u16, value: u32) -> Request {
-        self.attributes.push((kind, value.to_be_bytes().to_vec()));
+        self.push_attribute(kind, &[&value.to_be_bytes()]);
         self
+    }
+
+    /// Appends one attribute whose value is `pieces`, one after the other.
+    fn push_attribute(&mut self, kind: u16, pieces: &[&[u8]]) {
+        let len = NLA_HEADER_LEN + pieces.iter().map(|piece| piece.len()).sum::<usize>();
+        self.attributes.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.attributes.extend_from_slice(&kind.to_ne_bytes());
+        for piece in pieces {
+            self.attributes.extend_from_slice(piece);
+        }
+        self.attributes.resize(align4(self.attributes.len()), 0);
     }
 
     /// Appends the request as one netlink message to `datagram`.
@@ -110,13 +121,7 @@ impl Request {
             datagram.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
             datagram.extend_from_slice(&generation.to_be_bytes());
         }
-        for (kind, value) in &self.attributes {
-            let len = NLA_HEADER_LEN + value.len();
-            datagram.extend_from_slice(&(len as u16).to_ne_bytes());
-            datagram.extend_from_slice(&kind.to_ne_bytes());
-            datagram.extend_from_slice(value);
-            datagram.resize(align4(datagram.len()), 0);
-        }
+        datagram.extend_from_slice(&self.attributes);
         let len = (datagram.len() - start) as u32;
         datagram[start..start + 4].copy_from_slice(&len.to_ne_bytes());
     }
