@@ -114,10 +114,11 @@ ls "$WORK"/cg/* >/dev/null 2>&1 || die "no callgrind output (valgrind failed?)"
     echo "# and the crate's metadata: write it again after a toolchain or dependency"
     echo "# update (--check counts the names that still match)."
     # musl's start-up, which callgrind names by address or as "(below main)",
-    # then the tiers in order (the files' names), each function where it
-    # first appears.
+    # and its assembly string functions, which it names by address; then the
+    # tiers in order (the files' names), each function where it first
+    # appears.
     {
-        printf '%s\n' _start _start_c __libc_start_main libc_start_main_stage2
+        printf '%s\n' _start _start_c __libc_start_main libc_start_main_stage2 memcpy memset memmove
         for file in $(ls "$WORK"/cg/* | sort); do
             sed -n 's/^c\{0,1\}fn=([0-9]*) \(.*\)$/\1/p' "$file"
         done | grep -v '^0x\|^(below main)$'
