@@ -171,7 +171,8 @@ struct Walk<'a> {
 /// A path's parts, for resolving one at a time: split at `/`, without the
 /// empty and `.` parts (as `Path::components`, less the root and `.`).
 fn parts(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
-    path.split(|&b| b == b'/').filter(|part| !part.is_empty() && *part != b".")
+    path.split(|&b| b == b'/')
+        .filter(|part| !part.is_empty() && *part != b".")
 }
 
 /// `directory/part`, or `part` at the top.

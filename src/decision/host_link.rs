@@ -13,8 +13,8 @@
 
 use super::collector::{Collector, Depth};
 use super::evidence::{Evidence, Finding, Source};
-use super::reason::Reason;
 use super::legacy_state::{describe_state, rules};
+use super::reason::Reason;
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::host_link::{self, HostLink, HostLinks};
@@ -40,29 +40,23 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {
-            collector.add(|| absent(
-                root.display().to_string(),
-                format!("no host link: {why}"),
-                "stat",
-            ));
+            collector.add(|| absent(root.display().to_string(), format!("no host link: {why}"), "stat"));
             return;
         }
         HostLinks::NoneExists => {
-            collector.add(|| absent(
-                places(&root, candidates),
-                format!("no host link: none of these exists under {}", root.display()),
-                "readlink",
-            ));
+            collector.add(|| {
+                absent(
+                    places(&root, candidates),
+                    format!("no host link: none of these exists under {}", root.display()),
+                    "readlink",
+                )
+            });
             return;
         }
         HostLinks::Found { link, missing, later } => (link, missing, later),
     };
     if collector.depth == Depth::Everything && !missing.is_empty() {
-        collector.add(|| absent(
-            places(&root, &missing),
-            "absent (read first)".into(),
-            "readlink",
-        ));
+        collector.add(|| absent(places(&root, &missing), "absent (read first)".into(), "readlink"));
     }
     collector.add(|| link_evidence(&link, ""));
     // `detect` only: the later candidates that exist (say an `iptables`

@@ -1,5 +1,6 @@
 //! The decision, made afresh on every call: which backend this call goes to,
-//! which source decided, and every piece of evidence read on the way.
+//! which source decided and why ([`Reason`]), and every piece of evidence
+//! read on the way (kept where warnings or the report read it).
 //!
 //! First match wins: the `IPTABLES_MODE` override (from the environment or
 //! the settings directory, see `settings`); the host's alternatives

@@ -118,6 +118,10 @@ pub(super) fn default_mode(lacking: &[(Mode, String)], counts: Option<&RuleCount
             Source::Default,
             format!("{found}, and nft cannot serve: {how}; legacy is the only backend left").into(),
         ),
-        _ => (Mode::Nft, Source::Default, format!("{found}: nft is the default").into()),
+        _ => (
+            Mode::Nft,
+            Source::Default,
+            format!("{found}: nft is the default").into(),
+        ),
     }
 }

@@ -92,8 +92,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use libc::c_int;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
+    connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
+    SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
