@@ -136,7 +136,7 @@ pub fn read(root: &Path, family: Family, every_candidate: bool) -> HostLinks {
     let mut missing = Vec::new();
     let mut found: Vec<HostLink> = Vec::new();
     for &relative in candidates(family) {
-        match walk.candidate(Path::new(relative)) {
+        match walk.candidate(relative) {
             Some(link) => found.push(link),
             None if found.is_empty() => missing.push(relative),
             None => {}
@@ -195,14 +195,15 @@ impl Walk<'_> {
         PathBuf::from(OsString::from_vec(path))
     }
 
-    /// The candidate at `relative`, or `None` when it does not exist.
-    fn candidate(&mut self, relative: &Path) -> Option<HostLink> {
+    /// The candidate at `relative` (one of [`candidates`]: parts joined by
+    /// single `/`s), or `None` when it does not exist.
+    fn candidate(&mut self, relative: &str) -> Option<HostLink> {
         let mut links = 0;
-        let parent = relative.parent()?.as_os_str().as_bytes();
-        let directory = self.directory(parent, &mut links)?;
+        let (parent, name) = relative.rsplit_once('/').unwrap_or(("", relative));
+        let directory = self.directory(parent.as_bytes(), &mut links)?;
         let seen = self.root.join(relative);
         let mut chain = Vec::new();
-        let mut at = joined(&directory, relative.file_name()?.as_bytes());
+        let mut at = joined(&directory, name.as_bytes());
         loop {
             let target = match std::fs::read_link(self.inside(&at)) {
                 Ok(target) => target,

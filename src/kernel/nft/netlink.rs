@@ -90,6 +90,7 @@ impl Request {
     /// Appends one attribute whose value is `pieces`, one after the other.
     fn push_attribute(&mut self, kind: u16, pieces: &[&[u8]]) {
         let len = NLA_HEADER_LEN + pieces.iter().map(|piece| piece.len()).sum::<usize>();
+        self.attributes.reserve(align4(len));
         self.attributes.extend_from_slice(&(len as u16).to_ne_bytes());
         self.attributes.extend_from_slice(&kind.to_ne_bytes());
         for piece in pieces {
