@@ -2,7 +2,10 @@
 //! package version, the git commit the binary is built from (`unknown` outside
 //! a git checkout of this package) and the target triple. It also warns when
 //! the default target of `.cargo/config.toml` (x86_64 musl) would not run on
-//! the machine building it, the usual slip on an aarch64 machine.
+//! the machine building it, the usual slip on an aarch64 machine. And for the
+//! x86_64 musl binary linked by lld, it has the linker put the functions a
+//! wrapped call runs first in `.text`, in the order `link/hot-path.symbols`
+//! lists them (see `scripts/hot-path-symbols.sh`, which writes it).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -28,6 +31,24 @@ fn main() {
     };
     println!("cargo:rustc-env=IPTW_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=IPTW_BUILD_TARGET={target}");
+
+    // The hot path together: a call then maps its code in two or three page
+    // faults instead of ten (bench/README.md). Names the build lacks are
+    // skipped in silence; other linkers than lld do not take the option.
+    let linker = env::var("RUSTC_LINKER").unwrap_or_default();
+    let lld = Path::new(&linker)
+        .file_name()
+        .is_some_and(|name| name == "rust-lld" || name == "ld.lld");
+    if target == DEFAULT_TARGET && lld {
+        let symbols = package_dir.join("link/hot-path.symbols");
+        println!("cargo:rerun-if-changed={}", symbols.display());
+        println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+        println!(
+            "cargo:rustc-link-arg-bin=iptables-wrapper=--symbol-ordering-file={}",
+            symbols.display()
+        );
+        println!("cargo:rustc-link-arg-bin=iptables-wrapper=--no-warn-symbol-ordering");
+    }
 
     let host_arch = host.split('-').next().unwrap_or(&host);
     if target == DEFAULT_TARGET && !host.starts_with("x86_64-") {

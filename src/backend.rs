@@ -311,13 +311,17 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
         .name
         .split_once('-')
         .map_or((command.name, None), |(p, a)| (p, Some(a)));
+    // Joined, not formatted: a call that needs no other formatting then
+    // runs none of `core::fmt` (cold code, page by page).
+    let mut single = [program, "-", mode.name()].concat();
+    if let Some(action) = action {
+        single.push('-');
+        single.push_str(action);
+    }
     let mut search = Search {
         own_file: OwnFile::identify(),
-        single: match action {
-            Some(action) => format!("{program}-{mode}-{action}"),
-            None => format!("{program}-{mode}"),
-        },
-        multi: format!("xtables-{mode}-multi"),
+        single,
+        multi: ["xtables-", mode.name(), "-multi"].concat(),
         tried: Vec::new(),
         skipped: Vec::new(),
         wrapper_copies: Vec::new(),

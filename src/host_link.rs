@@ -22,8 +22,10 @@
 use crate::family::Family;
 use crate::mode::{mode_named_by, Mode};
 use crate::settings::{self, HOST_ROOT_VAR};
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 pub const DEFAULT_HOST_ROOT: &str = "/host";
 
@@ -98,12 +100,17 @@ pub struct HostLink {
 impl HostLink {
     /// `-> a -> b`, the chain as read.
     pub fn shown_chain(&self) -> String {
-        self.chain
-            .iter()
-            .map(|t| format!("-> {}", t.display()))
-            .collect::<Vec<_>>()
-            .join(" ")
+        shown_chain(&self.chain)
     }
+}
+
+/// `-> a -> b`: link targets as read, in order.
+pub fn shown_chain(chain: &[PathBuf]) -> String {
+    chain
+        .iter()
+        .map(|t| format!("-> {}", t.display()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Links followed at most in one candidate, directory links included.
@@ -129,7 +136,7 @@ pub fn read(root: &Path, family: Family, every_candidate: bool) -> HostLinks {
     let mut missing = Vec::new();
     let mut found: Vec<HostLink> = Vec::new();
     for &relative in candidates(family) {
-        match walk.candidate(Path::new(relative)) {
+        match walk.candidate(relative) {
             Some(link) => found.push(link),
             None if found.is_empty() => missing.push(relative),
             None => {}
@@ -151,29 +158,54 @@ pub fn read(root: &Path, family: Family, every_candidate: bool) -> HostLinks {
 
 /// One reading of the host root: the directories already found to be real
 /// directories (not links), so candidates sharing a prefix read it once.
+///
+/// Paths inside the root are kept as bytes, their parts joined by single
+/// `/`s (what [`parts`] gives): `Path`'s joins and comparisons, which parse
+/// components at every step, cost a host-link call a quarter of its
+/// instructions.
 struct Walk<'a> {
     root: &'a Path,
-    real_dirs: Vec<PathBuf>,
+    real_dirs: Vec<Vec<u8>>,
 }
 
-/// A path's parts, for resolving one at a time.
-fn parts(path: &Path) -> Vec<PathBuf> {
-    path.components()
-        .filter(|c| !matches!(c, Component::RootDir | Component::CurDir))
-        .map(|c| PathBuf::from(c.as_os_str()))
-        .collect()
+/// A path's parts, for resolving one at a time: split at `/`, without the
+/// empty and `.` parts (as `Path::components`, less the root and `.`).
+fn parts(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    path.split(|&b| b == b'/')
+        .filter(|part| !part.is_empty() && *part != b".")
+}
+
+/// `directory/part`, or `part` at the top.
+fn joined(directory: &[u8], part: &[u8]) -> Vec<u8> {
+    if directory.is_empty() {
+        return part.to_vec();
+    }
+    [directory, b"/", part].concat()
 }
 
 impl Walk<'_> {
-    /// The candidate at `relative`, or `None` when it does not exist.
-    fn candidate(&mut self, relative: &Path) -> Option<HostLink> {
+    /// `relative` (as [`joined`] makes it) under the root.
+    fn inside(&self, relative: &[u8]) -> PathBuf {
+        let root = self.root.as_os_str().as_bytes();
+        let path = match (relative.is_empty(), root.ends_with(b"/")) {
+            (true, _) => root.to_vec(),
+            (false, true) => [root, relative].concat(),
+            (false, false) => [root, b"/", relative].concat(),
+        };
+        PathBuf::from(OsString::from_vec(path))
+    }
+
+    /// The candidate at `relative` (one of [`candidates`]: parts joined by
+    /// single `/`s), or `None` when it does not exist.
+    fn candidate(&mut self, relative: &str) -> Option<HostLink> {
         let mut links = 0;
-        let directory = self.directory(relative.parent()?, &mut links)?;
+        let (parent, name) = relative.rsplit_once('/').unwrap_or(("", relative));
+        let directory = self.directory(parent.as_bytes(), &mut links)?;
         let seen = self.root.join(relative);
         let mut chain = Vec::new();
-        let mut at = directory.join(relative.file_name()?);
+        let mut at = joined(&directory, name.as_bytes());
         loop {
-            let target = match std::fs::read_link(self.root.join(&at)) {
+            let target = match std::fs::read_link(self.inside(&at)) {
                 Ok(target) => target,
                 Err(e) if chain.is_empty() && is_missing(&e) => return None,
                 Err(e) => {
@@ -181,10 +213,10 @@ impl Walk<'_> {
                         (Some(libc::EINVAL), true) => "not a link (a file the wrapper neither runs nor reads)".to_string(),
                         (Some(libc::EINVAL), false) => format!(
                             "{} is not a link and not a backend's file name (a wrapper or a script the wrapper neither runs nor reads)",
-                            self.root.join(&at).display()
+                            self.inside(&at).display()
                         ),
-                        _ if is_missing(&e) => format!("{} does not exist (a dangling link)", self.root.join(&at).display()),
-                        _ => format!("{}: {e}", self.root.join(&at).display()),
+                        _ if is_missing(&e) => format!("{} does not exist (a dangling link)", self.inside(&at).display()),
+                        _ => format!("{}: {e}", self.inside(&at).display()),
                     };
                     return Some(HostLink {
                         path: seen,
@@ -193,23 +225,23 @@ impl Walk<'_> {
                     });
                 }
             };
-            let named = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by);
-            let next = if target.is_absolute() {
-                PathBuf::from_iter(parts(&target))
-            } else {
-                directory_of(&at).join(&target)
-            };
-            chain.push(target);
-            if let Some(mode) = named {
+            if let Some(mode) = target.file_name().and_then(|n| n.to_str()).and_then(mode_named_by) {
+                chain.push(target);
                 return Some(HostLink {
                     path: seen,
                     chain,
                     answer: Ok(mode),
                 });
             }
+            let next = if target.is_absolute() {
+                PathBuf::from_iter(parts(target.as_os_str().as_bytes()).map(OsStr::from_bytes))
+            } else {
+                directory_of(Path::new(OsStr::from_bytes(&at))).join(&target)
+            };
+            chain.push(target);
             links += 1;
             let resolved = match (links <= MAX_LINKS)
-                .then(|| next.parent().map(Path::to_path_buf))
+                .then(|| next.parent().map(|parent| parent.as_os_str().as_bytes().to_vec()))
                 .flatten()
             {
                 Some(parent) => self.directory(&parent, &mut links),
@@ -227,39 +259,38 @@ impl Walk<'_> {
                     answer: Err(why),
                 });
             };
-            at = directory.join(name);
+            at = joined(&directory, name.as_bytes());
         }
     }
 
     /// Resolves `relative` (a directory) inside the root, one part at a
     /// time, following directory links inside the root; `None` when it does
     /// not exist or takes more than [`MAX_LINKS`] links.
-    fn directory(&mut self, relative: &Path, links: &mut usize) -> Option<PathBuf> {
-        let mut directory = PathBuf::new();
-        let mut pending = parts(relative);
-        pending.reverse();
+    fn directory(&mut self, relative: &[u8], links: &mut usize) -> Option<Vec<u8>> {
+        let mut directory: Vec<u8> = Vec::new();
+        let mut pending: Vec<Vec<u8>> = parts(relative).rev().map(<[u8]>::to_vec).collect();
         while let Some(part) = pending.pop() {
-            if part == Path::new("..") {
-                directory.pop();
+            if part == b".." {
+                let parent = directory.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                directory.truncate(parent);
                 continue;
             }
-            let next = directory.join(&part);
+            let next = joined(&directory, &part);
             if self.real_dirs.contains(&next) {
                 directory = next;
                 continue;
             }
-            match std::fs::read_link(self.root.join(&next)) {
+            match std::fs::read_link(self.inside(&next)) {
                 Ok(target) => {
                     *links += 1;
                     if *links > MAX_LINKS {
                         return None;
                     }
-                    if target.is_absolute() {
-                        directory = PathBuf::new();
+                    let target = target.as_os_str().as_bytes();
+                    if target.starts_with(b"/") {
+                        directory.clear();
                     }
-                    let mut target_parts = parts(&target);
-                    target_parts.reverse();
-                    pending.extend(target_parts);
+                    pending.extend(parts(target).rev().map(<[u8]>::to_vec));
                 }
                 Err(e) if is_missing(&e) => return None,
                 Err(_) => {

@@ -21,14 +21,16 @@
 //!   file (`own_file`), the caller's standard descriptors and the wrapper's
 //!   own messages (`standard_fds`), whether a path may be trusted (`trust`),
 //!   how text from outside is shown
-//!   (`escape`), the address families (`family`) and the binary's memory
-//!   allocator (`allocator`).
+//!   (`escape`), the caller's environment variables (`environment`), the
+//!   address families (`family`) and the binary's memory allocator
+//!   (`allocator`).
 
 pub mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod command;
 pub mod decision;
+pub mod environment;
 pub mod escape;
 pub mod family;
 pub mod host_link;

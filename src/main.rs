@@ -24,6 +24,7 @@ use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::WrappedCommand;
 use iptables_wrapper::decision::{self, Depth};
+use iptables_wrapper::environment;
 use iptables_wrapper::escape::{printable, quoted};
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
@@ -105,7 +106,8 @@ fn wrapped_command(name: &[u8]) -> Option<WrappedCommand> {
 
 /// Reads `IPTABLES_WRAPPER_LOG`: unset or empty means quiet.
 fn logging_requested() -> Result<Logging, String> {
-    let Some(requested) = std::env::var_os(LOG_VAR).filter(|v| !v.is_empty()) else {
+    let [requested] = environment::vars([LOG_VAR]);
+    let Some(requested) = requested.filter(|v| !v.is_empty()) else {
         return Ok(Logging::Quiet);
     };
     let expected = "expected off, error, warn, info, debug or trace";
@@ -167,7 +169,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             command.name,
             decision.mode,
             decision.decided_by.key(),
-            printable(&decision.reason),
+            printable(&decision.reason.to_string()),
             backend.path.display(),
             printable(&argv0.to_string_lossy()),
             decision.took.map_or("(not timed)".to_string(), |took| format!(
@@ -179,7 +181,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
     say(&format!(
         "{failure} ({} was chosen because: {})",
         decision.mode,
-        printable(&decision.reason)
+        printable(&decision.reason.to_string())
     ));
     failure.exit_status()
 }

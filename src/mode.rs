@@ -73,22 +73,20 @@ pub fn parse_override(value: &[u8]) -> Result<Option<Mode>, InvalidOverride> {
 /// contain a mode (`xtables-legacy-multi.dpkg-old`, `iptables-nft-but-weird`),
 /// which no packaged backend has.
 pub fn mode_named_by(file_name: &str) -> Option<Mode> {
-    [Mode::Nft, Mode::Legacy]
-        .into_iter()
-        .find(|mode| backend_names(*mode).any(|name| name == file_name))
-}
-
-/// The file names the backends are installed under.
-fn backend_names(mode: Mode) -> impl Iterator<Item = String> {
-    let multi = format!("xtables-{mode}-multi");
-    ["iptables", "ip6tables"]
-        .into_iter()
-        .flat_map(move |program| {
-            ["", "-save", "-restore"]
-                .into_iter()
-                .map(move |form| format!("{program}-{mode}{form}"))
-        })
-        .chain(std::iter::once(multi))
+    // Taken apart rather than compared with each of the 14 names: it runs
+    // on every call that reads a host link.
+    let mode = match file_name.strip_prefix("xtables-") {
+        Some(rest) => rest.strip_suffix("-multi")?,
+        None => {
+            let rest = file_name
+                .strip_prefix("iptables-")
+                .or_else(|| file_name.strip_prefix("ip6tables-"))?;
+            rest.strip_suffix("-save")
+                .or_else(|| rest.strip_suffix("-restore"))
+                .unwrap_or(rest)
+        }
+    };
+    [Mode::Nft, Mode::Legacy].into_iter().find(|m| m.name() == mode)
 }
 
 #[cfg(test)]
@@ -128,5 +126,10 @@ mod tests {
         assert_eq!(mode_named_by("iptables-legacy-foo"), None);
         assert_eq!(mode_named_by("xtables-nft-multi.new"), None);
         assert_eq!(mode_named_by("Iptables-nft"), None);
+        assert_eq!(mode_named_by("iptables-nft-save-save"), None);
+        assert_eq!(mode_named_by("iptables--save"), None);
+        assert_eq!(mode_named_by("xtables-multi"), None);
+        assert_eq!(mode_named_by("xtables-nft-save"), None);
+        assert_eq!(mode_named_by("iptables-nft-multi"), None);
     }
 }

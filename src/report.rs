@@ -113,7 +113,7 @@ fn verdict(decision: &Decision) -> String {
         "{} for {}: {}",
         decision.mode,
         decision.command,
-        printable(&decision.reason)
+        printable(&decision.reason.to_string())
     )
 }
 
@@ -187,7 +187,7 @@ pub fn verbose_text(decision: &Decision, settings: &Settings) -> String {
         out,
         "decided by: {} ({})",
         decision.decided_by.key(),
-        printable(&decision.reason)
+        printable(&decision.reason.to_string())
     );
     settings_text(&mut out, settings);
     let _ = writeln!(out, "evidence:");
@@ -258,7 +258,7 @@ pub fn json(decision: &Decision, settings: &Settings) -> String {
         string(decision.mode.name()),
         string(decision.command),
         string(decision.decided_by.key()),
-        string(&decision.reason),
+        string(&decision.reason.to_string()),
         settings_json(settings),
         evidence.join(","),
         counts,

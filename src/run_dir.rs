@@ -161,6 +161,17 @@ impl RunDir {
     }
 }
 
+/// When file `name` of the configured directory was last modified, if it
+/// is a private regular file of this user: one `fstatat` of its path (not
+/// following a link there), without opening the directory or checking it.
+/// Only for a question to which an unusable directory gives the same answer
+/// as a file that is there (see `warnings_record::due`).
+pub fn modified_by_path(name: &str) -> Option<i64> {
+    let path = configured_path()?.join(name);
+    let stat = fstatat(None, &path, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    is_private(&stat, SFlag::S_IFREG).then_some(stat.st_mtime)
+}
+
 /// The configured directory: absolute paths only (a relative one would
 /// depend on the caller's working directory).
 fn configured_path() -> Option<PathBuf> {

@@ -54,6 +54,7 @@
 //! that lands between the reads of two files gives one call the old value
 //! of one and the new value of the other.
 
+use crate::environment;
 use crate::escape::{printable_bytes, quoted};
 use crate::mode::{self, Mode, OVERRIDE_VAR};
 use crate::trust;
@@ -192,7 +193,12 @@ pub fn current() -> &'static Settings {
             Ok(files) => (files, None),
             Err(invalid) => (Vec::new(), Some(invalid)),
         };
-        let mut settings = resolve(&|name| std::env::var_os(name), &files);
+        let environment = environment::vars(FILE_SETTINGS);
+        let from_environment = |name: &str| {
+            let index = FILE_SETTINGS.iter().position(|setting| *setting == name)?;
+            environment[index].clone()
+        };
+        let mut settings = resolve(&from_environment, &files);
         settings.invalid = invalid.or(settings.invalid);
         settings
     })
@@ -282,7 +288,11 @@ fn read_dir(dir: &Path) -> Result<Vec<FileValue>, InvalidSetting> {
 
 /// The names in the directory `dir`, but those starting with `.`, by
 /// `getdents64` into a buffer of its own (no `opendir`: libc's allocation
-/// for it costs system calls of its own).
+/// for it costs system calls of its own). Not inlined, nor is
+/// [`read_small`]: their buffers would join `read_dir`'s stack frame, which
+/// every call enters, and take it onto a page of stack a call without the
+/// settings directory never needs.
+#[inline(never)]
 fn names(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
     // struct linux_dirent64: u64 inode, i64 offset, u16 record length, u8 type, name.
     const NAME_AT: usize = 19;
@@ -313,6 +323,7 @@ fn names(dir: &OwnedFd) -> Result<Vec<OsString>, Errno> {
 }
 
 /// The contents of `file`, refused when longer than [`MAX_FILE_BYTES`].
+#[inline(never)]
 fn read_small(mut file: std::fs::File) -> io::Result<Vec<u8>> {
     let mut buffer = [0u8; MAX_FILE_BYTES + 1];
     let mut filled = 0;

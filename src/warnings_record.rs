@@ -15,7 +15,8 @@
 //! picked). A call makes them only when its warnings will be seen: on stderr,
 //! or here when the record is [`due`], that is missing or last written a
 //! minute ago. So on a busy node one call a minute looks, and the others
-//! pay one `fstatat`; calls whose warnings nobody would see (no usable
+//! pay one `fstatat` (of the record's path: the directory is opened only
+//! when the record is not fresh); calls whose warnings nobody would see (no usable
 //! runtime directory, or one this process cannot write in, and stderr not
 //! showing them) never look. A warning may
 //! therefore reach the record up to a minute after its cause appears.
@@ -38,7 +39,7 @@
 //! record must not grow with the call rate.
 
 use crate::escape::printable;
-use crate::run_dir::RunDir;
+use crate::run_dir::{self, RunDir};
 use std::borrow::Cow;
 
 /// The record's file name in the runtime directory.
@@ -62,13 +63,24 @@ const HEADER: &str = "# iptables-wrapper warnings, most recently seen first (UTC
 /// the directory is writable is asked only of a record that is due, so a
 /// call that finds a fresh record pays nothing for it.
 pub fn due() -> bool {
+    let now = unix_now();
+    let fresh = |written: i64, now: u64| (0..REFRESH_SECONDS as i64).contains(&(now as i64 - written));
+    // The usual case, a record written within the minute: one `fstatat` of
+    // its path, and the directory is not opened. Not due, which is also the
+    // answer for a directory that cannot be used; any other finding is
+    // looked at through the directory, checked.
+    if let (Some(written), Some(now)) = (run_dir::modified_by_path(FILE_NAME), now) {
+        if fresh(written, now) {
+            return false;
+        }
+    }
     let Some(dir) = RunDir::open_or_create() else {
         return false;
     };
-    let stale = match (dir.modified(FILE_NAME), unix_now()) {
+    let stale = match (dir.modified(FILE_NAME), now) {
         (_, None) => false,
         (None, Some(_)) => true,
-        (Some(written), Some(now)) => !(0..REFRESH_SECONDS as i64).contains(&(now as i64 - written)),
+        (Some(written), Some(now)) => !fresh(written, now),
     };
     stale && dir.writable()
 }

@@ -14,6 +14,7 @@
 //! [`hold`] takes the lock as legacy iptables does, for `stale --remove`:
 //! every legacy writer that respects it waits until the removal is done.
 
+use crate::environment;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
@@ -72,7 +73,8 @@ impl LockFileState {
 
 /// The lock file path, as iptables itself chooses it.
 pub fn lockfile_path() -> PathBuf {
-    match std::env::var_os(LOCKFILE_VAR) {
+    let [given] = environment::vars([LOCKFILE_VAR]);
+    match given {
         Some(path) if !path.is_empty() => PathBuf::from(path),
         _ => PathBuf::from(DEFAULT_LOCKFILE),
     }

@@ -26,14 +26,15 @@ enum View<'a> {
     /// table lists are not trusted: legacy is unknown.
     Modular { proc_modules: &'a str, x_tables: bool },
     /// Lying table lists (`filter` and `nat`, both families): a directory
-    /// holding them mounted over the run's own `/proc/thread-self/net`
-    /// (`/proc/<pid>/task/<pid>/net`: the shell execs the program, which
-    /// keeps its pid).
+    /// holding them mounted over the run's own `net` directories, by either
+    /// path (`/proc/thread-self/net`, that is `/proc/<pid>/task/<pid>/net`,
+    /// and `/proc/self/net`, `/proc/<pid>/net`, which the wrapper's main
+    /// thread reads: the shell execs the program, which keeps its pid).
     ListsMountedOverNet,
     /// Lying table lists in a tmpfs at `/proc`.
     ListsInTmpfsProc,
     /// The real procfs `net` directory of the process `OTHER_PID` (another
-    /// network namespace) mounted over the run's own.
+    /// network namespace) mounted over the run's own (both paths, as above).
     OtherNamespacesNet,
     /// A procfs of the run's own mounted with `subset=pid` (no
     /// `/proc/modules`, `/proc/sys`, `/proc/version`), a tmpfs over `/sys`
@@ -77,7 +78,7 @@ printf '%s' '{proc_modules}' > /proc/modules
             }
         ),
         View::ListsMountedOverNet => format!(
-            "{}\nmount --bind \"$STAGE/lists\" /proc/$$/task/$$/net",
+            "{}\nfor net in /proc/$$/task/$$/net /proc/$$/net; do mount --bind \"$STAGE/lists\" $net; done",
             lying_lists("\"$STAGE/lists\"")
         ),
         View::ListsInTmpfsProc => format!(
@@ -85,7 +86,9 @@ printf '%s' '{proc_modules}' > /proc/modules
             lying_lists("/proc/thread-self/net"),
             lying_lists("/proc/self/net")
         ),
-        View::OtherNamespacesNet => "mount --bind /proc/$OTHER_PID/net /proc/$$/task/$$/net".to_string(),
+        View::OtherNamespacesNet => {
+            "for net in /proc/$$/task/$$/net /proc/$$/net; do mount --bind /proc/$OTHER_PID/net $net; done".to_string()
+        }
         View::SubsetPid => format!("mount -t proc -o subset=pid proc /proc\n{no_modules}"),
     };
     let mut command = Command::new("unshare");

@@ -45,7 +45,7 @@ pub(super) fn read_rule_counts(collector: &mut Collector, kernel: &mut KernelRea
             };
             let points_to = comparison.verdict.mode();
             for (mode, reading) in [(Mode::Legacy, &comparison.legacy), (Mode::Nft, &comparison.nft)] {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location: format!("{mode} rules (ipv4 + ipv6)"),
                     finding: Finding::Known(describe_bounds(reading.value)),
@@ -76,7 +76,7 @@ pub(super) fn read_rule_counts(collector: &mut Collector, kernel: &mut KernelRea
             Some(counts)
         }
         Err(why) => {
-            collector.add(Evidence {
+            collector.add(|| Evidence {
                 source: Source::RuleCounts,
                 location: "rule counts".into(),
                 finding: Finding::unknown(why),

@@ -14,6 +14,7 @@
 use super::collector::{Collector, Depth};
 use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
+use super::reason::Reason;
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::host_link::{self, HostLink, HostLinks};
@@ -39,44 +40,37 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {
-            collector.add(absent(
-                root.display().to_string(),
-                format!("no host link: {why}"),
-                "stat",
-            ));
+            collector.add(|| absent(root.display().to_string(), format!("no host link: {why}"), "stat"));
             return;
         }
         HostLinks::NoneExists => {
-            collector.add(absent(
-                places(&root, candidates),
-                format!("no host link: none of these exists under {}", root.display()),
-                "readlink",
-            ));
+            collector.add(|| {
+                absent(
+                    places(&root, candidates),
+                    format!("no host link: none of these exists under {}", root.display()),
+                    "readlink",
+                )
+            });
             return;
         }
         HostLinks::Found { link, missing, later } => (link, missing, later),
     };
     if collector.depth == Depth::Everything && !missing.is_empty() {
-        collector.add(absent(
-            places(&root, &missing),
-            "absent (read first)".into(),
-            "readlink",
-        ));
+        collector.add(|| absent(places(&root, &missing), "absent (read first)".into(), "readlink"));
     }
-    let chain = link.shown_chain();
-    collector.add(link_evidence(&link, ""));
+    collector.add(|| link_evidence(&link, ""));
     // `detect` only: the later candidates that exist (say an `iptables`
     // group that disagrees with the `ip6tables` one) are shown, and weigh
     // as disagreeing evidence, but never decide.
     for other in &later {
-        collector.add(link_evidence(other, " (read after the first, does not decide)"));
+        collector.add(|| link_evidence(other, " (read after the first, does not decide)"));
     }
     if let Ok(mode) = link.answer {
-        collector.decide(
-            mode,
-            Source::HostLink,
-            format!("host link {} {chain}", link.path.display()),
-        );
+        let reason = Reason::HostLink {
+            path: link.path,
+            chain: link.chain,
+        };
+        collector.decide(mode, Source::HostLink, reason);
         if mode == Mode::Nft && collector.depth.warns() {
             read_stale_legacy_tables(collector);
         }
@@ -132,7 +126,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             Ok(Some(names)) if !names.is_empty() => names,
             Ok(_) => continue,
             Err(why) => {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
                     finding: Finding::unknown(why),
@@ -151,7 +145,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
             // Known, not unknown: that the tables exist is what was found,
             // and what makes this evidence for legacy.
             Err(e) => {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
                     finding: Finding::Known(format!(
@@ -198,7 +192,7 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                 Some(Mode::Legacy),
             )
         };
-        collector.add(Evidence {
+        collector.add(|| Evidence {
             source: Source::RuleCounts,
             location,
             finding,

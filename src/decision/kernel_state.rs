@@ -17,6 +17,7 @@
 use super::collector::Collector;
 use super::counts::{read_rule_counts, RuleCounts};
 use super::evidence::{Evidence, Finding, Source};
+use super::reason::Reason;
 use crate::kernel::modules::Presence;
 use crate::kernel::{HintChain, KernelReader, HINT_CHAINS};
 use crate::mode::Mode;
@@ -37,7 +38,12 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         collector.decide(
             Mode::Nft,
             Source::HintChain,
-            format!("hint chain {} found in nft ({})", hint.chain, hint.family.label()),
+            Reason::HintChain {
+                chain: hint.chain,
+                family: hint.family,
+                found_in: Mode::Nft,
+                nft_read: true,
+            },
         );
         if collector.done() {
             return None;
@@ -51,19 +57,15 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         legacy_hints.as_ref().map(|r| (&r.value, &r.method)),
     );
     if let Some(hint) = legacy_hints.as_ref().ok().and_then(|r| r.value.first()) {
-        let in_nft = if nft_lookups.is_ok() {
-            "not in nft"
-        } else {
-            "nft's could not be read"
-        };
         collector.decide(
             Mode::Legacy,
             Source::HintChain,
-            format!(
-                "hint chain {} found in legacy ({}), {in_nft}",
-                hint.chain,
-                hint.family.label()
-            ),
+            Reason::HintChain {
+                chain: hint.chain,
+                family: hint.family,
+                found_in: Mode::Legacy,
+                nft_read: nft_lookups.is_ok(),
+            },
         );
         if collector.done() {
             return None;
@@ -80,7 +82,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
                 let legacy_rules = kernel.legacy_may_hold_rules();
                 let decides = !matches!(legacy_rules, Ok(true));
                 for family in families {
-                    collector.add(Evidence {
+                    collector.add(|| Evidence {
                         source: Source::KubeProxyTable,
                         location: format!("nft table {} kube-proxy", family.nft_name()),
                         finding: Finding::Known(if decides {
@@ -110,7 +112,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
                 }
             }
             Some(_) => {}
-            None => collector.add(Evidence {
+            None => collector.add(|| Evidence {
                 source: Source::KubeProxyTable,
                 location: "nft tables ip/ip6 kube-proxy".into(),
                 finding: Finding::unknown_aside("netlink refused; the save tool cannot show them"),
@@ -134,7 +136,7 @@ pub(super) fn read_kernel(collector: &mut Collector, kernel: &mut KernelReader) 
         collector.decide(
             Mode::Nft,
             Source::RuleCounts,
-            "no legacy table exists, so legacy holds no rules and no count can favour it".into(),
+            "no legacy table exists, so legacy holds no rules and no count can favour it",
         );
         if collector.done() {
             return None;
@@ -150,7 +152,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
     match reading {
         Ok((hints, method)) => {
             if hints.is_empty() {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::HintChain,
                     location: format!("{mode} mangle chains {}", HINT_CHAINS.join(", ")),
                     finding: Finding::Absent("absent (ipv4, ipv6)".into()),
@@ -159,7 +161,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
                 });
             }
             for hint in hints {
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::HintChain,
                     location: hint_location(mode, hint),
                     finding: Finding::Known("present".into()),
@@ -168,7 +170,7 @@ fn record_hints(collector: &mut Collector, mode: Mode, reading: Result<(&Vec<Hin
                 });
             }
         }
-        Err(why) => collector.add(Evidence {
+        Err(why) => collector.add(|| Evidence {
             source: Source::HintChain,
             location: format!("{mode} mangle hint chains"),
             finding: Finding::unknown(why.as_str()),

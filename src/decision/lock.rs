@@ -60,7 +60,7 @@ pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleC
             Finding::Known(value)
         }
     };
-    collector.add(Evidence {
+    collector.add(|| Evidence {
         source: Source::XtablesLock,
         location: lock.path.display().to_string(),
         finding,

@@ -1,5 +1,6 @@
 //! The decision, made afresh on every call: which backend this call goes to,
-//! which source decided, and every piece of evidence read on the way.
+//! which source decided and why ([`Reason`]), and every piece of evidence
+//! read on the way (kept where warnings or the report read it).
 //!
 //! First match wins: the `IPTABLES_MODE` override (from the environment or
 //! the settings directory, see `settings`); the host's alternatives
@@ -41,11 +42,13 @@ mod legacy_state;
 mod lock;
 mod override_setting;
 mod presence;
+mod reason;
 
 pub use collector::Depth;
 pub use counts::{RuleCounts, MIXED_STATE_RULES};
 pub use evidence::{Evidence, Finding, ReasonShown, Source};
 pub use host_link::STALE_COMMAND_HINT;
+pub use reason::Reason;
 
 use crate::command::WrappedCommand;
 use crate::host_link::DEFAULT_HOST_ROOT;
@@ -61,8 +64,10 @@ pub struct Decision {
     pub command: &'static str,
     pub mode: Mode,
     pub decided_by: Source,
-    /// One line: why this mode.
-    pub reason: String,
+    /// Why this mode (one line, as `Display` shows it).
+    pub reason: Reason,
+    /// What was read, in order; empty at [`Depth::Decide`], where nothing
+    /// reads it (no warning is shown or recorded).
     pub evidence: Vec<Evidence>,
     pub rule_counts: Option<RuleCounts>,
     /// Backends the running kernel lacks, or that this process is known to

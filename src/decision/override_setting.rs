@@ -9,6 +9,7 @@
 
 use super::collector::Collector;
 use super::evidence::{Evidence, Finding, Source};
+use super::reason::Reason;
 use crate::mode::OVERRIDE_VAR;
 use crate::settings::{self, Origin};
 
@@ -18,24 +19,22 @@ pub(super) fn read_override(collector: &mut Collector) {
     let Some(mode) = settings.mode else { return };
     let setting = settings.get(OVERRIDE_VAR);
     let value = setting.value.as_deref().unwrap_or_default().to_string_lossy();
-    let (location, method, reason) = match &setting.origin {
-        Origin::File { path, .. } => (
-            path.display().to_string(),
-            "settings file",
-            format!("pinned by the settings file {}: {value}", setting.origin),
-        ),
-        _ => (
-            OVERRIDE_VAR.to_string(),
-            "environment",
-            format!("overridden by environment variable {OVERRIDE_VAR}={value}"),
-        ),
-    };
-    collector.add(Evidence {
-        source: Source::Override,
-        location,
-        finding: Finding::Known(value.to_string()),
-        method: method.into(),
-        points_to: Some(mode),
+    collector.add(|| {
+        let (location, method) = match &setting.origin {
+            Origin::File { path, .. } => (path.display().to_string(), "settings file"),
+            _ => (OVERRIDE_VAR.to_string(), "environment"),
+        };
+        Evidence {
+            source: Source::Override,
+            location,
+            finding: Finding::Known(value.to_string()),
+            method: method.into(),
+            points_to: Some(mode),
+        }
     });
+    let reason = Reason::Override {
+        value: value.into_owned(),
+        origin: setting.origin.clone(),
+    };
     collector.decide(mode, Source::Override, reason);
 }

@@ -18,6 +18,7 @@
 use super::collector::{Collector, Depth};
 use super::counts::{describe_bounds, RuleCounts};
 use super::evidence::{Evidence, Finding, Source};
+use super::reason::Reason;
 use crate::family::Family;
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::KernelReader;
@@ -70,7 +71,7 @@ pub(super) fn read_backend_presence(
                     lacking.push((mode, format!("the running kernel lacks it ({module}: {how})")));
                 }
             }
-            collector.add(Evidence {
+            collector.add(|| Evidence {
                 source: Source::BackendPresence,
                 location: format!("{module} ({backend}) in the running kernel"),
                 finding: Finding::of_presence(&presence),
@@ -85,7 +86,7 @@ pub(super) fn read_backend_presence(
                 if each == family {
                     lacking.push((mode, format!("this process cannot use it ({why})")));
                 }
-                collector.add(Evidence {
+                collector.add(|| Evidence {
                     source: Source::BackendPresence,
                     location: format!("{backend} from this process"),
                     finding: Finding::Known(format!("cannot be used: {why}")),
@@ -101,7 +102,7 @@ pub(super) fn read_backend_presence(
 /// nft, unless nft is lacking (the kernel lacks nf_tables, or this process
 /// cannot use it) and legacy is not. The reason says whether the counts were
 /// read and tied (`counts`), or nothing was found that decides.
-pub(super) fn default_mode(lacking: &[(Mode, String)], counts: Option<&RuleCounts>) -> (Mode, Source, String) {
+pub(super) fn default_mode(lacking: &[(Mode, String)], counts: Option<&RuleCounts>) -> (Mode, Source, Reason) {
     let found = match counts {
         Some(counts) => format!(
             "the rule counts tie (legacy {}, nft {}) and nothing else decides",
@@ -115,8 +116,12 @@ pub(super) fn default_mode(lacking: &[(Mode, String)], counts: Option<&RuleCount
         (Some(how), None) => (
             Mode::Legacy,
             Source::Default,
-            format!("{found}, and nft cannot serve: {how}; legacy is the only backend left"),
+            format!("{found}, and nft cannot serve: {how}; legacy is the only backend left").into(),
         ),
-        _ => (Mode::Nft, Source::Default, format!("{found}: nft is the default")),
+        _ => (
+            Mode::Nft,
+            Source::Default,
+            format!("{found}: nft is the default").into(),
+        ),
     }
 }

@@ -147,7 +147,7 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
                 Ok(())
             }
         }
-        _ => Err(decision.reason.clone()),
+        _ => Err(decision.reason.to_string()),
     }
 }
 

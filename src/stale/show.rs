@@ -73,7 +73,7 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>
             host.family.label(),
             host.decision.mode,
             host.decision.decided_by.key(),
-            printable(&host.decision.reason)
+            printable(&host.decision.reason.to_string())
         );
     }
     for (index, finding) in findings.iter().enumerate() {
@@ -226,7 +226,7 @@ fn json_report(
                 string(h.family.label()),
                 string(h.decision.mode.name()),
                 string(h.decision.decided_by.key()),
-                string(&h.decision.reason)
+                string(&h.decision.reason.to_string())
             )
         })
         .collect();

@@ -92,8 +92,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use libc::c_int;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
-    SockProtocol, SockType,
+    connect, recv, send, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
+    SockType,
 };
 use nix::sys::time::{TimeVal, TimeValLike};
 
@@ -148,7 +148,8 @@ impl NftSocket {
         setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RECEIVE_BUFFER)?;
         // A reply that never comes is an error, not a hang.
         setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::seconds(RECEIVE_TIMEOUT_SECONDS))?;
-        bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+        // connect binds the socket to a port of its own (netlink's
+        // autobind): no `bind` call of its own is needed.
         connect(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
         Ok(NftSocket {
             fd,
@@ -259,7 +260,8 @@ impl NftSocket {
             return Ok(Vec::new()); // the kernel refuses an empty datagram
         }
         let first_seq = self.take_seqs(requests.len());
-        let mut datagram = Vec::new();
+        // Room for lookups of the longest names without growing.
+        let mut datagram = Vec::with_capacity(requests.len() * 96);
         for (seq, request) in (first_seq..).zip(requests) {
             request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_ACK, seq);
         }

@@ -42,7 +42,9 @@ pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
 pub(super) struct Request {
     message_type: u16,
     family: Family,
-    attributes: Vec<(u16, Vec<u8>)>,
+    /// The attributes, already in their wire form (each header, value and
+    /// padding): one buffer, not one per attribute.
+    attributes: Vec<u8>,
     /// A batch message: family AF_UNSPEC, res_id the nf_tables subsystem.
     batch: bool,
     /// `NFNL_BATCH_GENID` (a batch's BATCH_BEGIN).
@@ -81,16 +83,26 @@ impl Request {
     /// A string attribute given as the bytes the kernel holds (a name read
     /// back from it need not be UTF-8), NUL-terminated.
     pub(super) fn attr_bytes(mut self, kind: u16, value: &[u8]) -> Request {
-        let mut bytes = value.to_vec();
-        bytes.push(0);
-        self.attributes.push((kind, bytes));
+        self.push_attribute(kind, &[value, &[0]]);
         self
     }
 
     /// A u32 attribute in network byte order (NLA_U32 of nf_tables).
     pub(super) fn attr_u32(mut self, kind: u16, value: u32) -> Request {
-        self.attributes.push((kind, value.to_be_bytes().to_vec()));
+        self.push_attribute(kind, &[&value.to_be_bytes()]);
         self
+    }
+
+    /// Appends one attribute whose value is `pieces`, one after the other.
+    fn push_attribute(&mut self, kind: u16, pieces: &[&[u8]]) {
+        let len = NLA_HEADER_LEN + pieces.iter().map(|piece| piece.len()).sum::<usize>();
+        self.attributes.reserve(align4(len));
+        self.attributes.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.attributes.extend_from_slice(&kind.to_ne_bytes());
+        for piece in pieces {
+            self.attributes.extend_from_slice(piece);
+        }
+        self.attributes.resize(align4(self.attributes.len()), 0);
     }
 
     /// Appends the request as one netlink message to `datagram`.
@@ -116,13 +128,7 @@ impl Request {
             datagram.extend_from_slice(&NFNL_BATCH_GENID.to_ne_bytes());
             datagram.extend_from_slice(&generation.to_be_bytes());
         }
-        for (kind, value) in &self.attributes {
-            let len = NLA_HEADER_LEN + value.len();
-            datagram.extend_from_slice(&(len as u16).to_ne_bytes());
-            datagram.extend_from_slice(&kind.to_ne_bytes());
-            datagram.extend_from_slice(value);
-            datagram.resize(align4(datagram.len()), 0);
-        }
+        datagram.extend_from_slice(&self.attributes);
         let len = (datagram.len() - start) as u32;
         datagram[start..start + 4].copy_from_slice(&len.to_ne_bytes());
     }

@@ -15,6 +15,9 @@ use crate::kernel::{HintChain, Reading, RuleBounds, HINT_CHAINS};
 use crate::mode::Mode;
 
 pub(super) enum LegacySource {
+    /// The tables the kernel lists, none of them asked yet: what a call
+    /// that a legacy hint chain decides reads (see `mangle_alone`).
+    Listed(Vec<String>),
     Sockopt {
         tables: LegacyFamily,
         exact: Vec<Option<u64>>,
@@ -42,6 +45,13 @@ impl KernelReader {
             if first_family_found && !found.is_empty() {
                 break;
             }
+            if first_family_found {
+                if let Some((chains, method)) = self.mangle_alone(family) {
+                    methods.push((family, method));
+                    found.extend(chains.into_iter().map(|chain| HintChain { family, chain }));
+                    continue;
+                }
+            }
             let source = self.legacy_source(family);
             let chains = match source {
                 LegacySource::Sockopt { tables, exact } => match tables.table("mangle").cloned() {
@@ -60,6 +70,7 @@ impl KernelReader {
                 },
                 LegacySource::Saved(saved) => Ok(saved.hint_chains.clone()),
                 LegacySource::Unreadable(why) => return Err(why.clone()),
+                LegacySource::Listed(_) => unreachable!("legacy_source asks the listed tables"),
             };
             let chains = match chains {
                 Ok(chains) => chains,
@@ -75,6 +86,43 @@ impl KernelReader {
             value: found,
             method: by_family(methods),
         })
+    }
+
+    /// The hint chains in `family`'s legacy mangle table, read on their own
+    /// (its GET_INFO and GET_ENTRIES, no other table's GET_INFO: two
+    /// `getsockopt`s fewer for a call that such a chain decides), with the
+    /// method. None where the whole source must answer: it is open already,
+    /// or the list or the table cannot be read this way (the source then
+    /// says why, or falls back to the save tool).
+    fn mangle_alone(&mut self, family: Family) -> Option<(Vec<&'static str>, String)> {
+        let index = family_index(family);
+        let names = match &self.legacy[index] {
+            None => {
+                let names = legacy::listed_tables(family).ok()?.unwrap_or_default();
+                self.legacy[index] = Some(LegacySource::Listed(names));
+                match &self.legacy[index] {
+                    Some(LegacySource::Listed(names)) => names,
+                    _ => unreachable!("set above"),
+                }
+            }
+            Some(LegacySource::Listed(names)) => names,
+            Some(_) => return None,
+        };
+        // The methods read as the whole source's (see `legacy_method`).
+        let method = "getsockopt GET_ENTRIES of mangle";
+        if names.is_empty() {
+            return Some((Vec::new(), "no legacy table".into()));
+        }
+        if !names.iter().any(|name| name == "mangle") {
+            return Some((Vec::new(), method.into()));
+        }
+        let mangle = LegacyFamily::open_listed(family, vec!["mangle".to_string()]).ok()?;
+        let entries = mangle.entries(mangle.table("mangle")?).ok()?;
+        let chains = HINT_CHAINS
+            .into_iter()
+            .filter(|hint| entries.user_chains.iter().any(|chain| chain == hint))
+            .collect();
+        Some((chains, method.into()))
     }
 
     /// Whether legacy may hold rules, as the cheap GET_INFO entry counts
@@ -113,6 +161,7 @@ impl KernelReader {
                 }
                 LegacySource::Saved(saved) => RuleBounds::exact(saved.rules),
                 LegacySource::Unreadable(why) => return Err(why.clone()),
+                LegacySource::Listed(_) => unreachable!("legacy_source asks the listed tables"),
             };
             methods.push((family, self.legacy_method(family, sockopt_method)));
             total = RuleBounds {
@@ -147,10 +196,19 @@ impl KernelReader {
         self.legacy_bounds("getsockopt GET_ENTRIES walk")
     }
 
+    /// The family's source, its listed tables asked (GET_INFO each).
     pub(super) fn legacy_source(&mut self, family: Family) -> &mut LegacySource {
         let index = family_index(family);
-        if self.legacy[index].is_none() {
-            let source = match legacy::listed_tables(family) {
+        let listed = match self.legacy[index].take() {
+            Some(LegacySource::Listed(names)) => Some(Ok(Some(names))),
+            Some(source) => {
+                self.legacy[index] = Some(source);
+                None
+            }
+            None => Some(legacy::listed_tables(family)),
+        };
+        if let Some(listed) = listed {
+            let source = match listed {
                 // The save tool reads the same list, and would print nothing.
                 Err(why) => LegacySource::Unreadable(format!("legacy {}: {why}", family.label())),
                 Ok(names) => match LegacyFamily::open_listed(family, names.unwrap_or_default()) {
