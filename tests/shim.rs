@@ -249,7 +249,7 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
 
     let within_a_minute = looked_at(&node, &|_| {});
     assert!(
-        !looked_for_stale_rules(&within_a_minute) && within_a_minute.contains("\"warnings\""),
+        !looked_for_stale_rules(&within_a_minute) && within_a_minute.contains("run/warnings\""),
         "a fresh record: the call only checks its age\n{within_a_minute}"
     );
     // A warning asked for on stderr is always looked for.
