@@ -91,13 +91,7 @@ while (($#)); do
 done
 [[ $EUID -eq 0 ]] || { echo "bench/kube-proxy.sh: needs root (network namespaces)" >&2; exit 2; }
 # What the runs need, from Debian's packages when missing.
-declare -A PKG=([strace]=strace [etcd]=etcd-server [openssl]=openssl [curl]=curl [unshare]=util-linux [nft]=nftables [python3]=python3 [ip]=iproute2)
-missing=()
-for tool in etcd openssl curl unshare nft ip python3; do command -v "$tool" >/dev/null || missing+=("${PKG[$tool]}"); done
-if ((${#missing[@]})); then
-    echo "bench/kube-proxy.sh: installing ${missing[*]}" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash "$REPO/scripts/apt-install.sh" bench/kube-proxy.sh etcd-server openssl curl util-linux nftables python3 iproute2
 KUBE_BIN="${IPTW_KUBE_BIN:-$(bash "$CT/kube-proxy-build.sh" | tail -n1)}"
 WRAPPER="${IPTW_WRAPPER:-$(bash "$REPO/scripts/build-static.sh" | tail -n1)}"
 T=$(mktemp -d /tmp/iptw-kube-proxy-bench.XXXXXX)

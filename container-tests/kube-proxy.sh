@@ -140,13 +140,7 @@ while (($#)); do
 done
 [[ $EUID -eq 0 ]] || { echo "kube-proxy.sh: needs root (network namespaces)" >&2; exit 2; }
 # What the runs need, from Debian's packages when missing.
-declare -A PKG=([strace]=strace [etcd]=etcd-server [openssl]=openssl [curl]=curl [unshare]=util-linux [nft]=nftables [python3]=python3 [ip]=iproute2)
-missing=()
-for tool in strace etcd openssl curl unshare nft ip python3; do command -v "$tool" >/dev/null || missing+=("${PKG[$tool]}"); done
-if ((${#missing[@]})); then
-    echo "kube-proxy.sh: installing ${missing[*]}" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash "$REPO/scripts/apt-install.sh" kube-proxy.sh strace etcd-server openssl curl util-linux nftables python3 iproute2
 
 KUBE_BIN="${IPTW_KUBE_BIN:-$(bash "$HERE/kube-proxy-build.sh" | tail -n1)}" # IPTW_KUBE_BIN: a directory with the three binaries
 WRAPPER="${IPTW_WRAPPER:-$(bash "$REPO/scripts/build-static.sh" | tail -n1)}"

@@ -9,15 +9,16 @@
 //! same for connlimit. Zeroed in both images, the two compare equal, as the
 //! packets they match are the same.
 
-use super::abi::Layout;
+use super::abi::{read_u16, EntryTarget, Layout, EXTENSION_MAXNAMELEN};
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
+use std::mem::{offset_of, size_of};
 
-/// `struct xt_entry_match`'s header: `match_size` (u16), the name
-/// (`XT_EXTENSION_MAXNAMELEN`, 29 bytes), the revision (u8).
-const MATCH_HEADER: usize = 32;
-const NAME_AT: usize = 2;
-const REVISION_AT: usize = 31;
+/// `struct xt_entry_match`'s header, laid out as `xt_entry_target`'s:
+/// `match_size` (u16), the name, the revision (u8).
+const MATCH_HEADER: usize = size_of::<EntryTarget>();
+const NAME_AT: usize = offset_of!(EntryTarget, name);
+const REVISION_AT: usize = NAME_AT + EXTENSION_MAXNAMELEN;
 /// `sizeof(union nf_inet_addr)`, of which IPv4 uses the first 4 bytes.
 const ADDRESS_LEN: usize = 16;
 const IPV4_ADDRESS_LEN: usize = 4;
@@ -39,16 +40,13 @@ pub(super) fn zero_unread(family: Family, layout: &Layout, entry: &mut [u8]) {
     if family != Family::Ipv4 {
         return;
     }
-    let Some(target_offset) = entry
-        .get(layout.target_offset_at..layout.target_offset_at + 2)
-        .map(|b| usize::from(u16::from_ne_bytes([b[0], b[1]])))
-    else {
+    if entry.len() < layout.entry_size {
         return;
-    };
-    let matches_end = target_offset.min(entry.len());
+    }
+    let matches_end = usize::from(read_u16(entry, layout.target_offset_at)).min(entry.len());
     let mut at = layout.entry_size;
     while at + MATCH_HEADER <= matches_end {
-        let size = usize::from(u16::from_ne_bytes([entry[at], entry[at + 1]]));
+        let size = usize::from(read_u16(entry, at));
         if size < MATCH_HEADER || at + size > matches_end {
             return;
         }
