@@ -18,14 +18,17 @@
 //! Where the arena lies matters as much as what it does, because on the hot
 //! path every page first touched costs a page fault (a zeroed page, and a
 //! second fault when the first touch was a read), and a call touches only a
-//! few: the binary's static `ALLOCATOR` is put in a zero-filled section of
-//! its own, `.sbss.arena` (the save tool helper's stack likewise), which
-//! the linker places after `.bss`. The few kilobytes of small statics (the
-//! C library's, `std`'s, the wrapper's) then lie together on two pages
-//! instead of on both sides of 1.5 MiB of arrays, and the arena's first
-//! bytes on the page after them. Its counter comes first and is first
-//! touched by a write. Measured on a wrapped `iptables -V`: 3 page faults
-//! for all writable memory but the stack, against 5.
+//! few. The linker puts the binary's static `ALLOCATOR` in `.bss` right after
+//! the few small statics a call touches (the C library's start-up state,
+//! `environ`, the TLS block: `link/hot-path.symbols` lists them, then the
+//! arena), so the arena's first bytes share their page; the other statics
+//! follow the arena. Its counter comes first and is first touched by a
+//! write. Large blocks (the netlink receive buffers, 64 KiB of which a
+//! lookup's replies fill a few hundred bytes) are taken from the arena's
+//! other end, so the small blocks handed out before and after one lie
+//! together instead of on both sides of it. Measured on a wrapped
+//! `iptables -V` (bench/README.md): 2 page faults for all writable memory
+//! but the stack with the override, 3 where the kernel is read.
 //!
 //! What does not fit (a large legacy table's GET_ENTRIES copy, or anything
 //! once the arena is used up by a long `detect`) comes from the system
@@ -34,37 +37,64 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The arena of the binary: enough for every allocation of a wrapped call,
 /// receive buffers included (only the pages used are ever touched).
 pub const CALL_ARENA_BYTES: usize = 1024 * 1024;
 
-/// A bump arena of `N` bytes in front of the system allocator.
+/// A block this large or larger is taken from the arena's top end.
+const LARGE_BLOCK: usize = 16 * 1024;
+
+/// A bump arena of `N` bytes (under 4 GiB) in front of the system allocator.
 ///
-/// `used` comes first (`repr(C)`): it then shares a page with the first
+/// `taken` comes first (`repr(C)`): it then shares a page with the first
 /// bytes handed out, instead of sitting alone past the end of `bytes`,
 /// where its first read and first write each cost a page fault.
 #[repr(C)]
 pub struct BumpArena<const N: usize> {
-    /// Bytes handed out from the start of `bytes`; it never decreases.
-    used: AtomicUsize,
+    /// How much of `bytes` has been handed out: from its start (the low 32
+    /// bits) and from its end (the high 32), in one word, so that one
+    /// compare-and-swap reserves a block from either side. Neither ever
+    /// decreases; the free middle is still zero.
+    taken: AtomicU64,
     bytes: UnsafeCell<Bytes<N>>,
+}
+
+/// The two ends of [`BumpArena::taken`].
+#[derive(Clone, Copy)]
+struct Taken {
+    from_start: usize,
+    from_end: usize,
+}
+
+impl Taken {
+    fn unpack(word: u64) -> Taken {
+        Taken {
+            from_start: (word & u64::from(u32::MAX)) as usize,
+            from_end: (word >> 32) as usize,
+        }
+    }
+
+    fn pack(self) -> u64 {
+        self.from_start as u64 | (self.from_end as u64) << 32
+    }
 }
 
 #[repr(C, align(16))]
 struct Bytes<const N: usize>([u8; N]);
 
 // SAFETY: the arena hands out each byte range at most once (the range is
-// reserved by a compare-and-swap on `used` before it is returned), so no
+// reserved by a compare-and-swap on `taken` before it is returned), so no
 // two holders ever share memory; `bytes` itself is never read or written
 // through `&self` except inside a range its caller owns.
 unsafe impl<const N: usize> Sync for BumpArena<N> {}
 
 impl<const N: usize> BumpArena<N> {
     pub const fn new() -> Self {
+        assert!(N < 1 << 32, "both ends of `taken` must fit in 32 bits");
         BumpArena {
-            used: AtomicUsize::new(0),
+            taken: AtomicU64::new(0),
             bytes: UnsafeCell::new(Bytes([0; N])),
         }
     }
@@ -79,41 +109,80 @@ impl<const N: usize> BumpArena<N> {
         (start..start + N).contains(&(ptr as usize))
     }
 
-    /// Reserves `layout` from the arena's unused, still zero, memory.
+    /// Reserves `layout` from the arena's unused, still zero, memory: at the
+    /// start of the free middle, or at its end for a large block.
     fn bump(&self, layout: Layout) -> Option<*mut u8> {
         let start = self.base() as usize;
         // Read by a compare-and-swap, a write access: the arena's first
         // page then faults in once, written, instead of read-only first
         // (the zero page) and again at the write.
-        let (Ok(mut used) | Err(mut used)) = self.used.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
+        let (Ok(mut word) | Err(mut word)) = self.taken.compare_exchange(0, 0, Ordering::Relaxed, Ordering::Relaxed);
         loop {
-            let offset = (start + used).checked_next_multiple_of(layout.align())? - start;
-            let end = offset.checked_add(layout.size()).filter(|&end| end <= N)?;
+            let taken = Taken::unpack(word);
+            let free_end = N - taken.from_end;
+            let (offset, now) = if layout.size() >= LARGE_BLOCK {
+                // The highest aligned offset at which the block ends by free_end.
+                let offset = (start + free_end.checked_sub(layout.size())?) / layout.align() * layout.align();
+                let offset = offset.checked_sub(start).filter(|&offset| offset >= taken.from_start)?;
+                (
+                    offset,
+                    Taken {
+                        from_end: N - offset,
+                        ..taken
+                    },
+                )
+            } else {
+                let offset = (start + taken.from_start).checked_next_multiple_of(layout.align())? - start;
+                let end = offset.checked_add(layout.size()).filter(|&end| end <= free_end)?;
+                (
+                    offset,
+                    Taken {
+                        from_start: end,
+                        ..taken
+                    },
+                )
+            };
             match self
-                .used
-                .compare_exchange_weak(used, end, Ordering::Relaxed, Ordering::Relaxed)
+                .taken
+                .compare_exchange_weak(word, now.pack(), Ordering::Relaxed, Ordering::Relaxed)
             {
                 // SAFETY: offset + size <= N, so the pointer stays inside
                 // `bytes` and keeps its provenance.
                 Ok(_) => return Some(unsafe { self.base().add(offset) }),
-                Err(now) => used = now,
+                Err(changed) => word = changed,
             }
         }
     }
 
     /// Grows or shrinks `ptr`'s block where it is: shrinking always works;
-    /// growing only for the last block handed out, into unused memory.
+    /// growing only for the last block handed out from the start, into the
+    /// free middle.
     fn resize_in_place(&self, ptr: *mut u8, old_size: usize, new_size: usize) -> bool {
         if new_size <= old_size {
             return true;
         }
         let offset = ptr as usize - self.base() as usize;
-        let Some(new_end) = offset.checked_add(new_size).filter(|&end| end <= N) else {
-            return false;
-        };
-        self.used
-            .compare_exchange(offset + old_size, new_end, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        let mut word = self.taken.load(Ordering::Relaxed);
+        loop {
+            let taken = Taken::unpack(word);
+            if taken.from_start != offset + old_size {
+                return false;
+            }
+            let Some(new_end) = offset.checked_add(new_size).filter(|&end| end <= N - taken.from_end) else {
+                return false;
+            };
+            let now = Taken {
+                from_start: new_end,
+                ..taken
+            };
+            match self
+                .taken
+                .compare_exchange_weak(word, now.pack(), Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(changed) => word = changed,
+            }
+        }
     }
 }
 
@@ -212,6 +281,37 @@ mod tests {
             assert!(moved != first && moved as usize > second as usize);
             assert_eq!(std::slice::from_raw_parts(moved, 8), b"abcdefgh");
             assert_eq!(ARENA.realloc(moved, layout(200, 8), 10), moved, "shrinking stays");
+        }
+    }
+
+    #[test]
+    fn large_blocks_come_from_the_top_and_small_ones_stay_together() {
+        static ARENA: BumpArena<{ 3 * LARGE_BLOCK }> = BumpArena::new();
+        unsafe {
+            let base = ARENA.base() as usize;
+            let small = ARENA.alloc(layout(100, 8));
+            let large = ARENA.alloc_zeroed(layout(LARGE_BLOCK, 64));
+            let top = base + 3 * LARGE_BLOCK;
+            assert_eq!(large as usize % 64, 0);
+            assert!(
+                large as usize + LARGE_BLOCK <= top && large as usize + LARGE_BLOCK + 64 > top,
+                "at the top"
+            );
+            assert!(std::slice::from_raw_parts(large, LARGE_BLOCK).iter().all(|&x| x == 0));
+            let next = ARENA.alloc(layout(100, 8));
+            assert_eq!(next as usize, small as usize + 104, "right after the first small block");
+            // The last small block still grows in place, but not into the large one.
+            assert_eq!(ARENA.realloc(next, layout(100, 8), 1000), next);
+            let second_large = ARENA.alloc(layout(LARGE_BLOCK, 8));
+            assert!(ARENA.holds(second_large) && (second_large as usize) < large as usize);
+            assert!(second_large as usize >= next as usize + 1000);
+            // The middle is now too small for either kind.
+            let third_large = ARENA.alloc(layout(LARGE_BLOCK, 8));
+            assert!(!third_large.is_null() && !ARENA.holds(third_large));
+            let grown = ARENA.realloc(next, layout(1000, 8), LARGE_BLOCK);
+            assert!(!ARENA.holds(grown));
+            ARENA.dealloc(third_large, layout(LARGE_BLOCK, 8));
+            ARENA.dealloc(grown, layout(LARGE_BLOCK, 8));
         }
     }
 
