@@ -3,10 +3,17 @@
 # container-tests/clients.sh, so that it cannot drift from what the suite saw.
 #
 #   clients-table.sh RESULTS REPORTS          print the table (Markdown)
-#   clients-table.sh --check README TABLE     exit 1, with a diff, when the
+#   clients-table.sh --check README TABLE [kube-proxy]
+#                                             exit 1, with a diff, when the
 #                                             block between README's markers
 #                                             differs from TABLE
-#   clients-table.sh --write README TABLE     put TABLE between the markers
+#   clients-table.sh --write README TABLE [kube-proxy]
+#                                             put TABLE between the markers
+#
+# With `kube-proxy`, --check and --write take the markers of the table
+# container-tests/kube-proxy.sh makes from its own results (one row, the
+# real kube-proxy's), `<!-- tested-with kube-proxy: begin ... -->` and
+# `<!-- tested-with kube-proxy: end -->`.
 #
 # RESULTS has one line per cell: CLIENT STATE ROUTE VERDICT DETAIL...;
 # REPORTS holds each cell's report (clients-in-container.sh `run`): the
@@ -16,8 +23,15 @@
 # `<!-- tested-with: begin -->` and `<!-- tested-with: end -->`.
 set -euo pipefail
 
-BEGIN='<!-- tested-with: begin (made by container-tests/clients.sh from its results; do not edit) -->'
-END='<!-- tested-with: end -->'
+if [[ "${4:-}" == kube-proxy ]]; then
+  BEGIN='<!-- tested-with kube-proxy: begin (made by container-tests/kube-proxy.sh from its results; do not edit) -->'
+  END='<!-- tested-with kube-proxy: end -->'
+elif [[ -n "${4:-}" ]]; then
+  echo "clients-table.sh: unknown table '$4' (expected nothing or kube-proxy)" >&2; exit 2
+else
+  BEGIN='<!-- tested-with: begin (made by container-tests/clients.sh from its results; do not edit) -->'
+  END='<!-- tested-with: end -->'
+fi
 
 # block README: the lines between the markers.
 block() {
@@ -30,7 +44,7 @@ case "${1:-}" in
       echo "README.md has no line '$BEGIN'" >&2; exit 1
     fi
     if ! diff -u "$3.readme" "$3" >"$3.diff"; then
-      echo "README.md's Tested with table is not the one this run produced (- README, + this run):" >&2
+      echo "README.md's Tested with table${4:+ ($4)} is not the one this run produced (- README, + this run):" >&2
       cat "$3.diff" >&2
       exit 1
     fi

@@ -258,5 +258,47 @@ if [[ " $FAMILIES " == *" ipv4 "* ]]; then
         all_nft "$u/backends.txt"
 fi
 
+# The README's "Tested with" row for kube-proxy, from this run: what its
+# wrapped calls exercised (calls.txt of every wrapped run) and the states
+# that passed. Made and checked only by a full run (both families, the
+# upgrades) in which every check passed: a failing run fails anyway.
+tested_with_table() {
+    local version source exercises
+    version="$("$KUBE_BIN/kube-proxy" --version 2>/dev/null | awk '{print $NF}')"
+    source="$(basename "$KUBE_BIN" | sed 's/-go\([0-9.]*\)-.*$/ with Go \1/')"
+    exercises="$(cat "$T"/*-wrapped/calls.txt "$T"/ipv4-upgrade*/calls.txt | awk '
+        { names[$1] = 1
+          if ($1 ~ /restore$/ && / --noflush( |$)/) noflush = 1
+          if (/ (-w|--wait)( |$)/) wait = 1
+          if (/ (-C|--check)( |$)/) check = 1 }
+        END {
+          split("iptables ip6tables iptables-save ip6tables-save iptables-restore ip6tables-restore", order, " ")
+          for (i = 1; i <= 6; i++) if (order[i] in names) out = out (out == "" ? "" : ", ") "`" order[i] "`"
+          if (noflush) out = out "; restore `--noflush`"
+          if (wait) out = out "; `-w`"
+          if (check) out = out "; `-C` checks"
+          print out
+        }')"
+    echo '| client | version | what it exercises through the wrapper | states passed (against the same kube-proxy on plain iptables-nft) |'
+    echo '|---|---|---|---|'
+    # shellcheck disable=SC2016 # the backquotes are Markdown's
+    printf '| kube-proxy (iptables mode; with Services and EndpointSlices, IPv4 and dual-stack) | %s, built from Debian 12'"'"'s `kubernetes` %s | %s | clean, IPv4 and dual-stack (no host root: the decision from the kernel'"'"'s state); upgraded (an old kube-proxy'"'"'s rules in legacy, the host link to nft, `iptables-wrapper stale --remove` while it runs), with and without ClientIP session affinity |\n' \
+        "$version" "$source" "$exercises"
+}
+
+if [[ $FAIL == 0 && $WRONG_BACKEND == 0 && "$FAMILIES" == "ipv4 dual" ]]; then
+    tested_with_table >"$T/table.md"
+    echo
+    cat "$T/table.md"
+    echo
+    if [[ "${IPTW_KUBE_PROXY_UPDATE_README:-0}" == 1 ]]; then
+        bash "$HERE/clients-table.sh" --write "$REPO/README.md" "$T/table.md" kube-proxy
+        echo "README.md: the kube-proxy Tested with row written"
+    else
+        check "README.md has the kube-proxy Tested with row this run produced (IPTW_KUBE_PROXY_UPDATE_README=1 writes it)" \
+            bash "$HERE/clients-table.sh" --check "$REPO/README.md" "$T/table.md" kube-proxy
+    fi
+fi
+
 echo "kube-proxy: $PASS passed, $FAIL failed$([[ $WRONG_BACKEND == 1 ]] && echo ' (--wrong-backend: failures expected)')"
 ((FAIL == 0))
