@@ -112,7 +112,8 @@ EOF
 ls "$WORK"/cg/* >/dev/null 2>&1 || die "no callgrind output (valgrind failed?)"
 {
     echo "# The functions a wrapped call runs, placed first in .text by build.rs"
-    echo "# (lld --symbol-ordering-file). Written by scripts/hot-path-symbols.sh"
+    echo "# (lld --symbol-ordering-file), then the writable statics it touches and"
+    echo "# the allocator's arena, placed first in .bss. Written by scripts/hot-path-symbols.sh"
     echo "# with $(rustc --version | cut -d" " -f1-2). The names carry hashes of the compiler"
     echo "# and the crate's metadata: write it again after a toolchain or dependency"
     echo "# update (--check counts the names that still match)."
@@ -136,4 +137,4 @@ ls "$WORK"/cg/* >/dev/null 2>&1 || die "no callgrind output (valgrind failed?)"
     done
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
-echo "$OUT: $(grep -vc '^#' "$OUT") functions"
+echo "$OUT: $(grep -vc '^#' "$OUT") names (functions, then statics)"
