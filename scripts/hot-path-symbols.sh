@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Writes link/hot-path.symbols: the functions a wrapped call runs, which
 # build.rs has the linker place together at the start of .text (lld's
-# --symbol-ordering-file; x86_64 musl), then the small statics a call
-# touches and the allocator's arena, placed together at the start of .bss.
-# A call then maps its code in two or three page faults instead of ten: the
-# kernel maps a binary's text 64 KiB around each fault, and the hot
-# functions otherwise lie all over its 900 KB; and the arena's first bytes
-# share a page with those statics (bench/README.md, "Where a wrapped call's
-# time goes").
+# --symbol-ordering-file; x86_64 musl). A call then maps its code in two or
+# three page faults instead of ten: the kernel maps a binary's text 64 KiB
+# around each fault, and the hot functions otherwise lie all over its 900 KB
+# (bench/README.md, "Where a wrapped call's time goes").
 #
 #   sudo bash scripts/hot-path-symbols.sh           # rewrites link/hot-path.symbols
 #   sudo bash scripts/hot-path-symbols.sh --check   # how many of its names this build has
@@ -112,8 +109,7 @@ EOF
 ls "$WORK"/cg/* >/dev/null 2>&1 || die "no callgrind output (valgrind failed?)"
 {
     echo "# The functions a wrapped call runs, placed first in .text by build.rs"
-    echo "# (lld --symbol-ordering-file), then the writable statics it touches and"
-    echo "# the allocator's arena, placed first in .bss. Written by scripts/hot-path-symbols.sh"
+    echo "# (lld --symbol-ordering-file). Written by scripts/hot-path-symbols.sh"
     echo "# with $(rustc --version | cut -d" " -f1-2). The names carry hashes of the compiler"
     echo "# and the crate's metadata: write it again after a toolchain or dependency"
     echo "# update (--check counts the names that still match)."
@@ -127,14 +123,6 @@ ls "$WORK"/cg/* >/dev/null 2>&1 || die "no callgrind output (valgrind failed?)"
             sed -n 's/^c\{0,1\}fn=([0-9]*) \(.*\)$/\1/p' "$file"
         done | grep -v '^0x\|^(below main)$'
     } | awk '!seen[$0]++'
-    # The writable statics a call touches (valgrind --tool=lackey, the
-    # addresses in .bss): musl's start-up state, environ, the main thread's
-    # TLS block, the frame registration flag of crtbegin, the log's level;
-    # then the arena, whose first bytes then share their page.
-    printf '%s\n' __libc __sysinfo __hwcap __initialized.1729 __environ main_tls builtin_tls __progname_full __progname
-    for name in _ZN3log20MAX_LOG_LEVEL_FILTER _ZN16iptables_wrapper9ALLOCATOR; do
-        nm --defined-only "$BIN" | awk '{print $3}' | grep "^$name"
-    done
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
-echo "$OUT: $(grep -vc '^#' "$OUT") names (functions, then statics)"
+echo "$OUT: $(grep -vc '^#' "$OUT") functions"

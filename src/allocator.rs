@@ -18,17 +18,19 @@
 //! Where the arena lies matters as much as what it does, because on the hot
 //! path every page first touched costs a page fault (a zeroed page, and a
 //! second fault when the first touch was a read), and a call touches only a
-//! few. The linker puts the binary's static `ALLOCATOR` in `.bss` right after
-//! the few small statics a call touches (the C library's start-up state,
-//! `environ`, the TLS block: `link/hot-path.symbols` lists them, then the
-//! arena), so the arena's first bytes share their page; the other statics
-//! follow the arena. Its counter comes first and is first touched by a
-//! write. Large blocks (the netlink receive buffers, 64 KiB of which a
-//! lookup's replies fill a few hundred bytes) are taken from the arena's
-//! other end, so the small blocks handed out before and after one lie
-//! together instead of on both sides of it. Measured on a wrapped
-//! `iptables -V` (bench/README.md): 2 page faults for all writable memory
-//! but the stack with the override, 3 where the kernel is read.
+//! few: the binary's static `ALLOCATOR` is put in a zero-filled section of
+//! its own, `.sbss.arena` (the save tool helper's stack likewise), which
+//! the linker places after `.bss` on every target. The few kilobytes of
+//! small statics (the C library's, `std`'s, the wrapper's) then lie together
+//! on two pages instead of on both sides of 1 MiB of arrays, and the arena's
+//! first bytes on the page after them. Its counter comes first and is first
+//! touched by a write. Measured on a wrapped `iptables -V`: 3 page faults
+//! for all writable memory but the stack, against 5. Large blocks (the
+//! netlink receive buffers, 64 KiB of which the replies to a batch of
+//! lookups fill a few hundred bytes) are taken from the arena's other end,
+//! so the small blocks handed out before and after one lie together instead
+//! of on both sides of it: one page fault fewer where the kernel is read
+//! (bench/README.md).
 //!
 //! What does not fit (a large legacy table's GET_ENTRIES copy, or anything
 //! once the arena is used up by a long `detect`) comes from the system

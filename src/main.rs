@@ -32,10 +32,10 @@ use log::LevelFilter;
 use std::ffi::{c_char, c_int, CStr};
 use std::io::Write;
 
-/// Every allocation of a wrapped call, see `allocator`. The linker puts it
-/// right after the small statics a call touches (`link/hot-path.symbols`),
-/// so that its first bytes share their page.
+/// Every allocation of a wrapped call, see `allocator`. In a section of its
+/// own after `.bss` (see `allocator`: the small statics then share pages).
 #[global_allocator]
+#[link_section = ".sbss.arena"]
 static ALLOCATOR: BumpArena<CALL_ARENA_BYTES> = BumpArena::new();
 
 /// The log level variable.

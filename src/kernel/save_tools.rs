@@ -62,8 +62,7 @@ pub fn read(mode: Mode, family: Family) -> Result<SavedRules, String> {
 
 /// The helper's stack: untouched pages of it cost nothing (zero-filled, not
 /// in the file), and it is far larger than the save tool's reading needs (no
-/// recursion). In a section of its own after `.bss`, away from the small
-/// statics a call touches (see `allocator`).
+/// recursion). After `.bss`, as the allocator's arena (see `allocator`).
 #[repr(align(16))]
 struct HelperStack(UnsafeCell<[u8; HELPER_STACK_BYTES]>);
 const HELPER_STACK_BYTES: usize = 512 * 1024;
