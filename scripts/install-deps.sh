@@ -25,7 +25,7 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
-    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace; do
+    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-aarch64-static; then packages+=(qemu-user-static); fi
