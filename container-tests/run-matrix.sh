@@ -10,8 +10,8 @@
 # as printed from the repository root and checked by readme-recipe.sh, or
 # none. Default: all of each (recipes: none when there is no README.md beside
 # container-tests, as inside dind.sh). With bookworm or distroless in the
-# run, the example DaemonSet's containers also run there as a node would run
-# them (daemonset-check.sh). Scenarios 1-8 and
+# run, the example DaemonSet's containers also run there, without a shell, as
+# a node would run them (daemonset-check.sh). Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
 # image) each need an image of their own and run once, in it; 12 (every node
 # OS's host layout: it tests the host side, not the image) runs once, in
@@ -224,9 +224,10 @@ for recipe in "${RECIPES[@]}"; do
   fi
   log "README recipe $recipe: ${RESULT[recipe,$recipe]} ($((SECONDS - cell_start))s)"
 done
-# The example DaemonSet's containers as a node runs them, in the bookworm
-# (the README's Debian recipe) and distroless (busybox's sh) test images of
-# this run.
+# The example DaemonSet's containers as a node runs them, on a node whose /
+# is a private mount, from the bookworm (the README's Debian recipe) and
+# distroless test images of this run, each with every shell taken out
+# (daemonset-check.sh), as the distroless recipe's image has none.
 DAEMONSET_CELLS=()
 for flavour in bookworm distroless; do
   [[ -n "${TEST_IMAGE[$flavour]:-}" && -r "$REPO_DIR/examples/daemonset.yaml" ]] || continue

@@ -10,11 +10,14 @@ The Kubernetes schemas are checked by kubernetes-validate
 modelled on kube-proxy's, Calico's and node-exporter's DaemonSets (Linux
 nodes only, the host's network, no service account token, RuntimeDefault
 seccomp, capabilities dropped and only the needed ones added, requests,
-an image pinned by digest), the host mounts (the host's root read-only with
-HostToContainer propagation, the xtables lock as kube-proxy mounts it,
-nothing created on the host outside /run but the backup directory), and the
-init step that must never hold the pod back (removal off by default, exit 0
-always). Needs PyYAML.
+an image pinned by digest), no shell anywhere (every container and probe
+runs the wrapper itself), settings that change only through a rollout
+(immutable, versioned ConfigMaps; a readinessProbe that makes a wrapped
+call; minReadySeconds and maxUnavailable 1), the host mounts (the host's
+root read-only and without mount propagation, the xtables lock as
+kube-proxy mounts it, nothing created on the host outside /run but the
+backup directory), and the init step that must never hold the pod back
+(removal off by default, --exit-zero). Needs PyYAML.
 """
 
 import copy
@@ -28,6 +31,8 @@ NEEDED = {"NET_ADMIN", "NET_RAW"}
 # namespace it makes with unshare(CLONE_NEWNET): that container only.
 REMOVAL_EXTRA = {"SYS_ADMIN"}
 BACKUP_MOUNT = "/stale-backups"
+WRAPPER = "/usr/sbin/iptables-wrapper"
+WRAPPED = {"iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore"}
 CREATING_TYPES = {"", "DirectoryOrCreate", "FileOrCreate"}
 
 
@@ -80,6 +85,23 @@ def check(docs):
         image = c.get("image", "")
         need("@sha256:" in image, f"{name}: the image must be pinned by digest (image: REPO@sha256:...), found {image!r}")
     need(len({c.get("image") for c in every}) == 1, "every container must run the same image")
+    for c in every:
+        command = c.get("command", [])
+        need(command[:1] == [WRAPPER], f"{c['name']}: must run {WRAPPER} itself (no shell: distroless has none), found {command[:1]!r}")
+
+    # Settings change only through a rollout, which waits on each node.
+    for d in docs:
+        if d.get("kind") == "ConfigMap":
+            name = d["metadata"]["name"]
+            need(d.get("immutable") is True, f"ConfigMap {name}: needs immutable: true (an edit would reach every pod at once)")
+            need(name.rsplit("-", 1)[-1].isdigit(), f"ConfigMap {name}: needs a version at the end of its name (-1, -2, ...)")
+    spec = daemonset["spec"]
+    need(((spec.get("updateStrategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable") == 1,
+         "updateStrategy needs rollingUpdate.maxUnavailable: 1 (one node at a time)")
+    need((spec.get("minReadySeconds") or 0) >= 10, "needs minReadySeconds of 10 or more (a new pod proves itself before the next node)")
+    probes = [(c["name"], ((c.get("readinessProbe") or {}).get("exec") or {}).get("command", [])) for c in containers]
+    need(all(p[:1] == [WRAPPER] and len(p) > 1 and p[1] in WRAPPED for _, p in probes) and probes,
+         f"every container needs a readinessProbe exec of a wrapped call ({WRAPPER} iptables --version)")
 
     # Host mounts.
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -102,8 +124,8 @@ def check(docs):
         mounts = {m["mountPath"]: m for m in c.get("volumeMounts", [])}
         root = mounts.get(ROOT_MOUNT)
         need(root is not None and root["name"] in roots and root.get("readOnly") is True
-             and root.get("mountPropagation") == "HostToContainer",
-             f"{c['name']}: needs the host's root at {ROOT_MOUNT}, readOnly, mountPropagation HostToContainer")
+             and "mountPropagation" not in root,
+             f"{c['name']}: needs the host's root at {ROOT_MOUNT}, readOnly, without mountPropagation (refused where / is private)")
         lock = mounts.get("/run/xtables.lock")
         need(lock is not None and lock["name"] in locks and not lock.get("readOnly"),
              f"{c['name']}: needs the host's /run/xtables.lock, writable, at /run/xtables.lock")
@@ -116,39 +138,25 @@ def check(docs):
     steps = [c for c in inits if is_stale_step(c)]
     need(len(steps) == 1, "one init container must run iptables-wrapper stale")
     for c in steps:
-        script = shell_script(c)
-        need(script is not None, f"{c['name']}: must run a shell script (sh -c), which can ignore the exit status")
-        if script is None:
-            continue
-        lines = [l.strip() for l in script.strip().splitlines() if l.strip()]
-        need(lines[-1] == "exit 0", f"{c['name']}: its script must end with 'exit 0' (found {lines[-1]!r})")
-        need("set -e" not in script, f"{c['name']}: 'set -e' would end the script on the report's exit status")
-        need('"${REMOVE_STALE:-false}" = true' in script,
-             f"{c['name']}: removal must run only when REMOVE_STALE is exactly true")
-        need("--backup-dir" in script and BACKUP_MOUNT in script, f"{c['name']}: the removal must back up into {BACKUP_MOUNT}")
-        need("KEEP_BACKUPS" in script and "rm -rf" in script, f"{c['name']}: old backups must be pruned (KEEP_BACKUPS)")
+        command = c.get("command", [])
+        need("--exit-zero" in command, f"{c['name']}: needs --exit-zero (an init container that fails holds the pod back)")
+        need("--remove=$(REMOVE_STALE)" in command, f"{c['name']}: removal must follow REMOVE_STALE (--remove=$(REMOVE_STALE))")
+        need(command[command.index("--backups-in") + 1:][:1] == [BACKUP_MOUNT] if "--backups-in" in command else False,
+             f"{c['name']}: the backups must go into --backups-in {BACKUP_MOUNT}")
+        need("--keep-backups" in command and "$(KEEP_BACKUPS)" in command, f"{c['name']}: old backups must be pruned (--keep-backups $(KEEP_BACKUPS))")
         sources = [e["configMapRef"]["name"] for e in c.get("envFrom", []) if "configMapRef" in e]
         data = {}
         for s in sources:
             data.update(configmaps.get(s, {}))
         need(any(s in configmaps for s in sources), f"{c['name']}: needs the ConfigMap that holds REMOVE_STALE (envFrom)")
         need(str(data.get("REMOVE_STALE", "false")) == "false", "REMOVE_STALE must be \"false\" by default")
-    for c in containers:
-        script = shell_script(c) or ""
-        if "--format prometheus" in script:
-            need('mv -f "$out.tmp" "$out"' in script, f"{c['name']}: must write the metrics file atomically (tmp, then rename)")
+    writers = [c for c in containers if c.get("command", [])[1:3] == ["metrics", "--textfile"]]
+    need(len(writers) == 1, "one container must run iptables-wrapper metrics --textfile")
     return failures
 
 
 def is_stale_step(container):
-    return "iptables-wrapper stale" in " ".join(container.get("command", []) + container.get("args", []))
-
-
-def shell_script(container):
-    command = container.get("command", [])
-    if len(command) == 3 and command[0] in ("/bin/sh", "sh") and command[1] == "-c":
-        return command[2]
-    return None
+    return container.get("command", [])[1:2] == ["stale"]
 
 
 def self_test(docs):
@@ -161,8 +169,10 @@ def self_test(docs):
         return pod(d)[key][0]
 
     def drop_exit(d):
-        c = first(d, "initContainers")
-        c["command"][2] = c["command"][2].replace("exit 0", "")
+        first(d, "initContainers")["command"].remove("--exit-zero")
+
+    def configmap(d):
+        return next(x for x in d if x.get("kind") == "ConfigMap")
 
     mutations = {
         "no nodeSelector": lambda d: pod(d).pop("nodeSelector"),
@@ -177,11 +187,17 @@ def self_test(docs):
         "alternatives DirectoryOrCreate (the old example)": lambda d: pod(d)["volumes"].append(
             {"name": "host-alternatives", "hostPath": {"path": "/etc/alternatives", "type": "DirectoryOrCreate"}}),
         "host root not read-only": lambda d: next(m for m in first(d)["volumeMounts"] if m["mountPath"] == ROOT_MOUNT).pop("readOnly"),
-        "host root without propagation": lambda d: next(m for m in first(d)["volumeMounts"] if m["mountPath"] == ROOT_MOUNT).pop("mountPropagation"),
+        "host root with propagation (the old example)": lambda d: next(m for m in first(d)["volumeMounts"] if m["mountPath"] == ROOT_MOUNT).__setitem__("mountPropagation", "HostToContainer"),
+        "a shell (the old example)": lambda d: first(d).__setitem__("command", ["/bin/sh", "-c", "iptables-wrapper metrics --textfile /textfile/x.prom"]),
+        "settings ConfigMap editable (the old example)": lambda d: configmap(d).pop("immutable"),
+        "settings ConfigMap unversioned": lambda d: configmap(d)["metadata"].__setitem__("name", "iptables-wrapper-settings"),
+        "no readinessProbe (the old example)": lambda d: first(d).pop("readinessProbe"),
+        "no minReadySeconds": lambda d: next(x for x in d if x.get("kind") == "DaemonSet")["spec"].pop("minReadySeconds"),
+        "no textfile writer": lambda d: first(d).__setitem__("command", [WRAPPER, "detect"]),
         "lock not FileOrCreate": lambda d: next(v for v in pod(d)["volumes"] if v["name"] == "xtables-lock")["hostPath"].pop("type"),
         "init step may fail": drop_exit,
         "removal on by default": lambda d: next(x for x in d if x.get("kind") == "ConfigMap" and "REMOVE_STALE" in x.get("data", {}))["data"].__setitem__("REMOVE_STALE", "true"),
-        "init step without a shell": lambda d: first(d, "initContainers").__setitem__("command", ["iptables-wrapper", "stale", "--remove"]),
+        "removal always on": lambda d: first(d, "initContainers").__setitem__("command", [WRAPPER, "stale", "--remove", "--backups-in", BACKUP_MOUNT, "--keep-backups", "$(KEEP_BACKUPS)", "--exit-zero"]),
     }
     missed = []
     for name, mutate in mutations.items():

@@ -6,7 +6,8 @@
 #     another apt's lock): iptables (both backends) and nftables, util-linux
 #     (unshare), strace (a test checks what a call looks at), qemu-user-static
 #     on x86_64 (the aarch64 binary's smoke, scripts/qemu-smoke.sh), and
-#     python3-venv where python3 cannot make a venv;
+#     python3-venv where python3 cannot make a venv, prometheus (promtool:
+#     the alert rules' tests);
 #   - the Rust musl targets of both shipped architectures (.cargo/config.toml
 #     builds for musl by default, so `cargo test` needs the machine's own;
 #     scripts/build-static.sh --all both), rustfmt and clippy (the style
@@ -25,7 +26,7 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
-    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace; do
+    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-aarch64-static; then packages+=(qemu-user-static); fi

@@ -2,7 +2,8 @@
 # The whole test suite: the Markdown files' relative links
 # (scripts/check-links.sh); examples/daemonset.yaml against the Kubernetes
 # schemas 1.28 to the newest and its promised properties
-# (scripts/check-daemonset.sh); the API docs without warnings (cargo doc); the
+# (scripts/check-daemonset.sh); examples/prometheus-rules.yaml by promtool
+# (check rules, and test rules: each alert's cases); the API docs without warnings (cargo doc); the
 # crate's style (cargo fmt --check, cargo clippy without warnings); unit
 # and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
@@ -32,6 +33,7 @@ timed() {
 bash scripts/install-deps.sh
 timed "markdown links" bash scripts/check-links.sh
 timed "daemonset schema" bash scripts/check-daemonset.sh
+timed "alert rules" bash -c 'cd examples && promtool check rules prometheus-rules.yaml && promtool test rules prometheus-rules.test.yaml'
 timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --release --all-targets -- -D warnings'
 timed "cargo tests" cargo test --release --target "$(bash scripts/static-target.sh)"

@@ -6,12 +6,14 @@ use crate::command::{WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
 use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
+use crate::interval;
 use crate::metrics;
 use crate::own_file;
 use crate::report;
 use crate::settings;
-use crate::stale;
+use crate::stale::{self, rotation};
 use crate::standard_fds::say;
+use crate::textfile;
 use std::ffi::CStr;
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,6 +22,8 @@ const USAGE: &str = "\
 usage: iptables-wrapper detect [-v] [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
+       iptables-wrapper stale [--remove[=true|false]] --backups-in DIR [--keep-backups N] [--exit-zero]
+       iptables-wrapper metrics --textfile PATH [--interval D]
        iptables-wrapper COMMAND [ARGS...]
        iptables-wrapper --version | --help
 
@@ -45,6 +49,16 @@ iptables-nft or iptables-legacy and execs that backend.
              --remove: save that backend's rules into --backup-dir DIR
              (default: a new directory in the runtime directory), then
              empty each stale table; exit 0 when nothing stale remains
+             --backups-in DIR: the backup is DIR/stale-backup-<number>-<UTC
+             time>, numbered one past the highest there; --keep-backups N
+             then keeps the N highest numbers (the one just written among
+             them), deleting older ones; --remove=false shows only;
+             --exit-zero: exit 0 whatever happened (an init container),
+             after a line on stderr with the status it stands for
+  metrics    write the metrics of detect --format prometheus to PATH (via
+             PATH.tmp and a rename) every D (default 60s) until SIGTERM;
+             (D: 60s, 5m, 1h); when the wrapper cannot answer, says why
+             and removes PATH; SIGTERM or SIGINT: removes PATH, exits 0
 
 Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
 XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,
@@ -77,6 +91,7 @@ pub fn run(args: &[&CStr]) -> i32 {
     let extra = args.clone().next();
     match (first, extra) {
         (Some("detect"), _) => detect(args),
+        (Some("metrics"), _) => run_metrics(args),
         (Some("install"), _) => run_install(args),
         (Some("stale"), _) => run_stale(args),
         (Some(option @ ("--version" | "-V" | "version" | "--help" | "-h" | "help")), Some(extra)) => usage_error(
@@ -90,7 +105,9 @@ pub fn run(args: &[&CStr]) -> i32 {
         )),
         (Some("--help" | "-h" | "help"), None) => print_out(&format!("{USAGE}\n")),
         (Some(other), _) => usage_error(&format!("unknown command or option {}", quoted(other.as_bytes()))),
-        (None, _) => usage_error("a command is required: detect, install, stale or one of the six iptables commands"),
+        (None, _) => {
+            usage_error("a command is required: detect, install, stale, metrics or one of the six iptables commands")
+        }
     }
 }
 
@@ -238,20 +255,80 @@ fn format_named(value: &str) -> Option<DetectFormat> {
     }
 }
 
-fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
-    let mut options = stale::Options::default();
+fn run_metrics<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
+    let mut path = None;
+    let mut every = std::time::Duration::from_secs(60);
     let mut given = Given::default();
     while let Some(arg) = args.next() {
         if let Some(repeated) = given.again(arg) {
             return usage_error(&repeated);
         }
+        match (arg, args.next()) {
+            ("--textfile", Some(value)) if value.starts_with('/') => path = Some(PathBuf::from(value)),
+            ("--textfile", _) => {
+                return usage_error("--textfile needs an absolute path, such as /textfile/iptables_wrapper.prom")
+            }
+            ("--interval", Some(value)) => match interval::parse("--interval", value) {
+                Ok(chosen) => every = chosen,
+                Err(problem) => return usage_error(&problem),
+            },
+            ("--interval", None) => return usage_error("--interval needs a duration such as 60s, 5m or 1h"),
+            (other, _) => return usage_error(&format!("unknown metrics option {}", quoted(other.as_bytes()))),
+        }
+    }
+    match path {
+        Some(path) => textfile::run(&path, every),
+        None => usage_error("metrics needs --textfile PATH (detect --format prometheus prints them once)"),
+    }
+}
+
+/// What `stale` is asked beyond [`stale::Options`]: where its backups are
+/// kept, how many, and whether its status is the process's.
+#[derive(Default)]
+struct Rotation<'a> {
+    backups_in: Option<&'a str>,
+    keep: Option<usize>,
+    exit_zero: bool,
+}
+
+fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
+    let mut options = stale::Options::default();
+    let mut rotation = Rotation::default();
+    let mut given = Given::default();
+    while let Some(arg) = args.next() {
+        let option = arg.split_once('=').map_or(arg, |(name, _)| name);
+        if let Some(repeated) = given.again(option) {
+            return usage_error(&repeated);
+        }
         match arg {
             "--json" => options.json = true,
             "-v" | "--verbose" => options.verbose = true,
-            "--remove" => options.remove = true,
+            "--remove" | "--remove=true" => options.remove = true,
+            "--remove=false" => options.remove = false,
+            _ if option == "--remove" => {
+                return usage_error(&format!(
+                    "{}: give --remove=true or --remove=false",
+                    quoted(arg.as_bytes())
+                ))
+            }
+            "--exit-zero" => rotation.exit_zero = true,
             "--backup-dir" => match args.next() {
                 Some("") | None => return usage_error("--backup-dir needs a directory"),
                 Some(value) => options.backup_dir = Some(PathBuf::from(value)),
+            },
+            "--backups-in" => match args.next() {
+                Some(value) if value.starts_with('/') => rotation.backups_in = Some(value),
+                _ => return usage_error("--backups-in needs the absolute path of a directory"),
+            },
+            "--keep-backups" => match args.next().map(|value| (value, value.parse::<usize>())) {
+                Some((_, Ok(keep))) if keep >= 1 => rotation.keep = Some(keep),
+                Some((value, _)) => {
+                    return usage_error(&format!(
+                        "--keep-backups needs a whole number of backups to keep, 1 or more, not {}",
+                        quoted(value.as_bytes())
+                    ))
+                }
+                None => return usage_error("--keep-backups needs a whole number of backups to keep, 1 or more"),
             },
             other => return usage_error(&format!("unknown stale option {}", quoted(other.as_bytes()))),
         }
@@ -259,7 +336,59 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     if options.backup_dir.is_some() && !options.remove {
         return usage_error("--backup-dir goes with --remove");
     }
-    stale::run(&options)
+    if options.backup_dir.is_some() && rotation.backups_in.is_some() {
+        return usage_error("--backup-dir names one backup, --backups-in the directory of them; give one");
+    }
+    if rotation.keep.is_some() && rotation.backups_in.is_none() {
+        return usage_error("--keep-backups goes with --backups-in DIR, the directory of the backups it keeps");
+    }
+    let status = stale_rotated(&mut options, &rotation);
+    if !rotation.exit_zero {
+        return status;
+    }
+    let meaning = match status {
+        stale::EXIT_NOTHING_STALE => "nothing stale",
+        stale::EXIT_STALE => "something stale, or a removal that failed",
+        _ => "refused: the host's backend is not certain, or a setting is invalid",
+    };
+    say(&format!(
+        "stale: exit status {status} ({meaning}); exiting 0 (--exit-zero)"
+    ));
+    0
+}
+
+/// Runs `stale` with its backup in `--backups-in`, then prunes there.
+fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
+    let Some(dir) = rotation.backups_in.map(std::path::Path::new) else {
+        return stale::run(options);
+    };
+    if options.remove {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        match rotation::next_backup(dir, now) {
+            Ok(next) => options.backup_dir = Some(next),
+            Err(problem) => {
+                say(&format!("stale: {problem}"));
+                return stale::EXIT_STALE;
+            }
+        }
+    }
+    let mut status = stale::run(options);
+    if let Some(keep) = rotation.keep {
+        match rotation::prune(dir, keep) {
+            Ok(removed) => {
+                for old in removed {
+                    say(&format!("stale: removed the old backup {}", old.display()));
+                }
+            }
+            Err(problem) => {
+                say(&format!("stale: {problem}"));
+                status = status.max(stale::EXIT_STALE);
+            }
+        }
+    }
+    status
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {

@@ -24,6 +24,7 @@ pub mod backup;
 pub mod find;
 pub mod proof;
 pub mod remove;
+pub mod rotation;
 pub mod show;
 
 use crate::command::WrappedCommand;
