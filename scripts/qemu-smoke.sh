@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs the aarch64 wrapper on this (x86_64) machine under qemu-user
-# (qemu-aarch64-static, Debian package qemu-user-static, installed here when
-# missing): --version, dispatch to stub backends by IPTABLES_MODE and by the
-# host link, and `detect` in fresh network namespaces against the machine's
-# real iptables-legacy and iptables-nft.
+# Runs each cross-built wrapper (aarch64, armv7, ppc64le, riscv64, s390x) on
+# this (x86_64) machine under qemu-user (qemu-ARCH-static, Debian package
+# qemu-user-static, installed here when missing): --version, dispatch to
+# stub backends by IPTABLES_MODE and by the host link, and `detect` in fresh
+# network namespaces against the machine's real iptables-legacy and
+# iptables-nft.
 #
-#   scripts/qemu-smoke.sh [DIST_DIR]    (default: dist, from scripts/build-static.sh --all)
+#   scripts/qemu-smoke.sh [DIST_DIR [ARCH...]]   (default: dist, from
+#                                                 scripts/build-static.sh --all; all five)
 #
 # qemu-user refuses NETLINK_NETFILTER sockets (EPROTONOSUPPORT) and the
 # x_tables getsockopts, so under qemu `detect` goes through the save-tool
@@ -15,30 +17,44 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIST="${1:-dist}"
-ARM="$(realpath -m "$DIST/iptables-wrapper-aarch64")"
+shift || true
+ARCHES=("$@")
+((${#ARCHES[@]})) || ARCHES=(aarch64 armv7 ppc64le riscv64 s390x)
 NATIVE="$(realpath -m "$DIST/iptables-wrapper-x86_64")"
 
 fail() { echo "qemu-smoke: FAIL: $*" >&2; exit 1; }
 step() { echo "qemu-smoke: $*" >&2; }
 
 [[ "$(uname -m)" == x86_64 ]] || { step "not an x86_64 machine: skipped"; exit 0; }
-[[ -x "$ARM" && -x "$NATIVE" ]] || fail "$ARM and $NATIVE are needed (bash scripts/build-static.sh --all)"
-if ! command -v qemu-aarch64-static >/dev/null; then
+if ! command -v qemu-s390x-static >/dev/null; then
     bash scripts/apt-install.sh qemu-smoke qemu-user-static
 fi
-QEMU=$(command -v qemu-aarch64-static)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/iptw-qemu.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-# The binary is really aarch64 (ELF e_machine 183 at offset 18), so running
-# it natively is impossible and qemu is what runs it.
-[[ "$(od -An -tu2 -j18 -N2 "$ARM" | tr -d ' ')" == 183 ]] || fail "$ARM is not an aarch64 ELF file"
+# ELF machine (readelf -h) and byte order of each architecture's binary, and
+# its qemu: running it natively is impossible, so qemu is what runs it.
+declare -A MACHINE=([aarch64]="AArch64 little" [armv7]="ARM little" [ppc64le]="PowerPC64 little"
+    [riscv64]="RISC-V little" [s390x]="IBM S/390 big")
+declare -A QEMU_NAME=([aarch64]=aarch64 [armv7]=arm [ppc64le]=ppc64le [riscv64]=riscv64 [s390x]=s390x)
+
+# smoke ARCH: the whole smoke for one architecture's binary.
+smoke() {
+ARCH_NAME="$1"
+ARM="$(realpath -m "$DIST/iptables-wrapper-$ARCH_NAME")"
+TARGET=$(bash scripts/static-target.sh "$ARCH_NAME")
+[[ -x "$ARM" && -x "$NATIVE" ]] || fail "$ARM and $NATIVE are needed (bash scripts/build-static.sh --all)"
+QEMU=$(command -v "qemu-${QEMU_NAME[$ARCH_NAME]}-static")
+elf="$(readelf -h "$ARM" | sed -n 's/^ *Machine: *//p') $(readelf -h "$ARM" | sed -n 's/^ *Data: *2.s complement, \([a-z]*\) endian/\1/p')"
+[[ "$elf" == "${MACHINE[$ARCH_NAME]}" ]] || fail "$ARM is '$elf', not ${MACHINE[$ARCH_NAME]} endian"
+rm -rf "$WORK"/* 
+step "$ARCH_NAME: $elf endian, under $(basename "$QEMU")"
 
 step "--version"
 version=$("$QEMU" "$ARM" --version)
-[[ "$version" =~ ^iptables-wrapper\ [0-9][^\ ]*\ commit\ [0-9a-f]{12}\ target\ aarch64-unknown-linux-musl$ \
-    || "$version" =~ ^iptables-wrapper\ [0-9][^\ ]*\ commit\ unknown\ target\ aarch64-unknown-linux-musl$ ]] \
+[[ "$version" =~ ^iptables-wrapper\ [0-9][^\ ]*\ commit\ [0-9a-f]{12}\ target\ $TARGET$ \
+    || "$version" =~ ^iptables-wrapper\ [0-9][^\ ]*\ commit\ unknown\ target\ $TARGET$ ]] \
     || fail "unexpected --version output: $version"
 
 step "dispatch to stub backends"
@@ -115,4 +131,8 @@ check_detect "hint chain in nft" nft hint-chain \
     "for i in 1 2 3; do iptables-legacy -A INPUT -j ACCEPT; done; iptables-nft -t mangle -N KUBE-IPTABLES-HINT"
 check_detect "hint chain in legacy" legacy hint-chain \
     "for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done; iptables-legacy -t mangle -N KUBE-IPTABLES-HINT"
+step "$ARCH_NAME passed"
+}
+
+for arch in "${ARCHES[@]}"; do smoke "$arch"; done
 step "passed"
