@@ -9,6 +9,10 @@
 #
 #   scripts/oci-image.sh [DIST_DIR [OUT_DIR]]   (default: dist, dist/oci)
 #
+# When a Docker engine answers, the Dockerfile's own recipe is checked for the
+# six as well: each platform's image built offline (TARGETARCH, the classic
+# builder) holds that platform's binary, byte for byte.
+#
 # Push it with any OCI tool, e.g. `skopeo copy --all oci:dist/oci:latest
 # docker://REPO/iptables-wrapper:TAG`, or load it into a local registry.
 set -euo pipefail
@@ -124,5 +128,21 @@ if command -v skopeo >/dev/null; then
     skopeo copy --quiet --all "oci:$OUT:latest" "oci:$WORK/copy:latest" >/dev/null \
         || fail "skopeo could not copy oci:$OUT:latest"
     echo "oci-image: skopeo reads and copies all six" >&2
+fi
+if docker info >/dev/null 2>&1; then
+    for line in "${PLATFORMS[@]}"; do
+        read -r platform arch _ <<<"$line"
+        docker_arch=${platform%/*}
+        tag="iptables-wrapper-oci-check:$docker_arch"
+        DOCKER_BUILDKIT=0 docker build --quiet --build-arg "TARGETARCH=$docker_arch" -t "$tag" . >/dev/null 2>"$WORK/docker.err" \
+            || fail "docker build --build-arg TARGETARCH=$docker_arch failed: $(cat "$WORK/docker.err")"
+        container=$(docker create "$tag" /usr/sbin/iptables-wrapper)
+        docker cp "$container:/usr/sbin/iptables-wrapper" "$WORK/from-docker" >/dev/null
+        docker rm "$container" >/dev/null
+        docker rmi "$tag" >/dev/null
+        cmp -s "$WORK/from-docker" "$DIST/iptables-wrapper-$arch" \
+            || fail "the Dockerfile's $docker_arch image does not hold $DIST/iptables-wrapper-$arch"
+    done
+    echo "oci-image: the Dockerfile's image of each of the six holds its binary" >&2
 fi
 echo "$OUT"
