@@ -491,7 +491,7 @@ fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
     let cases: [(&str, LayOut, &[&str]); 4] = [
         (
             "their-dir",
-            Box::new(|sbin| give_to_nobody(sbin)),
+            Box::new(give_to_nobody),
             &["their-dir is owned by uid 65534"],
         ),
         (
