@@ -36,7 +36,7 @@ use crate::escape::{printable_bytes, quoted};
 use crate::mode::{mode_named_by, Mode};
 use crate::own_file::{self, OwnFile};
 use crate::settings::{self, Origin, SBIN_VAR};
-use crate::trust::{self, Refused, Trusted};
+use crate::trust::{self, Refused};
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
@@ -324,7 +324,9 @@ impl Search {
                 self.wrapper_copies.push(path);
             } else {
                 if let Some(trusted_dir) = &trusted_dir {
-                    trusted_program(trusted_dir, file)?;
+                    // The program, and each link on the way to it.
+                    trust::check_trusted_in(trusted_dir, Path::new(file), &format!("{SBIN_VAR} program"))
+                        .map_err(|refused| refused.message().to_string())?;
                 }
                 if take(Backend { path }) {
                     return Ok(true);
@@ -332,16 +334,6 @@ impl Search {
             }
         }
         Ok(false)
-    }
-}
-
-/// Err when the program `name` in the trusted directory `dir` (and every
-/// link on the way to it) may be changed by someone other than root and
-/// the caller.
-fn trusted_program(dir: &Trusted, name: &str) -> Result<(), String> {
-    match trust::check_trusted_in(dir, Path::new(name), &format!("{SBIN_VAR} program")) {
-        Ok(_) => Ok(()),
-        Err(refused) => Err(refused.message().to_string()),
     }
 }
 

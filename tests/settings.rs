@@ -194,7 +194,8 @@ fn other_settings_come_from_files_too() {
     );
     // The backends' directory from a file, with a relative entry named
     // when nothing is found.
-    let empty = node.path("empty-sbin");
+    // Not under /tmp: a file's directory must be one nobody else may change.
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("empty-sbin-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();
     let sbin = format!("{}:relative-sbin\n", empty.display());
     let out = with_settings(
@@ -205,13 +206,15 @@ fn other_settings_come_from_files_too() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let tried = empty.join("xtables-nft-multi").display().to_string();
     for expected in [
-        "empty-sbin/xtables-nft-multi",
+        tried.as_str(),
         "\"relative-sbin\"",
         "/etc/iptables-wrapper/IPTABLES_WRAPPER_SBIN",
     ] {
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
     }
+    std::fs::remove_dir(&empty).unwrap();
 }
 
 #[test]
