@@ -12,8 +12,9 @@
 # is mounted read-only into the container: no toolchain is downloaded).
 # What it leaves here:
 #   - the image iptables-wrapper-suite:KEY (the dind base below plus gcc,
-#     libc6-dev, python3-venv, git, ca-certificates: what test.sh takes for
-#     granted), kept as a cache (`docker rmi` removes it);
+#     libc6-dev, python3-venv, git, ca-certificates and this machine's own
+#     certificate authorities from /usr/local/share/ca-certificates: what
+#     test.sh takes for granted), kept as a cache (`docker rmi` removes it);
 #   - the base image iptables-wrapper-base:dind (container-tests/build-base.sh
 #     dind: Debian bookworm with docker.io, from this machine's apt sources by
 #     mmdebstrap, which build-base.sh installs when missing; with
@@ -55,16 +56,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The certificate authorities this machine adds to Debian's (a proxy it
+# trusts), trusted inside too: by apt, cargo, and pip (PIP_CERT).
+mkdir -p "$WORK/ca"
+cp /usr/local/share/ca-certificates/*.crt "$WORK/ca/" 2>/dev/null || true
 cat >"$WORK/Dockerfile" <<EOF
 FROM $DIND_BASE
+COPY ca/ /usr/local/share/ca-certificates/
 RUN dpkg-divert --local --rename --add /usr/sbin/update-binfmts \\
  && ln -s /bin/true /usr/sbin/update-binfmts \\
  && apt-get update \\
  && apt-get install -y --no-install-recommends gcc libc6-dev python3-venv git ca-certificates \\
+ && update-ca-certificates \\
  && rm -rf /var/lib/apt/lists/*
-ENV PATH=/opt/rust/bin:/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ENV PATH=/opt/rust/bin:/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 EOF
-SUITE_IMAGE="iptables-wrapper-suite:$(content_key "$WORK/Dockerfile")"
+SUITE_IMAGE="iptables-wrapper-suite:$(content_key "$WORK/Dockerfile" "$WORK"/ca/*)"
 if ! docker image inspect "$SUITE_IMAGE" >/dev/null 2>&1; then
   log "building $SUITE_IMAGE"
   quietly docker build --force-rm -t "$SUITE_IMAGE" "$WORK"
