@@ -1,43 +1,62 @@
 #!/usr/bin/env bash
-# Prints a code snippet of README.md (or another Markdown file) exactly as
-# printed there, found by its marker: an HTML comment, invisible when the
-# Markdown is rendered, on the line right before the snippet's opening fence:
+# Prints a code snippet of the project's Markdown pages exactly as printed
+# there, found by its marker: an HTML comment, invisible when the Markdown is
+# rendered, on the line right before the snippet's opening fence:
 #
 #   <!-- snippet: distroless -->
 #   ```dockerfile
 #   FROM ...
 #   ```
 #
-#   container-tests/readme-snippets.sh NAME [FILE]        the lines between the fences
-#   container-tests/readme-snippets.sh --list [FILE]      "NAME LANGUAGE" per marker
+#   container-tests/doc-snippets.sh NAME [FILE...]     the lines between the fences
+#   container-tests/doc-snippets.sh --list [FILE...]   "NAME LANGUAGE FILE" per marker
 #
-# Checks (container-tests/readme-recipe.sh, the matrix) take the recipes from
-# here rather than keeping copies of their own, so what is checked is what a
-# reader copies. A marker not followed by a fence, a fence never closed, a
-# name used twice or a name not found is one line on stderr and exit 1.
+# FILE: default README.md and every docs/*.md and docs/images/*.md (the Debian
+# recipe is on the front page, each other distribution's on a page of its
+# own in docs/images/). Names are unique across all of them. Checks
+# (container-tests/doc-recipe.sh, distro-recipes.sh, the matrix) take the
+# recipes from here rather than keeping copies of their own, so what is
+# checked is what a reader copies. A marker not followed by a fence, a fence
+# never closed, a name used twice or a name not found is one line on stderr
+# and exit 1.
 set -euo pipefail
 
 usage() {
-  echo "usage: readme-snippets.sh NAME [FILE] | --list [FILE]" >&2
+  echo "usage: doc-snippets.sh NAME [FILE...] | --list [FILE...]" >&2
   exit 2
 }
 
-[[ $# -ge 1 && $# -le 2 ]] || usage
+[[ $# -ge 1 ]] || usage
 WANT="$1"
+shift
 [[ -n "$WANT" ]] || usage
-FILE="${2:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/README.md}"
-[[ -r "$FILE" ]] || { echo "readme-snippets.sh: cannot read $FILE" >&2; exit 1; }
+FILES=("$@")
+if [[ ${#FILES[@]} -eq 0 ]]; then
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
+  FILES=(README.md)
+  for page in docs/*.md docs/images/*.md; do
+    [[ -e "$page" ]] && FILES+=("$page")
+  done
+fi
+for file in "${FILES[@]}"; do
+  [[ -r "$file" ]] || { echo "doc-snippets.sh: cannot read $file" >&2; exit 1; }
+done
 
 # One pass: every marker is checked (so a broken one fails any call, and
 # nothing is printed then); at the end the wanted snippet's lines are
-# printed, or with --list every name and its fence's language.
-awk -v want="$WANT" -v file="$FILE" '
-  function fail(msg) { printf "readme-snippets.sh: %s:%d: %s\n", file, NR, msg > "/dev/stderr"; failed = 1; exit 1 }
+# printed, or with --list every name, its fence's language and its file.
+awk -v want="$WANT" '
+  function fail(msg) { printf "doc-snippets.sh: %s:%d: %s\n", FILENAME, FNR, msg > "/dev/stderr"; failed = 1; exit 1 }
+  function unfinished() {
+    if (pending != "") { printf "doc-snippets.sh: %s: the marker for \"%s\" ends the file\n", last, pending > "/dev/stderr"; failed = 1; exit 1 }
+    if (inside) { printf "doc-snippets.sh: %s: the snippet \"%s\" is never closed by a ``` fence\n", last, name > "/dev/stderr"; failed = 1; exit 1 }
+  }
+  FNR == 1 { unfinished(); last = FILENAME }
   pending != "" {
     if ($0 !~ /^```/) fail("the marker for \"" pending "\" is not followed by an opening ``` fence")
     name = pending; pending = ""; inside = 1
     lang = substr($0, 4); sub(/[ \t].*/, "", lang)
-    if (want == "--list") out = out name " " (lang == "" ? "-" : lang) "\n"
+    if (want == "--list") out = out name " " (lang == "" ? "-" : lang) " " FILENAME "\n"
     next
   }
   inside {
@@ -47,15 +66,14 @@ awk -v want="$WANT" -v file="$FILE" '
   }
   /^<!-- snippet: [A-Za-z0-9._-]+ -->[ \t]*$/ {
     pending = $3
-    if (pending in seen) fail("snippet name \"" pending "\" used twice")
-    seen[pending] = 1
+    if (pending in seen) fail("snippet name \"" pending "\" used twice (also in " seen[pending] ")")
+    seen[pending] = FILENAME
     next
   }
   /^<!-- snippet:/ { fail("a snippet marker must read <!-- snippet: NAME --> (NAME: letters, digits, . _ -)") }
   END {
     if (failed) exit 1
-    if (pending != "") { printf "readme-snippets.sh: %s: the marker for \"%s\" ends the file\n", file, pending > "/dev/stderr"; exit 1 }
-    if (inside) { printf "readme-snippets.sh: %s: the snippet \"%s\" is never closed by a ``` fence\n", file, name > "/dev/stderr"; exit 1 }
-    if (want != "--list" && !found) { printf "readme-snippets.sh: %s has no snippet named \"%s\" (markers: <!-- snippet: NAME -->; --list shows them)\n", file, want > "/dev/stderr"; exit 1 }
+    unfinished()
+    if (want != "--list" && !found) { printf "doc-snippets.sh: no snippet named \"%s\" in README.md or docs/ (markers: <!-- snippet: NAME -->; --list shows them)\n", want > "/dev/stderr"; exit 1 }
     printf "%s", out
-  }' "$FILE"
+  }' "${FILES[@]}"
