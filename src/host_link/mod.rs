@@ -20,7 +20,7 @@
 //! cost is one failed `stat`.
 //!
 //! This module holds which links are read, per node OS, and what a reading
-//! found; following one candidate's links inside the root is [`walk`]'s.
+//! found; following one candidate's links inside the root is `walk`'s.
 
 mod walk;
 

@@ -19,7 +19,7 @@
 //! warnings' words (see `detect` or `detect --json`), and a backend that is
 //! partly readable (the decision's counts read both backends or neither).
 //!
-//! This module reads the snapshot; [`exposition`] writes it, one function
+//! This module reads the snapshot; `exposition` writes it, one function
 //! per metric family.
 
 mod exposition;
