@@ -101,6 +101,8 @@ read -r -a run_opts <<<"${IPTW_SUITE_RUN_OPTS:-}"
 docker run --name "$CONTAINER" "${DAEMON_PRIVILEGE[@]}" "${device[@]}" "${run_opts[@]}" \
   -v /var/lib/docker -v /root/.cargo -v /var/cache/iptables-wrapper-kube-proxy \
   -v "$SYSROOT:/opt/rust:ro" -v "$REPO_DIR:/repo:ro" \
-  "$SUITE_IMAGE" bash -c "$inner" inner "$@" || rc=$?
+  "$SUITE_IMAGE" bash -c "$inner" inner "$@" &
+# In the background, so that an interrupt removes the container at once.
+wait $! || rc=$?
 echo "test-in-container: exit $rc; time: image $((PREPARED - START))s, suite $((SECONDS - PREPARED))s, total $((SECONDS - START))s"
 exit "$rc"

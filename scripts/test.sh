@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: the Markdown files' relative links
-# (scripts/check-links.sh); the project's words, no session, round, lead or
-# issue number in the pages and comments, and README.md at most 250 lines
-# (scripts/check-words.sh); examples/daemonset.yaml against the Kubernetes
+# (scripts/check-links.sh); the pages and comments speak of the project
+# only, never of how its work was organised, and README.md has at most 250
+# lines (scripts/check-words.sh); examples/daemonset.yaml against the Kubernetes
 # schemas 1.28 to the newest and its promised properties
 # (scripts/check-daemonset.sh); the API docs without warnings (cargo doc); the
 # crate's style (cargo fmt --check, cargo clippy without warnings); unit
