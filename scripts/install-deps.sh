@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite (scripts/test.sh) needs on a Debian-like
 # machine, on top of a Rust toolchain installed with rustup (README.md,
-# "Before you start"):
+# "Two commands"):
 #   - Debian packages (scripts/apt-install.sh: only these, waiting for
 #     another apt's lock): iptables (both backends) and nftables, util-linux
 #     (unshare), strace (a test checks what a call looks at), qemu-user-static
@@ -43,7 +43,7 @@ if ((${#packages[@]})); then
 fi
 
 command -v cargo >/dev/null && command -v rustc >/dev/null || {
-    echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Before you start\")" >&2
+    echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Two commands\")" >&2
     exit 1
 }
 sysroot=$(rustc --print sysroot)
