@@ -23,7 +23,11 @@
 #   - nothing else: the repository is copied in (a read-only mount, copied
 #     to /src without target/ and dist/), the container and its volumes
 #     (the inner engine's images, cargo's downloads, the kube-proxy build
-#     cache) are removed at the end.
+#     cache, /src and /tmp) are removed at the end.
+# /src and /tmp are volumes, on this machine's own file system, not on the
+# container's root: on an engine whose storage driver is fuse-overlayfs a
+# rename over an existing name there is not atomic, and the test of
+# `install` beside concurrent callers saw the name missing.
 # The container gets the rights a daemon needs (lib.sh's DAEMON_PRIVILEGE:
 # every capability the engine can grant, no seccomp or AppArmor profile, the
 # cgroup tree) and the default network (apt, crates.io and PyPI are reached
@@ -99,7 +103,7 @@ log "running scripts/test.sh in $CONTAINER ($SUITE_IMAGE)"
 rc=0
 read -r -a run_opts <<<"${IPTW_SUITE_RUN_OPTS:-}"
 docker run --name "$CONTAINER" "${DAEMON_PRIVILEGE[@]}" "${device[@]}" "${run_opts[@]}" \
-  -v /var/lib/docker -v /root/.cargo -v /var/cache/iptables-wrapper-kube-proxy \
+  -v /var/lib/docker -v /root/.cargo -v /var/cache/iptables-wrapper-kube-proxy -v /src -v /tmp \
   -v "$SYSROOT:/opt/rust:ro" -v "$REPO_DIR:/repo:ro" \
   "$SUITE_IMAGE" bash -c "$inner" inner "$@" &
 # In the background, so that an interrupt removes the container at once.
