@@ -4,7 +4,8 @@
 # "Two commands"):
 #   - Debian packages (scripts/apt-install.sh: only these, waiting for
 #     another apt's lock): iptables (both backends) and nftables, util-linux
-#     (unshare), strace (a test checks what a call looks at), qemu-user-static
+#     (unshare), strace (a test checks what a call looks at), libcap2-bin
+#     (setcap: the non-root tests give backends file capabilities), qemu-user-static
 #     on x86_64 (the aarch64 binary's smoke, scripts/qemu-smoke.sh), and
 #     python3-venv where python3 cannot make a venv;
 #   - the Rust musl targets of both shipped architectures (.cargo/config.toml
@@ -25,7 +26,7 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
-    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace; do
+    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace setcap:libcap2-bin; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-aarch64-static; then packages+=(qemu-user-static); fi
