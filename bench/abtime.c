@@ -11,8 +11,8 @@
  * namespaces and settings are interleaved in one run, with no exec hop of
  * env(1) or ip-netns(8) added to any of them.
  *
- * Each round runs every command once (the order alternates between rounds, so
- * neither command always runs first), WARMUP rounds are discarded, RUNS rounds
+ * Each iteration runs every command once (the order alternates between iterations, so
+ * neither command always runs first), WARMUP iterations are discarded, RUNS iterations
  * are kept.  Commands are started with posix_spawn (no shell), stdin, stdout
  * and stderr on /dev/null, and timed from spawn to wait4 with CLOCK_MONOTONIC.
  * A command that exits non-zero aborts the measurement.

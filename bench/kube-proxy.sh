@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # kube-proxy's own figure: sync_proxy_rules_duration_seconds, wrapped and
-# direct, side by side in one run (issue 20 §1).
+# direct, side by side in one run.
 #
-#   sudo bash bench/kube-proxy.sh [--rounds N] [--syncs N]
+#   sudo bash bench/kube-proxy.sh [--iterations N] [--syncs N]
 #
 # One fresh network + mount namespace holds etcd and kube-apiserver on
 # loopback with the Services and EndpointSlices of
-# container-tests/kube-proxy/objects.sh (about 800 rules). Then, ROUNDS times
+# container-tests/kube-proxy/objects.sh (about 800 rules). Then, ITERATIONS times
 # (default 6), kube-proxy v1.20.2 (container-tests/kube-proxy-build.sh, cached)
 # runs once with the six command names linked to iptables-nft ("direct") and
 # once linked to the wrapper ("wrapped"), in alternating order (ABBA...), each
@@ -19,9 +19,9 @@
 # periodic sync to sample: its --iptables-sync-period only paces the canary
 # checks, and its forced resync is hourly.)
 #
-# Reported per round: the median sync of each side; then each side's median
-# of round medians, the wrapper's share (wrapped - direct) and the direct
-# side's run-to-run noise: the range (max - min) of its round medians.
+# Reported per iteration: the median sync of each side; then each side's median
+# of iteration medians, the wrapper's share (wrapped - direct) and the direct
+# side's run-to-run noise: the range (max - min) of its iteration medians.
 # Target: the wrapper's share <= the direct noise. Exits 1 if missed.
 #
 # SAFETY: every iptables and kube-proxy call runs inside the namespace made
@@ -30,12 +30,12 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 CT="$REPO/container-tests"
-ROUNDS=6
+ITERATIONS=6
 SYNCS=15
 
 if [[ "${1:-}" == --inside ]]; then
-    # inside OUT ROUNDS SYNCS: the measurement, in the namespace.
-    out="$2" ROUNDS="$3" SYNCS="$4"
+    # inside OUT ITERATIONS SYNCS: the measurement, in the namespace.
+    out="$2" ITERATIONS="$3" SYNCS="$4"
     # shellcheck source=../container-tests/kube-proxy/node.sh
     source "$CT/kube-proxy/node.sh"
     trap node_down EXIT
@@ -53,7 +53,7 @@ if [[ "${1:-}" == --inside ]]; then
             -H 'Content-Type: application/json-patch+json' \
             -d "[{\"op\": \"replace\", \"path\": \"/endpoints/0/conditions/ready\", \"value\": $ready}]" "$api"
     }
-    for ((r = 1; r <= ROUNDS; r++)); do
+    for ((r = 1; r <= ITERATIONS; r++)); do
         order=(direct wrapped)
         ((r % 2 == 0)) && order=(wrapped direct)
         for side in "${order[@]}"; do
@@ -70,7 +70,7 @@ if [[ "${1:-}" == --inside ]]; then
                     read -r c s < <(sync_stats)
                     ((c > c0)) && break
                 done
-                ((c == c0 + 1)) || { echo "round $r $side: toggle $k gave $((c - c0)) syncs" >&2; continue; }
+                ((c == c0 + 1)) || { echo "iteration $r $side: toggle $k gave $((c - c0)) syncs" >&2; continue; }
                 awk -v a="$s" -v b="$s0" 'BEGIN { printf "%.6f\n", (a - b) * 1000 }' >>"$dir/syncs.txt"
             done
             kp_stop
@@ -83,7 +83,7 @@ fi
 
 while (($#)); do
     case "$1" in
-        --rounds) ROUNDS="$2"; shift 2 ;;
+        --iterations) ITERATIONS="$2"; shift 2 ;;
         --syncs) SYNCS="$2"; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/kube-proxy.sh: unknown argument $1" >&2; exit 2 ;;
@@ -104,13 +104,13 @@ done
 cp "$WRAPPER" "$CMD_DIRS/wrapped/iptables-wrapper"
 "$CMD_DIRS/wrapped/iptables-wrapper" install --dir "$CMD_DIRS/wrapped" >/dev/null
 export KUBE_BIN CMD_DIRS
-unshare -n -m --propagation private bash "$0" --inside "$T/run" "$ROUNDS" "$SYNCS" >"$T/inside.log" 2>&1 \
+unshare -n -m --propagation private bash "$0" --inside "$T/run" "$ITERATIONS" "$SYNCS" >"$T/inside.log" 2>&1 \
     || { tail -30 "$T/inside.log" >&2; exit 1; }
 
 grep 'gave' "$T/inside.log" || true # toggles not sampled (not exactly one sync)
 
 # The report.
-awk -v rounds="$ROUNDS" -v syncs="$SYNCS" -v bin="$KUBE_BIN" '
+awk -v iterations="$ITERATIONS" -v syncs="$SYNCS" -v bin="$KUBE_BIN" '
 function median(a, n,    i, j, t) {
     for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -122,19 +122,19 @@ function median(a, n,    i, j, t) {
     lo[side, r] = v[1]; hi[side, r] = v[n]
 }
 END {
-    printf "kube-proxy v1.20.2 (%s), %d rounds of %d syncs per side, alternating; %d / %d nft rules (direct / wrapped)\n\n", bin, rounds, syncs, rules["direct"], rules["wrapped"]
-    print "| round | direct median ms (min-max) | wrapped median ms (min-max) |"
+    printf "kube-proxy v1.20.2 (%s), %d iterations of %d syncs per side, alternating; %d / %d nft rules (direct / wrapped)\n\n", bin, iterations, syncs, rules["direct"], rules["wrapped"]
+    print "| iteration | direct median ms (min-max) | wrapped median ms (min-max) |"
     print "|---|---|---|"
-    for (r = 1; r <= rounds; r++) {
+    for (r = 1; r <= iterations; r++) {
         printf "| %d | %.2f (%.2f-%.2f, %d syncs) | %.2f (%.2f-%.2f, %d syncs) |\n", r, med["direct", r], lo["direct", r], hi["direct", r], cnt["direct", r], med["wrapped", r], lo["wrapped", r], hi["wrapped", r], cnt["wrapped", r]
         d[r] = med["direct", r]; w[r] = med["wrapped", r]
     }
     dmin = dmax = d[1]
-    for (r = 1; r <= rounds; r++) { if (d[r] < dmin) dmin = d[r]; if (d[r] > dmax) dmax = d[r] }
-    dm = median(d, rounds); wm = median(w, rounds)
+    for (r = 1; r <= iterations; r++) { if (d[r] < dmin) dmin = d[r]; if (d[r] > dmax) dmax = d[r] }
+    dm = median(d, iterations); wm = median(w, iterations)
     share = wm - dm; noise = dmax - dmin
-    printf "\ndirect: median of round medians %.2f ms, run-to-run noise (range of round medians) %.2f ms (%.2f-%.2f)\n", dm, noise, dmin, dmax
-    printf "wrapped: median of round medians %.2f ms; the wrapper'"'"'s share of a sync: %+.2f ms (%+.1f%%)\n", wm, share, dm ? 100 * share / dm : 0
+    printf "\ndirect: median of iteration medians %.2f ms, run-to-run noise (range of iteration medians) %.2f ms (%.2f-%.2f)\n", dm, noise, dmin, dmax
+    printf "wrapped: median of iteration medians %.2f ms; the wrapper'"'"'s share of a sync: %+.2f ms (%+.1f%%)\n", wm, share, dm ? 100 * share / dm : 0
     ok = share <= noise
     printf "target: share <= direct noise: %s\n", ok ? "met" : "MISSED"
     exit !ok

@@ -12,10 +12,10 @@
 # are never touched or consulted.  Exits non-zero when a target is missed.
 #
 # Environment knobs (defaults in brackets):
-#   BENCH_RUNS [400]       rounds per row for the -V comparisons
-#   BENCH_WARMUP [20]      discarded rounds before those
-#   BENCH_SLOW_RUNS [7]    rounds per row when save-and-count is measured
-#   BENCH_LONG_RUNS [3]    rounds (no warm-up) for the first calls at BENCH_LONG rules
+#   BENCH_RUNS [400]       iterations per row for the -V comparisons
+#   BENCH_WARMUP [20]      discarded iterations before those
+#   BENCH_SLOW_RUNS [7]    iterations per row when save-and-count is measured
+#   BENCH_LONG_RUNS [3]    iterations (no warm-up) for the first calls at BENCH_LONG rules
 #   BENCH_LONG [100000]    the long chain's size (BENCH_LONG_HALF [50000] the smaller),
 #                          and the larger kube-proxy-like tie
 #   BENCH_LARGE [50000]    the large rule-set size (BENCH_SMALL [1000] the small)
@@ -220,12 +220,12 @@ probe_call() {  # ns setup
 # One row of the table.  Cases A-D compare with the backend's own -V (target:
 # the ratio); case E compares with save-and-count on the same state; case F
 # (one long chain, bound by the kernel's rule dump) with the backend's own
-# iptables-nft-save of the same ruleset, timed in the same rounds, and shows
+# iptables-nft-save of the same ruleset, timed in the same iterations, and shows
 # save-and-count beside it; both show the backend's -V for scale; case G (a
 # repeated call) compares with the save-and-count time of the E or F row just
 # before it, on the same state.
-measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
-    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 rounds=${7:-$SLOW_RUNS}
+measure() {  # case ns state setup expected target [iterations [warm-up iterations]]
+    local case=$1 ns=$2 state=$3 setup=$4 expected=$5 target=$6 iterations=${7:-$SLOW_RUNS}
     local got execs before after debug line result notes=()
     log "case $case: $state, $setup"
 
@@ -244,9 +244,9 @@ measure() {  # case ns state setup expected target [rounds [warm-up rounds]]
             cmds+=(::: /bin/bash -c "$save_count")
             # F: iptables-nft-save alone, the floor of what the kernel's dump costs.
             [[ $case == F* ]] && cmds+=(::: "$SBIN/iptables-nft-save")
-            runs=$rounds warmup=${8:-1}
+            runs=$iterations warmup=${8:-1}
             ;;
-        G*) runs=$rounds warmup=1 ;;
+        G*) runs=$iterations warmup=1 ;;
     esac
     local out t
     out=$(run_as "$ns" "$setup" "$WORK/abtime" -w "$warmup" -n "$runs" -- "${cmds[@]}")
@@ -461,19 +461,19 @@ write_report() {
         echo "mark); $(k "$LARGE") rules make $(grep -c '^:KUBE' "$WORK/rules-$LARGE.v4") user chains. \"L\" and \"N\" count the"
         echo "\`-A\` lines of iptables-legacy-save and iptables-nft-save (IPv4; IPv6 empty)."
         echo
-        echo "Times are medians over interleaved rounds (\`bench/abtime.c\`: posix_spawn, no"
-        echo "shell; $RUNS rounds after $WARMUP warm-up for -V, $SLOW_RUNS for case E)."
+        echo "Times are medians over interleaved iterations (\`bench/abtime.c\`: posix_spawn, no"
+        echo "shell; $RUNS iterations after $WARMUP warm-up for -V, $SLOW_RUNS for case E)."
         echo "*wrapper*: \`iptables -V\` through the wrapper's link; *backend*: the picked"
         echo "backend's own \`iptables-<mode> -V\`; *save-and-count*: \`iptables-legacy-save\`,"
         echo "\`iptables-nft-save\`, \`ip6tables-legacy-save\`, \`ip6tables-nft-save\` each"
         echo "piped to \`grep -c '^-A'\` (what earlier wrappers do before running the backend)."
         echo "Ratio: wrapper / backend for A-D, wrapper / save-and-count for E and G,"
-        echo "wrapper / \`iptables-nft-save\` alone (timed in the same rounds) for F: one long"
+        echo "wrapper / \`iptables-nft-save\` alone (timed in the same iterations) for F: one long"
         echo "chain is bound by the kernel's GETRULE dump, which the backend's own save pays too."
         echo "E and F are first calls (*first*: no runtime directory, so nothing is cached and"
-        echo "every round counts afresh); G repeats the call on an unchanged ruleset with the"
-        echo "count cache (*auto*: a private runtime directory; the warm-up round fills it)."
-        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`). $LONG_RUNS rounds without warm-up for"
+        echo "every iteration counts afresh); G repeats the call on an unchanged ruleset with the"
+        echo "count cache (*auto*: a private runtime directory; the warm-up iteration fills it)."
+        echo "One long chain (IPv4, \`bench/gen-long-chain.awk\`). $LONG_RUNS iterations without warm-up for"
         echo "the first calls at $(k "$LONG") (both shapes); G reuses the save-and-count time of the row before it."
         echo "*decided in*: the time the wrapper logs for its decision at \`debug\` (one call)."
         echo "*execs*: execve calls in one wrapped call (strace -f), the wrapper's own included."
@@ -488,7 +488,7 @@ write_report() {
         [[ -n ${KP_GROWTH:-} ]] && echo "First call, kube-proxy-like tie, $(k "$LONG") over $(k "$LARGE"): ${KP_GROWTH}x (reported)" && echo
         if [[ -n ${LONG_WRAPPER_US:-} ]]; then
             echo "First call, one long user chain, $(k "$LONG") + $(k "$LONG"): the wrapper $(ms "$LONG_WRAPPER_US") ms against"
-            echo "$(ms "$LONG_NFT_SAVE_US") ms for \`iptables-nft-save\` alone in the same rounds ($(ratio "$LONG_WRAPPER_US" "$LONG_NFT_SAVE_US")x): both pay the kernel's"
+            echo "$(ms "$LONG_NFT_SAVE_US") ms for \`iptables-nft-save\` alone in the same iterations ($(ratio "$LONG_WRAPPER_US" "$LONG_NFT_SAVE_US")x): both pay the kernel's"
             echo "GETRULE dump, whose every batch walks the chain from its start."
         fi
         echo

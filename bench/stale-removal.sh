@@ -9,13 +9,13 @@
 #    namespace, one transaction); prints the seconds it took.
 # 2. legacy direction: the same number of stale legacy rules.
 # 3. A legacy writer that bypasses the lock (its own XTABLES_LOCKFILE) adding
-#    rules beside ROUNDS (default 20) removals: how many of the rules it was
+#    rules beside ITERATIONS (default 20) removals: how many of the rules it was
 #    told were added are in neither a backup nor the kernel afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wrapper=${1:-target/x86_64-unknown-linux-musl/release/iptables-wrapper}
 rules=${RULES:-55000}
-rounds=${ROUNDS:-20}
+iterations=${ITERATIONS:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/host/etc/alternatives"
@@ -68,4 +68,4 @@ unshare -n bash -c '
         grep -qF -- "-s $rule " "$0/backups" "$0/kernel" || lost=$((lost + 1))
     done <"$0/added"
     echo "a writer bypassing the xtables lock beside $2 removals: $lost of $total rules lost"
-' "$work" "$(realpath "$wrapper")" "$rounds"
+' "$work" "$(realpath "$wrapper")" "$iterations"

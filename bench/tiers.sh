@@ -5,7 +5,7 @@
 # against the stand-in alone and the stand-in behind one bare exec hop
 # (bench/exec-hop.c, the floor of any wrapper that decides, then execs).
 #
-#   sudo bash bench/tiers.sh [--rounds N] [--faults] [--real] [BINARY...]
+#   sudo bash bench/tiers.sh [--iterations N] [--faults] [--real] [BINARY...]
 #
 # --real: behind the real iptables-legacy instead of the stand-in (the
 # tiers that pick legacy: the override, the host link to legacy, C), against
@@ -16,7 +16,7 @@
 # namespace; B, the hint chain in nft; C, the hint chain in legacy only; D, no
 # legacy table; each with 1,000 kube-proxy-like rules per backend that has
 # rules (bench/gen-rules.awk). All commands of all tiers run interleaved in
-# one bench/abtime.c run (N rounds, default 2000), so background load hits
+# one bench/abtime.c run (N iterations, default 2000), so background load hits
 # them alike. Prints, per command, the median wall time and the median CPU
 # time (user + system, from wait4) in microseconds, and each build's figure
 # over the stand-in alone; --faults adds each tier's page faults (perf stat,
@@ -30,7 +30,7 @@ set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$BENCH_DIR")
-ROUNDS=2000
+ITERATIONS=2000
 FAULTS=
 REAL=
 BINARIES=()
@@ -41,14 +41,14 @@ die() { echo "tiers.sh: $*" >&2; exit 1; }
 
 while (($#)); do
     case $1 in
-        --rounds) ROUNDS=${2:?--rounds needs a number}; shift 2 ;;
+        --iterations) ITERATIONS=${2:?--iterations needs a number}; shift 2 ;;
         --faults) FAULTS=1; shift ;;
         --real) REAL=1; shift ;;
-        -*) die "unknown option '$1' (expected --rounds N, --faults, --real, or binaries)" ;;
+        -*) die "unknown option '$1' (expected --iterations N, --faults, --real, or binaries)" ;;
         *) [[ -x $1 ]] || die "$1: not an executable file"; BINARIES+=("$(realpath "$1")"); shift ;;
     esac
 done
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds $ROUNDS: expected a positive whole number"
+[[ $ITERATIONS =~ ^[1-9][0-9]*$ ]] || die "--iterations $ITERATIONS: expected a positive whole number"
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces, iptables)"
 ((${#BINARIES[@]} <= 2)) || die "at most two builds (bench/abtime.c times at most 16 commands at once)"
 for tool in gcc ip iptables-legacy iptables-nft; do
@@ -141,11 +141,11 @@ done
 
 echo "builds:"
 for i in "${!BINARIES[@]}"; do echo "  $i: ${BINARIES[$i]} ($(stat -c %s "${BINARIES[$i]}") bytes)"; done
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS interleaved rounds"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $ITERATIONS interleaved iterations"
 echo
 echo "| command | wall µs | CPU µs | wall over the $FLOOR | CPU over the $FLOOR |"
 echo "|---|---:|---:|---:|---:|"
-env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$WORK/abtime" -w 50 -n "$ROUNDS" -- "${args[@]}" \
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$WORK/abtime" -w 50 -n "$ITERATIONS" -- "${args[@]}" \
     | paste -d'\t' <(printf '%s\n' "${names[@]}") - \
     | awk -F'\t' 'NR == 1 { w0 = $2; c0 = $7 }
         { printf "| %s | %.1f | %.1f | %s | %s |\n", $1, $2, $7,

@@ -21,7 +21,7 @@
 #   alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi
 #                   bookworm laid out as that distribution lays out iptables,
 #                   with a stub of its package manager (distro-sim.sh), for
-#                   the README's recipes (distro-recipes.sh, scenario 13)
+#                   the recipes of README.md and docs/images/ (distro-recipes.sh, scenario 13)
 #
 # IPTW_BASE_SOURCE selects where the Debian root file systems come from:
 #   local (default)  mmdebstrap from this machine's configured apt sources,
@@ -31,7 +31,7 @@
 # Images are tagged with a content key of their recipe, so an unchanged recipe
 # is never rebuilt, and also by name alone (iptables-wrapper-base:bookworm,
 # :bullseye, :trixie, :distroless, :distroless-src, :dind, :nonroot), the
-# newest build of each, so that the README's recipes can be built offline
+# newest build of each, so that the recipes (README.md, docs/images/) can be built offline
 # from them (`FROM iptables-wrapper-base:bookworm` for `FROM
 # debian:bookworm-slim`: minbase with iptables, no registry).
 set -euo pipefail

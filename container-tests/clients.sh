@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real clients through the wrapper (issue 20 §1): ufw, firewalld
+# The real clients through the wrapper: ufw, firewalld
 # (FirewallBackend=iptables), fail2ban, wg-quick, ferm and podman with
 # netavark, each installed from Debian's packages (the `clients` image of
 # build-base.sh), run unchanged in fresh containers (their own network

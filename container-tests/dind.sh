@@ -136,8 +136,8 @@ done
 ENGINE_UP=$SECONDS
 
 # What run-matrix.sh needs, copied in (no bind mount: the engine may be remote);
-# README.md for the recipes of scenario 13.
-tar -C "$REPO_DIR" --exclude=container-tests/.cache -cf - Dockerfile Dockerfile.test .dockerignore README.md container-tests \
+# README.md and docs/ for the recipes printed there.
+tar -C "$REPO_DIR" --exclude=container-tests/.cache -cf - Dockerfile Dockerfile.test .dockerignore README.md docs container-tests \
   | docker exec -i "$CONTAINER" sh -c 'mkdir -p /src && tar -C /src -xf -'
 docker cp "$IPTW_WRAPPER" "$CONTAINER:/src/iptables-wrapper" >/dev/null
 if [[ ${#LOAD_IMAGES[@]} -gt 0 ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the README's Dockerfile recipes for each distribution as printed
-# (found by their markers, container-tests/readme-snippets.sh), on images
+# Builds the Dockerfile recipes for each distribution as printed (Debian's
+# in README.md, each other's on its page in docs/images/; found by their
+# markers, container-tests/doc-snippets.sh), on images
 # laid out as those distributions lay out iptables (distro-sim.sh; no
 # registry here), then runs the host states of the matrix in each.
 #
@@ -50,19 +51,20 @@ cp "$CT_DIR/in-container.sh" "$WORK/helper/container-tests/in-container.sh"
 
 # recipe NAME: build and check one recipe; its log goes to stdout.
 recipe() {
-  local name="$1" base printed="$WORK/$1.printed" dockerfile="$WORK/$1.Dockerfile"
+  local name="$1" base page printed="$WORK/$1.printed" dockerfile="$WORK/$1.Dockerfile"
   local image="iptables-wrapper-recipe:$1-$RUN" test_image="$TEST_REPO:recipe-$1-$RUN"
   base="$("$CT_DIR/build-base.sh" "$(base_of "$name")" | awk '{print $2}')" || return 1
   [[ -n "$base" ]] || return 1
-  "$CT_DIR/readme-snippets.sh" "$name" >"$printed" || return 1
+  "$CT_DIR/doc-snippets.sh" "$name" >"$printed" || return 1
+  page="$("$CT_DIR/doc-snippets.sh" --list | awk -v name="$name" '$1 == name { print $3 }')"
   # The stand-ins: the first FROM's image, and the wrapper image; nothing else.
   sed -e "0,/^FROM [^ ]*/s##FROM $base#" \
     -e "s#--from=iptables-wrapper\\([[:space:]]\\)#--from=$WRAPPER_IMAGE\\1#" "$printed" >"$dockerfile"
-  echo "recipe '$name' from README.md, image names replaced:"
+  echo "recipe '$name' from $page, image names replaced:"
   diff "$printed" "$dockerfile" | sed -n 's/^[<>]/  &/p' || true
   MADE+=("$image" "$test_image")
   quietly docker build --force-rm --network none -t "$image" -f "$dockerfile" "$REPO_DIR" \
-    || { echo "FAIL: recipe '$name' does not build as printed in README.md"; return 1; }
+    || { echo "FAIL: recipe '$name' does not build as printed in $page"; return 1; }
   printf 'FROM %s\nCOPY container-tests/in-container.sh /usr/local/bin/wrapper-test\n' "$image" >"$WORK/helper/Dockerfile"
   quietly docker build --force-rm -t "$test_image" "$WORK/helper" || return 1
   # Every step returns its failure: this function runs as an `if`'s

@@ -1,5 +1,5 @@
 # A Debian image laid out as another distribution lays out iptables
-# (distro-sim.sh), for the README's recipes. Built by build-base.sh.
+# (distro-sim.sh), for the recipes of docs/images/. Built by build-base.sh.
 ARG SRC
 FROM ${SRC}
 ARG DISTRO

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Lays out a Debian root (with Debian's iptables package) as another
-# distribution lays out its iptables, for the README's recipes to be built
+# distribution lays out its iptables, for the recipes of docs/images/ to be built
 # on as printed (no registry here). Run inside the image being built, by
 # distro-sim.Dockerfile:
 #

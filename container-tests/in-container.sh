@@ -500,19 +500,19 @@ cmd_restore() {
 # concurrent N: N wrapper calls at once (iptables -V and ip6tables -V
 # alternately) with debug logging while the driver flips the host link; each
 # must succeed, and the mode its decision logged must be the backend that
-# answered. A round whose calls all saw the same mode did not overlap a flip
-# and proves little, so rounds are repeated (at most 5) until one saw both.
+# answered. An iteration whose calls all saw the same mode did not overlap a
+# flip and proves little, so iterations are repeated (at most 5) until one saw both.
 cmd_concurrent() {
-  local n="$1" round=1
-  while ! concurrent_round "$n" "$round"; do
-    [ "$round" -lt 5 ] || fail "in 5 rounds of $n calls no round saw the host link flip"
-    round=$((round + 1))
+  local n="$1" iteration=1
+  while ! concurrent_iteration "$n" "$iteration"; do
+    [ "$iteration" -lt 5 ] || fail "in 5 iterations of $n calls none saw the host link flip"
+    iteration=$((iteration + 1))
   done
 }
 
-# concurrent_round N ROUND: one round; fails the script on a bad call, returns
+# concurrent_iteration N ITERATION: one iteration; fails the script on a bad call, returns
 # 1 when all calls used the same mode.
-concurrent_round() {
+concurrent_iteration() {
   local n="$1" i=0 name rc logged nft=0 legacy=0
   rm -f "$WORK"/call.*
   while [ "$i" -lt "$n" ]; do
@@ -540,7 +540,7 @@ concurrent_round() {
     if [ "$logged" = nft ]; then nft=$((nft + 1)); else legacy=$((legacy + 1)); fi
     i=$((i + 1))
   done
-  ok "round $2: $n concurrent calls succeeded, each ran the mode it logged ($nft nft, $legacy legacy)"
+  ok "iteration $2: $n concurrent calls succeeded, each ran the mode it logged ($nft nft, $legacy legacy)"
   [ "$nft" -gt 0 ] && [ "$legacy" -gt 0 ]
 }
 

@@ -40,7 +40,7 @@
 # 5. `go build` of cmd/kube-proxy, cmd/kube-apiserver and cmd/kubectl, static
 #    (CGO_ENABLED=0), under nice with GOMAXPROCS=2 and -p 2, the version
 #    stamped as v1.20.2, -trimpath (so the Go cache serves any tree path).
-#    Measured on this 2-core machine shared with other sessions (load 7-12):
+#    Measured on a 2-core virtual machine shared with other builds (load 7-12):
 #    818 s from an empty Go cache (kube-proxy 297 s, kube-apiserver 436 s,
 #    kubectl 45 s, the rest unpacking and openapi-gen), 91 s for a new key
 #    whose sources changed only in kubectl, well under a second when cached.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real kube-proxy (v1.20.2, iptables mode) through the wrapper, compared
-# with the same kube-proxy on plain iptables-nft (issue 20 §1).
+# with the same kube-proxy on plain iptables-nft.
 #
 #   bash container-tests/kube-proxy.sh [--families "ipv4 dual"] [--wrong-backend] [--keep DIR]
 #
@@ -32,7 +32,7 @@
 # Then, ipv4 only:
 #   upgrade  legacy holds an old kube-proxy's rules (the same kube-proxy run
 #            first on iptables-legacy*, then stopped), the host's link says
-#            nft (a host root whose etc/alternatives/ip{,6}tables lead to
+#            nft (a host root whose etc/alternatives/ip{,6}tables point to
 #            iptables-nft, IPTABLES_WRAPPER_HOST_ROOT): kube-proxy through the
 #            wrapper must write nft, and `iptables-wrapper stale --remove`, run
 #            while it runs, must exit 0 and leave legacy empty; kube-proxy's

@@ -5,17 +5,18 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST] [--recipes LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..14 (see scenario.sh); recipes: the README's Dockerfile
-# snippets by marker that scenario 13 does not build (container-tests/readme-snippets.sh --list), each built
-# as printed from the repository root and checked by readme-recipe.sh, or
-# none. Default: all of each (recipes: none when there is no README.md beside
-# container-tests, as inside dind.sh). With bookworm or distroless in the
-# run, the example DaemonSet's containers also run there, without a shell, as
-# a node would run them (daemonset-check.sh). Scenarios 1-8 and
+# scenarios 1..14 (see scenario.sh); recipes: the Dockerfile snippets by
+# marker in README.md and docs/ that scenario 13 does not build
+# (container-tests/doc-snippets.sh --list), each built as printed from the
+# repository root and checked by doc-recipe.sh, or none. Default: all of each
+# (recipes: none when there is no README.md beside container-tests). With
+# bookworm or distroless in the run, the example DaemonSet's containers also
+# run there, without a shell, as a node would run them (daemonset-check.sh).
+# Scenarios 1-8 and
 # 11 run in every flavour; 9 (Docker's engine as a client) and 10 (a non-root
 # image) each need an image of their own and run once, in it; 12 (every node
 # OS's host layout: it tests the host side, not the image) runs once, in
-# bookworm; 13 builds the README's recipe for each distribution as printed,
+# bookworm; 13 builds the recipe for each distribution as printed (README.md, docs/images/),
 # on images laid out as those distributions do (distro-recipes.sh), and runs
 # the host states in each; 14 (the real clients: ufw, firewalld, fail2ban,
 # wg-quick, ferm, podman with netavark, from Debian's packages, wrapped and
@@ -51,14 +52,14 @@ FLAVOURS=("${ALL_FLAVOURS[@]}")
 SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
 RECIPES=()
 if [[ -r "$REPO_DIR/README.md" ]]; then
-  # A broken marker fails the run here; a README without any marked
+  # A broken marker fails the run here; pages without any other marked
   # Dockerfile snippet would leave its recipes unchecked, so that fails too.
-  snippets="$("$CT_DIR/readme-snippets.sh" --list)"
+  snippets="$("$CT_DIR/doc-snippets.sh" --list)"
   # Scenario 13 builds each distribution's recipe (distro-recipes.sh
   # --names); the rest are built here.
   distro_recipes=" $("$CT_DIR/distro-recipes.sh" --names | tr '\n' ' ') "
   mapfile -t RECIPES < <(awk -v skip="$distro_recipes" '$2 == "dockerfile" && index(skip, " " $1 " ") == 0 { print $1 }' <<<"$snippets")
-  [[ ${#RECIPES[@]} -gt 0 ]] || die "README.md has no Dockerfile snippet marked <!-- snippet: NAME --> (readme-snippets.sh --list)"
+  [[ ${#RECIPES[@]} -gt 0 ]] || die "README.md and docs/ have no Dockerfile snippet marked <!-- snippet: NAME --> besides scenario 13's (doc-snippets.sh --list)"
 fi
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -221,12 +222,12 @@ for s in "${SOLO_SCENARIOS[@]}"; do run_cell "${SOLO_IMAGE[$s]}" "$s"; done
 for recipe in "${RECIPES[@]}"; do
   cell_start=$SECONDS
   CELLS+=("recipe,$recipe")
-  if "$CT_DIR/readme-recipe.sh" "$recipe" "$WRAPPER_IMAGE" >"$LOGS/recipe-$recipe.log" 2>&1; then
+  if "$CT_DIR/doc-recipe.sh" "$recipe" "$WRAPPER_IMAGE" >"$LOGS/recipe-$recipe.log" 2>&1; then
     RESULT[recipe,$recipe]=pass; passed=$((passed + 1))
   else
     RESULT[recipe,$recipe]=FAIL; failed=$((failed + 1))
   fi
-  log "README recipe $recipe: ${RESULT[recipe,$recipe]} ($((SECONDS - cell_start))s)"
+  log "recipe $recipe (README.md, docs/): ${RESULT[recipe,$recipe]} ($((SECONDS - cell_start))s)"
 done
 # The example DaemonSet's containers as a node runs them, on a node whose /
 # is a private mount, from the bookworm (the README's Debian recipe) and
@@ -252,7 +253,7 @@ if [[ "$DISTRO_RECIPES" == 1 ]]; then
   else
     RESULT[recipes,13]=FAIL; failed=$((failed + 1))
   fi
-  log "README recipes, scenario 13: ${RESULT[recipes,13]} ($((SECONDS - cell_start))s)"
+  log "distribution recipes, scenario 13: ${RESULT[recipes,13]} ($((SECONDS - cell_start))s)"
 fi
 
 # Failed cells' logs, then the table.
@@ -275,7 +276,7 @@ for s in "${SOLO_SCENARIOS[@]}"; do
   printf '%-14s %5s: %s\n' "${SOLO_IMAGE[$s]}" "$s" "${RESULT[${SOLO_IMAGE[$s]},$s]}"
 done
 for recipe in "${RECIPES[@]}"; do
-  printf 'README recipe %s (built as printed): %s\n' "$recipe" "${RESULT[recipe,$recipe]}"
+  printf 'recipe %s (built as printed from its page): %s\n' "$recipe" "${RESULT[recipe,$recipe]}"
 done
 for flavour in "${DAEMONSET_CELLS[@]}"; do
   printf 'examples/daemonset.yaml, its containers as a node runs them, in %s: %s\n' "$flavour" "${RESULT[daemonset,$flavour]}"
@@ -287,7 +288,7 @@ echo "           9 Docker's engine starts in the stale-legacy state (own image),
 echo "           10 non-root user, backends with file capabilities (own image),"
 echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
 echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm),"
-echo "           13 the README's recipes (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3,"
+echo "           13 the distribution recipes of README.md and docs/images/ (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3,"
 echo "           14 real clients from Debian's packages, wrapped and direct, in three host states (clients image, clients.sh)"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"

@@ -11,7 +11,7 @@
 # never touched. Steps inside the container are `wrapper-test` commands
 # (in-container.sh). Exit 0 when the scenario passed.
 #
-# Scenarios (issues 3 and 7):
+# Scenarios:
 #   1 host on legacy   2 host on nft   3 upgrade without restart
 #   4 stale legacy rules outnumber nft   5 IPTABLES_MODE   6 restore/save
 #   7 = 1-6, 8 and 11 again with a read-only root file system
@@ -20,13 +20,13 @@
 #     the dind image: Debian's docker.io and the wrapper as its iptables)
 #   10 a non-root user, backends with file capabilities (needs the nonroot
 #     image, nonroot.Dockerfile)
-#   11 the upgrade's stale legacy state removed without a reboot (issue 14)
+#   11 the upgrade's stale legacy state removed without a reboot
 #   only-nft an image with iptables-nft alone (distro-recipes.sh, UBI 9)
 #   12 every node OS's host layout (host-layouts.sh), the host's / mounted
 #      read-only at /host as the DaemonSet mounts it, in the three states of
-#      1-3: on legacy, on nft, switched to nft without a restart (issue 19)
+#      1-3: on legacy, on nft, switched to nft without a restart
 #   14 the real clients (clients.sh: its own cells, containers and report;
-#      needs the clients image) (issue 20)
+#      needs the clients image)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/host-layouts.sh"
@@ -172,7 +172,7 @@ scenario_8() { # 50 concurrent calls while the host link flips
   kill "$FLIPPER"; wait "$FLIPPER" 2>/dev/null || true; FLIPPER=""
 }
 
-scenario_9() { # Docker's engine as a client, started in the stale-legacy state (issue 7)
+scenario_9() { # Docker's engine as a client, started in the stale-legacy state
   # An inner dockerd needs more than iptables does (lib.sh).
   PRIVILEGE=("${DAEMON_PRIVILEGE[@]}")
   start
@@ -183,7 +183,7 @@ scenario_9() { # Docker's engine as a client, started in the stale-legacy state 
   ctr dockerd-chains nft
 }
 
-scenario_10() { # a non-root image, backends with file capabilities (issue 7)
+scenario_10() { # a non-root image, backends with file capabilities
   # Only what iptables needs: the backends get CAP_NET_ADMIN and CAP_NET_RAW
   # from their files, which the kernel grants only within the bounding set
   # (it refuses to exec them otherwise). Group 0 lets the user read
@@ -220,7 +220,7 @@ scenario_10() { # a non-root image, backends with file capabilities (issue 7)
   ctr quiet nft
 }
 
-scenario_11() { # the upgrade's stale legacy state removed without a reboot (issue 14)
+scenario_11() { # the upgrade's stale legacy state removed without a reboot
   start
   host_link legacy
   ctr hint legacy
@@ -301,7 +301,7 @@ scenario_7() { # everything again on a read-only root file system
   [[ ${#failed[@]} -eq 0 ]] || { echo "read-only failures: ${failed[*]}"; return 1; }
 }
 
-scenario_14() { # the real clients, wrapped and direct (issue 20)
+scenario_14() { # the real clients, wrapped and direct
   "$CT_DIR/clients.sh" "$IMAGE"
 }
 

@@ -3,14 +3,14 @@
 # `detect` only reads: it creates no table and changes no kernel state.
 #
 # Needs a Rust toolchain first (cargo and rustc, installed with rustup; see
-# "Before you start" in README.md). Installs only what this needs: Debian's
+# "Two commands" in README.md). Installs only what this needs: Debian's
 # iptables package (the two backends, which `detect` reads through when the
 # kernel cannot be asked directly) and this machine's musl target (rustup
 # target add). What the test suite needs besides is scripts/install-deps.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || {
-    echo "detect.sh: cargo is not installed: install a Rust toolchain with rustup first (README.md, \"Before you start\")" >&2
+    echo "detect.sh: cargo is not installed: install a Rust toolchain with rustup first (README.md, \"Two commands\")" >&2
     exit 1
 }
 # has_tool NAME: NAME is a command here, /usr/sbin and /sbin included.

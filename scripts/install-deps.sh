@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the test suite (scripts/test.sh) needs on a Debian-like
 # machine, on top of a Rust toolchain installed with rustup (README.md,
-# "Before you start"):
+# "Two commands"):
 #   - Debian packages (scripts/apt-install.sh: only these, waiting for
 #     another apt's lock): iptables (both backends) and nftables, util-linux
-#     (unshare), strace (a test checks what a call looks at), qemu-user-static
-#     on x86_64 (the cross binaries' smoke and unit tests,
+#     (unshare), strace (a test checks what a call looks at), libcap2-bin
+#     (setcap: the non-root tests give backends file capabilities),
+#     qemu-user-static on x86_64 (the cross binaries' smoke and unit tests,
 #     scripts/qemu-smoke.sh and scripts/qemu-lib-tests.sh), the cross gcc
 #     and libc of armv7, ppc64le, riscv64 and s390x (their static glibc
 #     builds link with it), python3-venv where python3 cannot make a venv,
@@ -28,7 +29,8 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
-    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus; do
+    xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus \
+    setcap:libcap2-bin; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-s390x-static; then packages+=(qemu-user-static); fi
@@ -53,7 +55,7 @@ if ((${#packages[@]})); then
 fi
 
 command -v cargo >/dev/null && command -v rustc >/dev/null || {
-    echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Before you start\")" >&2
+    echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Two commands\")" >&2
     exit 1
 }
 sysroot=$(rustc --print sysroot)

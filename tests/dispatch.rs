@@ -536,7 +536,7 @@ fn install_under_concurrent_callers() {
                     .output()
                     .unwrap();
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-                // Alternate the link text so every round really replaces it.
+                // Alternate the link text so every iteration really replaces it.
                 for name in ["iptables", "ip6tables-save"] {
                     let tmp = bin.join(format!("{name}.tmp"));
                     std::os::unix::fs::symlink(WRAPPER, &tmp).unwrap();

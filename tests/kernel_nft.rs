@@ -439,7 +439,7 @@ fn load_both_cpus() -> (
     (running, spinners)
 }
 
-/// Counts IPv4 over and over (at most `rounds` times, `seconds` at most)
+/// Counts IPv4 over and over (at most `rounds` iterations, `seconds` at most)
 /// while `writer` runs beside two busy threads; returns (right, unknown,
 /// the wrong counts). Every state `writer` commits holds `expected` rules.
 fn counts_beside(writer: &str, expected: u64, rounds: usize, seconds: u64) -> (usize, usize, Vec<u64>) {

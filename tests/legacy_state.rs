@@ -19,7 +19,7 @@ fn decided_by(node: &Node) -> (String, String) {
     )
 }
 
-/// Issue 13, 4: a fresh nft node where something listed legacy tables
+/// A fresh nft node where something listed legacy tables
 /// (leaving them empty) and go-iptables made the lock 0600. No rules
 /// anywhere: the lock has no legacy state to stand beside, so the default
 /// decides nft, and a call goes to nft.
@@ -57,7 +57,7 @@ fn empty_legacy_tables_and_a_0600_lock_are_no_legacy_trace() {
     assert_eq!(decided_by(&node), ("nft".into(), "default".into()));
 }
 
-/// Issue 14, 5: with the host on nft, a legacy `FORWARD DROP` without a
+/// With the host on nft, a legacy `FORWARD DROP` without a
 /// single rule still drops forwarded traffic: detect and a call's warnings
 /// see it, and name the command that shows and removes it.
 #[test]

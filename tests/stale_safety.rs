@@ -322,7 +322,7 @@ fn rounds() -> usize {
 
 /// Runs `writer` (one call per `i`, reporting the rules that call was told
 /// were added) in the node's namespace until stopped, while `stale --remove`
-/// runs `rounds` times; then checks that every rule a writer was told was
+/// runs `rounds` iterations; then checks that every rule a writer was told was
 /// added is in some backup or in the kernel. Returns (rules written,
 /// removals that emptied something).
 fn race_writer(

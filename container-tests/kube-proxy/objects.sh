@@ -14,8 +14,8 @@
 #                             EndpointSlices (needs the IPv6DualStack gate)
 # EXTRA (a number, default 0) adds that many endpoints to svc-0: the harness
 # applies EXTRA=3 during a run to make kube-proxy sync a change.
-# OBJ_AFFINITY=0 in the environment leaves out svc-3's ClientIP session
-# affinity (its `-m recent` rules).
+# OBJ_AFFINITY=0 in the environment leaves out svc-3's
+# ClientIP session affinity (its `-m recent` rules).
 #
 # Addresses come from ranges reserved for documentation and benchmarks
 # (198.18.0.0/15, 198.51.100.0/24, 2001:db8::/32): they are only written into
