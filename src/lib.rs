@@ -6,7 +6,8 @@
 //!
 //! - the command line (`cli`), the `detect` report (`report`) and its
 //!   metrics (`metrics`), showing and removing what the backend the host
-//!   does not use still holds (`stale`);
+//!   does not use still holds (`stale`) and its backups' paths as the node
+//!   names them (`on_node`);
 //! - the ordered decision (`decision`, one module per source of evidence),
 //!   and the record of warnings it leaves (`warnings_record`);
 //! - the kernel's state (`kernel`: nf_tables through netlink, legacy
@@ -39,6 +40,7 @@ pub mod interval;
 pub mod kernel;
 pub mod metrics;
 pub mod mode;
+pub mod on_node;
 pub mod own_file;
 pub mod privilege;
 pub mod report;
