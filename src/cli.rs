@@ -39,7 +39,8 @@ iptables-nft or iptables-legacy and execs that backend.
              and every piece of evidence read and how; --json (--format json)
              for all of it as one JSON object; --for one of the six command
              names (default iptables); --format prometheus: both families'
-             state as Prometheus/OpenMetrics text (docs/metrics.md)
+             state as Prometheus/OpenMetrics text (docs/metrics.md); exit 3:
+             the chosen backend's program is missing (the first warning)
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back

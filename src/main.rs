@@ -86,25 +86,27 @@ fn run(args: &[&CStr]) -> i32 {
     if let Some(command) = wrapped_command(argv0.to_bytes()) {
         return run_backend(&command, argv0, rest, &logging);
     }
+    // The multi-call form, as xtables-*-multi take it: `iptables-wrapper
+    // iptables -L` is a call of `iptables -L`, and the backend's argv[0] is
+    // the name given (as xtables-*-multi pass it on).
+    if let Some((name, args)) = rest.split_first() {
+        if let Some(command) = wrapped_command(name.to_bytes()) {
+            return run_backend(&command, name, args, &logging);
+        }
+    }
+    // Under another program's name (an `ebtables` link), only the
+    // multi-call form is answered: what the caller meant is not the
+    // wrapper's own command line.
     let invoked_as = basename(argv0.to_bytes());
     if std::str::from_utf8(invoked_as).is_ok_and(command::another_tables_program) {
         say(&format!(
-            "invoked as {}: the wrapper answers only to {} and to its own name (iptables-wrapper); link only those names to it; nothing was run",
+            "invoked as {}: the wrapper answers only to {} and to its own name (iptables-wrapper); under another name, its first argument must be one of them; nothing was run",
             quoted(invoked_as),
             COMMAND_NAMES.join(", ")
         ));
         return 2;
     }
-    // The multi-call form, as xtables-*-multi take it: `iptables-wrapper
-    // iptables -L` is a call of `iptables -L`, and the backend's argv[0] is
-    // the name given (as xtables-*-multi pass it on).
-    match rest.split_first() {
-        Some((name, args)) => match wrapped_command(name.to_bytes()) {
-            Some(command) => run_backend(&command, name, args, &logging),
-            None => cli::run(rest),
-        },
-        None => cli::run(rest),
-    }
+    cli::run(rest)
 }
 
 /// The command a program name (its basename) is, if one of the six.
