@@ -125,14 +125,18 @@ else
   if [[ "$(ldd "$IPTW_WRAPPER" 2>&1 || true)" == *"=>"* ]]; then
     die "$IPTW_WRAPPER is dynamically linked; the distroless image needs a static binary"
   fi
-  case "$(uname -m)" in
+  # Docker's architecture, and the binary's name in the Dockerfile's context.
+  binary_arch=$(uname -m)
+  case "$binary_arch" in
     x86_64) docker_arch=amd64 ;;
     aarch64) docker_arch=arm64 ;;
+    armv7l) docker_arch=arm binary_arch=armv7 ;;
+    ppc64le | riscv64 | s390x) docker_arch=$binary_arch ;;
     *) die "no wrapper image recipe for this machine's architecture $(uname -m)" ;;
   esac
   WRAPPER_CONTEXT="$WORK/wrapper-context"
   mkdir -p "$WRAPPER_CONTEXT/dist"
-  cp "$IPTW_WRAPPER" "$WRAPPER_CONTEXT/dist/iptables-wrapper-$(uname -m)"
+  cp "$IPTW_WRAPPER" "$WRAPPER_CONTEXT/dist/iptables-wrapper-$binary_arch"
   WRAPPER_IMAGE="iptables-wrapper:matrix-$IPTW_RUN_ID"
   RUN_IMAGES+=("$WRAPPER_IMAGE")
   log "wrapper image $WRAPPER_IMAGE (Dockerfile, TARGETARCH=$docker_arch)"

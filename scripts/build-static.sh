@@ -3,17 +3,19 @@
 #
 #   scripts/build-static.sh          this machine's architecture; prints the
 #                                    binary's path last on stdout
-#   scripts/build-static.sh --all    x86_64 and aarch64: writes
-#                                    dist/iptables-wrapper-x86_64,
-#                                    dist/iptables-wrapper-aarch64 and
-#                                    dist/SHA256SUMS (check: cd dist && sha256sum -c SHA256SUMS)
+#   scripts/build-static.sh --all    all six: writes dist/iptables-wrapper-ARCH
+#                                    for x86_64, aarch64, armv7, ppc64le,
+#                                    riscv64 and s390x, and dist/SHA256SUMS
+#                                    (check: cd dist && sha256sum -c SHA256SUMS)
 #
-# Installs a missing Rust target with rustup. Both targets link with rust-lld
-# (.cargo/config.toml): no cross C toolchain is needed.
+# Installs a missing Rust target with rustup. x86_64 and aarch64 (musl) link
+# with rust-lld, no cross C toolchain needed; armv7, ppc64le, riscv64 and
+# s390x (static glibc) with Debian's cross gcc (.cargo/config.toml;
+# scripts/install-deps.sh installs it; docs/building.md says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_ARCHES=(x86_64 aarch64)
+ALL_ARCHES=(x86_64 aarch64 armv7 ppc64le riscv64 s390x)
 
 # ensure_target TARGET: the target's standard library is installed, or a
 # one-line error says how to get it.
@@ -31,8 +33,14 @@ ensure_target() {
 # build ARCH: builds the binary for ARCH, checks it is static, prints its path.
 build() {
     local target path
+    local linker
     target=$(bash scripts/static-target.sh "$1")
+    linker=$(bash scripts/static-target.sh --linker "$1")
     ensure_target "$target"
+    if [[ -n "$linker" ]] && ! command -v "$linker" >/dev/null; then
+        echo "build-static.sh: $target links with $linker, which is missing (bash scripts/install-deps.sh installs it)" >&2
+        exit 1
+    fi
     cargo build --release --quiet --target "$target" >&2
     path="$PWD/target/$target/release/iptables-wrapper"
     if readelf -lW "$path" 2>/dev/null | grep -q INTERP; then

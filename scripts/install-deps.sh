@@ -5,12 +5,14 @@
 #   - Debian packages (scripts/apt-install.sh: only these, waiting for
 #     another apt's lock): iptables (both backends) and nftables, util-linux
 #     (unshare), strace (a test checks what a call looks at), qemu-user-static
-#     on x86_64 (the aarch64 binary's smoke, scripts/qemu-smoke.sh), and
-#     python3-venv where python3 cannot make a venv, prometheus (promtool:
-#     the alert rules' tests);
-#   - the Rust musl targets of both shipped architectures (.cargo/config.toml
-#     builds for musl by default, so `cargo test` needs the machine's own;
-#     scripts/build-static.sh --all both), rustfmt and clippy (the style
+#     on x86_64 (the cross binaries' smoke and unit tests,
+#     scripts/qemu-smoke.sh and scripts/qemu-lib-tests.sh), the cross gcc
+#     and libc of armv7, ppc64le, riscv64 and s390x (their static glibc
+#     builds link with it), python3-venv where python3 cannot make a venv,
+#     and prometheus (promtool: the alert rules' tests);
+#   - the Rust targets of all six shipped architectures (.cargo/config.toml
+#     builds for x86_64 musl by default, so `cargo test` needs it;
+#     scripts/build-static.sh --all all six), rustfmt and clippy (the style
 #     checks);
 #   - kubernetes-validate from PyPI, pinned, in a venv of its own under
 #     target/dev-tools (the example DaemonSet's schema check,
@@ -29,7 +31,14 @@ for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:
     xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
-if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-aarch64-static; then packages+=(qemu-user-static); fi
+if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-s390x-static; then packages+=(qemu-user-static); fi
+for pair in arm-linux-gnueabihf-gcc:gcc-arm-linux-gnueabihf:libc6-dev-armhf-cross \
+    powerpc64le-linux-gnu-gcc:gcc-powerpc64le-linux-gnu:libc6-dev-ppc64el-cross \
+    riscv64-linux-gnu-gcc:gcc-riscv64-linux-gnu:libc6-dev-riscv64-cross \
+    s390x-linux-gnu-gcc:gcc-s390x-linux-gnu:libc6-dev-s390x-cross; do
+    IFS=: read -r gcc gcc_package libc_package <<<"$pair"
+    has_tool "$gcc" || packages+=("$gcc_package" "$libc_package")
+done
 venv_probe=$(mktemp -d "${TMPDIR:-/tmp}/iptw-venv.XXXXXX")
 python=python3
 if ! python3 -m venv --without-pip "$venv_probe/v" >/dev/null 2>&1 \
@@ -48,7 +57,7 @@ command -v cargo >/dev/null && command -v rustc >/dev/null || {
     exit 1
 }
 sysroot=$(rustc --print sysroot)
-for arch in x86_64 aarch64; do
+for arch in x86_64 aarch64 armv7 ppc64le riscv64 s390x; do
     target=$(bash scripts/static-target.sh "$arch")
     [ -d "$sysroot/lib/rustlib/$target/lib" ] && continue
     if ! command -v rustup >/dev/null || ! timeout 300 rustup target add "$target" >&2; then

@@ -7,10 +7,11 @@
 # crate's style (cargo fmt --check, cargo clippy without warnings); unit
 # and integration tests against the real
 # iptables-legacy, iptables-nft and kernel (each test in a network namespace
-# of its own; needs root); the static binaries of both architectures with
+# of its own; needs root); the static binaries of all six architectures with
 # their checksums, --version and the sizes docs/building.md gives (within
-# 10%); the aarch64 binary under qemu-user
-# (scripts/qemu-smoke.sh); then, when a Docker engine answers, the container
+# 10%); the five cross targets' unit tests and binaries under qemu-user
+# (scripts/qemu-lib-tests.sh, scripts/qemu-smoke.sh); the six-platform OCI
+# image index, written and read back (scripts/oci-image.sh); then, when a Docker engine answers, the container
 # matrix (with the real clients from Debian's packages, scenario 14, which
 # also checks the README's Tested with table), scripts/apt-install.sh
 # against a held lock and broken packages
@@ -48,12 +49,15 @@ check_release_binaries() {
         commit=$(git rev-parse --short=12 HEAD)
     fi
     want="iptables-wrapper $version commit $commit target $(bash scripts/static-target.sh)"
+    # The six binaries are the six (sha256sum -c checks only what is listed).
+    [[ "$(cut -d' ' -f3 dist/SHA256SUMS | paste -sd' ')" == "iptables-wrapper-x86_64 iptables-wrapper-aarch64 iptables-wrapper-armv7 iptables-wrapper-ppc64le iptables-wrapper-riscv64 iptables-wrapper-s390x" ]] \
+        || { echo "dist/SHA256SUMS does not list the six binaries: $(cat dist/SHA256SUMS)" >&2; return 1; }
     [[ "$("dist/iptables-wrapper-$(uname -m)" --version)" == "$want" ]] \
         || { echo "--version printed '$("dist/iptables-wrapper-$(uname -m)" --version)', expected '$want'" >&2; return 1; }
     echo "release binaries: $(cd dist && stat -c '%n %s bytes' iptables-wrapper-* | paste -sd, -)"
     # docs/building.md gives the sizes ("x86_64 N bytes"): within 10%.
     local arch documented actual
-    for arch in x86_64 aarch64; do
+    for arch in x86_64 aarch64 armv7 ppc64le riscv64 s390x; do
         documented=$(grep -o "$arch [0-9,]* bytes" docs/building.md | head -n1 | sed "s/^$arch //; s/[^0-9]//g")
         actual=$(stat -c %s "dist/iptables-wrapper-$arch")
         [[ -n "$documented" ]] || { echo "docs/building.md gives no size for $arch ('$arch N bytes')" >&2; return 1; }
@@ -64,7 +68,13 @@ check_release_binaries() {
     done
 }
 timed "release binaries" check_release_binaries
-timed "aarch64 under qemu" bash scripts/qemu-smoke.sh
+# The five cross targets under qemu-user: the unit tests (byte fixtures and
+# layouts on a big-endian and a 32-bit machine), then each binary's smoke.
+timed "unit tests under qemu" bash scripts/qemu-lib-tests.sh
+timed "binaries under qemu" bash scripts/qemu-smoke.sh
+# The six-platform OCI image index, written and read back without a
+# registry or a builder (a file layout; docker is not needed for it).
+timed "six-platform image" bash scripts/oci-image.sh
 
 if docker info >/dev/null 2>&1; then
     IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)"

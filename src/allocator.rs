@@ -94,7 +94,7 @@ unsafe impl<const N: usize> Sync for BumpArena<N> {}
 
 impl<const N: usize> BumpArena<N> {
     pub const fn new() -> Self {
-        assert!(N < 1 << 32, "both ends of `taken` must fit in 32 bits");
+        assert!((N as u64) < 1 << 32, "both ends of `taken` must fit in 32 bits");
         BumpArena {
             taken: AtomicU64::new(0),
             bytes: UnsafeCell::new(Bytes([0; N])),

@@ -21,12 +21,22 @@
 //! kernel keeps 15 bytes), which is why that link is run in preference to
 //! the `xtables-<mode>-multi` it leads to (the multi-call binary dispatches
 //! on `argv[0]`, not on the name it was run by).
+//!
+//! Directories that a settings file names (`IPTABLES_WRAPPER_SBIN` from a
+//! file) and the candidates in them get the settings file's own checks
+//! ([`crate::trust`]): a component owned by another user, or writable by
+//! others, stops the search with one line and nothing is run. A value from
+//! the environment is the caller's own choice and is not checked. The cost,
+//! only when the file gives the setting: one `lstat` per component of each
+//! directory searched and of the candidate taken (`readlink` and the
+//! target's `lstat` for a link; 6 system calls for `/usr/sbin/iptables-nft`).
 
 use crate::command::WrappedCommand;
 use crate::escape::{printable_bytes, quoted};
 use crate::mode::{mode_named_by, Mode};
 use crate::own_file::{self, OwnFile};
 use crate::settings::{self, Origin, SBIN_VAR};
+use crate::trust::{self, Refused};
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
@@ -69,14 +79,19 @@ pub enum BackendError {
     /// The wrapper was run under a backend's own name: it runs nothing, so
     /// that copies of it cannot run each other without end.
     StandingIn { path: PathBuf, mode: Mode },
+    /// A directory or program that a settings file chose may be changed by
+    /// someone other than root and the caller: one line saying which.
+    Untrusted(String),
 }
 
 impl BackendError {
-    /// The wrapper's exit status: 1 when nothing could be found, 126 (as a
-    /// shell) when the found program could not be run.
+    /// The wrapper's exit status: 1 when nothing could be found, 2 (as for
+    /// a settings file refused) when a settings file chose an untrusted
+    /// program, 126 (as a shell) when the found program could not be run.
     pub fn exit_status(&self) -> i32 {
         match self {
             BackendError::Missing { .. } | BackendError::Loop { .. } | BackendError::StandingIn { .. } => 1,
+            BackendError::Untrusted(_) => 2,
             BackendError::Exec { .. } => 126,
         }
     }
@@ -142,6 +157,7 @@ impl fmt::Display for BackendError {
                 "{} is the wrapper (a copy of it, or a link to one) in the place of the {mode} backend, so it runs nothing: wrappers that find each other as backends would run each other without end; put the real backend there (the iptables package's xtables-{mode}-multi and its links)",
                 shown(path)
             ),
+            BackendError::Untrusted(why) => write!(f, "{why}; nothing was run"),
         }
     }
 }
@@ -292,8 +308,20 @@ struct Search {
 }
 
 impl Search {
-    /// Offers each runnable candidate in `dir` to `take`; true once taken.
-    fn dir(&mut self, dir: &Path, take: &mut dyn FnMut(Backend) -> bool) -> bool {
+    /// Offers each runnable candidate in `dir` to `take`; Ok(true) once
+    /// taken. With `checked` (a directory a settings file chose), the
+    /// directory and the candidate offered must be trusted ([`trust`]);
+    /// Err: why one is not.
+    fn dir(&mut self, dir: &Path, checked: bool, take: &mut dyn FnMut(Backend) -> bool) -> Result<bool, String> {
+        let trusted_dir = match checked.then(|| trust::check_trusted(dir, &format!("{SBIN_VAR} directory"))) {
+            Some(Err(Refused::Untrusted(why))) => return Err(why),
+            Some(Err(Refused::Absent { .. })) => {
+                self.tried.push(dir.join(&self.single));
+                return Ok(false);
+            }
+            Some(Ok(trusted)) => Some(trusted),
+            None => None,
+        };
         for file in [&self.single, &self.multi] {
             let path = dir.join(file);
             let Ok(meta) = std::fs::metadata(&path) else {
@@ -308,11 +336,18 @@ impl Search {
                 self.skipped.push((path, "not executable"));
             } else if self.own_file.is(own_file::file_id(&meta)) {
                 self.wrapper_copies.push(path);
-            } else if take(Backend { path }) {
-                return true;
+            } else {
+                if let Some(trusted_dir) = &trusted_dir {
+                    // The program, and each link on the way to it.
+                    trust::check_trusted_in(trusted_dir, Path::new(file), &format!("{SBIN_VAR} program"))
+                        .map_err(|refused| refused.message().to_string())?;
+                }
+                if take(Backend { path }) {
+                    return Ok(true);
+                }
             }
         }
-        false
+        Ok(false)
     }
 }
 
@@ -344,11 +379,20 @@ fn search(command: &WrappedCommand, mode: Mode, take: &mut dyn FnMut(Backend) ->
     let taken = match configured_dirs() {
         Some((dirs, not_absolute)) => {
             ignored = not_absolute;
-            dirs.iter().any(|dir| search.dir(dir, take))
+            let checked = matches!(settings::current().get(SBIN_VAR).origin, Origin::File { .. });
+            let mut taken = false;
+            for dir in &dirs {
+                if search.dir(dir, checked, take).map_err(BackendError::Untrusted)? {
+                    taken = true;
+                    break;
+                }
+            }
+            taken
         }
         None => {
-            SYSTEM_DIRS.iter().any(|dir| search.dir(Path::new(dir), take))
-                || own_dir().is_some_and(|dir| search.dir(&dir, take))
+            let mut unchecked = |search: &mut Search, dir: &Path| search.dir(dir, false, take).unwrap_or(false);
+            SYSTEM_DIRS.iter().any(|dir| unchecked(&mut search, Path::new(dir)))
+                || own_dir().is_some_and(|dir| unchecked(&mut search, &dir))
         }
     };
     let command = command.name;

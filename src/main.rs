@@ -34,8 +34,11 @@ use std::io::Write;
 
 /// Every allocation of a wrapped call, see `allocator`. In a section of its
 /// own after `.bss` (see `allocator`: the small statics then share pages).
+/// Only where lld links (the musl targets): GNU ld's scripts, which link the
+/// static glibc targets, put `.sbss` before `.data` on ppc64le, which would
+/// write 1.5 MB of zeros into the file; there it stays in `.bss`.
 #[global_allocator]
-#[link_section = ".sbss.arena"]
+#[cfg_attr(target_env = "musl", link_section = ".sbss.arena")]
 static ALLOCATOR: BumpArena<CALL_ARENA_BYTES> = BumpArena::new();
 
 /// The log level variable.

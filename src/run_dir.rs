@@ -135,7 +135,7 @@ impl RunDir {
     /// following a link.
     pub fn modified(&self, name: &str) -> Option<i64> {
         let stat = fstatat(Some(self.fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
-        is_private(&stat, SFlag::S_IFREG).then_some(stat.st_mtime)
+        is_private(&stat, SFlag::S_IFREG).then_some(mtime(&stat))
     }
 
     /// Replaces file `name` with `contents` in one rename (mode 0600), so a
@@ -169,7 +169,14 @@ impl RunDir {
 pub fn modified_by_path(name: &str) -> Option<i64> {
     let path = configured_path()?.join(name);
     let stat = fstatat(None, &path, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
-    is_private(&stat, SFlag::S_IFREG).then_some(stat.st_mtime)
+    is_private(&stat, SFlag::S_IFREG).then_some(mtime(&stat))
+}
+
+/// A stat's modification time in seconds: `time_t` is 32 bits in armv7's
+/// glibc `struct stat` (as built here), 64 on the other targets.
+#[allow(clippy::useless_conversion)]
+fn mtime(stat: &FileStat) -> i64 {
+    i64::from(stat.st_mtime)
 }
 
 /// The configured directory: absolute paths only (a relative one would

@@ -341,7 +341,7 @@ mod tests {
         let mut record = String::new();
         for round in 0..(MAX_WARNINGS as u64 + 5) {
             let warning = vec![format!("warning {round}")];
-            let written_at = (round > 0).then_some(1000 + 2 * (round - 1));
+            let written_at = (round > 0).then(|| 1000 + 2 * (round - 1));
             record = updated(&record, written_at, &warning, 1000 + 2 * round).unwrap();
         }
         assert_eq!(record.lines().count(), MAX_WARNINGS + 1);

@@ -194,7 +194,8 @@ fn other_settings_come_from_files_too() {
     );
     // The backends' directory from a file, with a relative entry named
     // when nothing is found.
-    let empty = node.path("empty-sbin");
+    // Not under /tmp: a file's directory must be one nobody else may change.
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("empty-sbin-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();
     let sbin = format!("{}:relative-sbin\n", empty.display());
     let out = with_settings(
@@ -205,13 +206,15 @@ fn other_settings_come_from_files_too() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let tried = empty.join("xtables-nft-multi").display().to_string();
     for expected in [
-        "empty-sbin/xtables-nft-multi",
+        tried.as_str(),
         "\"relative-sbin\"",
         "/etc/iptables-wrapper/IPTABLES_WRAPPER_SBIN",
     ] {
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
     }
+    std::fs::remove_dir(&empty).unwrap();
 }
 
 #[test]
@@ -467,6 +470,74 @@ fn a_file_another_user_owns_or_may_write_is_refused() {
     }
     let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
+}
+
+#[test]
+fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
+    let node = Node::new("settings-untrusted-sbin");
+    let mark = node.path("their-program-ran");
+    // Not under /tmp, which anyone may add entries to: nothing there is trusted.
+    let dirs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sbin-{}", std::process::id()));
+    let program = format!("#!/bin/sh\necho BACKEND-RAN-AS-$(id -u)\ntouch {}\n", mark.display());
+    // A directory of backends, as `lay_out` leaves it, named by the file.
+    let call_with = |name: &str, lay_out: &dyn Fn(&Path)| {
+        let sbin = dirs.join(name);
+        std::fs::create_dir_all(&sbin).unwrap();
+        std::fs::write(sbin.join("iptables-nft"), &program).unwrap();
+        set_mode(&sbin.join("iptables-nft"), 0o755);
+        lay_out(&sbin);
+        let value = format!("{}\n", sbin.display());
+        let files = [("IPTABLES_WRAPPER_SBIN", value.as_str()), ("IPTABLES_MODE", "nft")];
+        with_settings(&node, &files, &mut cleared(&node.bin.join("iptables"), &["-S"]))
+    };
+    type LayOut = Box<dyn Fn(&Path)>;
+    let cases: [(&str, LayOut, &[&str]); 4] = [
+        (
+            "their-dir",
+            Box::new(give_to_nobody),
+            &["their-dir is owned by uid 65534"],
+        ),
+        (
+            "their-program",
+            Box::new(|sbin| give_to_nobody(&sbin.join("iptables-nft"))),
+            &["their-program/iptables-nft is owned by uid 65534"],
+        ),
+        (
+            "open-program",
+            Box::new(|sbin| set_mode(&sbin.join("iptables-nft"), 0o777)),
+            &["open-program/iptables-nft", "writable by every user"],
+        ),
+        (
+            // A root-owned link leading into a directory another user owns.
+            "linked",
+            Box::new(|sbin| {
+                let theirs = sbin.parent().unwrap().join("linked-theirs");
+                std::fs::create_dir_all(&theirs).unwrap();
+                std::fs::rename(sbin.join("iptables-nft"), theirs.join("iptables-nft")).unwrap();
+                give_to_nobody(&theirs);
+                symlink(theirs.join("iptables-nft"), sbin.join("iptables-nft")).unwrap();
+            }),
+            &["linked-theirs is owned by uid 65534"],
+        ),
+    ];
+    for (name, lay_out, words) in &cases {
+        let out = call_with(name, lay_out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        for word in words.iter().chain(&["nothing was run"]) {
+            assert!(stderr.contains(word), "{word:?} missing from: {stderr}");
+        }
+        assert!(
+            out.stdout.is_empty() && !mark.exists(),
+            "{name}: their program never ran"
+        );
+    }
+    // A root-owned directory and program still run.
+    let out = call_with("trusted-sbin", &|_| {});
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "BACKEND-RAN-AS-0\n");
+    std::fs::remove_dir_all(&dirs).unwrap();
 }
 
 #[test]

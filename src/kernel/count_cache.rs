@@ -260,4 +260,21 @@ mod tests {
         assert_eq!(parse(format(&too_many).as_bytes()), None);
         assert!(format(&too_many).len() <= MAX_FILE_LEN, "the limit leaves room");
     }
+
+    #[test]
+    fn a_file_reads_as_its_digits_on_every_machine() {
+        // Text, so the same bytes on every byte order and word size: the
+        // largest cookie and generation included (u64 and u32 on armv7 too).
+        let text =
+            format!("{HEADER}\n0123abcd-0123-4567-89ab-0123456789ab 18446744073709551615 4294967295 3 - pending\n");
+        let entries = parse(text.as_bytes()).unwrap();
+        assert_eq!(entries.len(), 1);
+        let (ns, entry) = &entries[0];
+        assert_eq!((ns.netns_cookie, entry.generation), (u64::MAX, u32::MAX));
+        assert_eq!(
+            (entry.rules.low, entry.rules.high, entry.confirmed),
+            (3, u64::MAX, false)
+        );
+        assert_eq!(format(&entries), text);
+    }
 }

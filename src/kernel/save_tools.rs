@@ -62,13 +62,14 @@ pub fn read(mode: Mode, family: Family) -> Result<SavedRules, String> {
 
 /// The helper's stack: untouched pages of it cost nothing (zero-filled, not
 /// in the file), and it is far larger than the save tool's reading needs (no
-/// recursion). After `.bss`, as the allocator's arena (see `allocator`).
+/// recursion). After `.bss`, as the allocator's arena (see `allocator`;
+/// where lld links, as there).
 #[repr(align(16))]
 struct HelperStack(UnsafeCell<[u8; HELPER_STACK_BYTES]>);
 const HELPER_STACK_BYTES: usize = 512 * 1024;
 // SAFETY: used by one helper at a time, while the only thread waits.
 unsafe impl Sync for HelperStack {}
-#[link_section = ".sbss.helper_stack"]
+#[cfg_attr(target_env = "musl", link_section = ".sbss.helper_stack")]
 static HELPER_STACK: HelperStack = HelperStack(UnsafeCell::new([0; HELPER_STACK_BYTES]));
 
 /// Runs `task` in a helper process: it shares the wrapper's memory, has a

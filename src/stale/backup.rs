@@ -4,8 +4,11 @@
 //! `stale-backup-<UTC time>` in the runtime directory. An existing
 //! directory is used only when the caller owns it and nobody else may write
 //! to it, nor to any directory above it (sticky ones aside, as `/tmp`), so
-//! that nobody else can swap a backup before the undo. Its path is printed
-//! absolute.
+//! that nobody else can swap a backup before the undo. The path is resolved
+//! first (links followed), then each component of the resolved path is
+//! opened from `/` without following links and checked through its open
+//! descriptor, and the resolved path is the one printed: a link someone else
+//! owns can neither pass the checks nor later re-point the printed undo.
 //!
 //! Each file is written to a temporary file, synced, then linked under its
 //! name (mode 0600): a reader never sees a part, and a file that was there
@@ -43,11 +46,11 @@ impl BackupDir {
             Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
         }
         let backup = BackupDir::open_existing(&dir)?;
-        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", backup.path.display()))?;
         if stat.st_uid != Uid::effective().as_raw() || stat.st_mode & 0o022 != 0 {
             return Err(format!(
                 "{} is owned by uid {} with mode {:04o}: a backup directory must be the caller's (uid {}) and writable by nobody else; give a new directory",
-                dir.display(),
+                backup.path.display(),
                 stat.st_uid,
                 stat.st_mode & 0o7777,
                 Uid::effective()
@@ -84,30 +87,40 @@ impl BackupDir {
         ))
     }
 
-    /// Opens `path` (absolute), a directory whose ancestors nobody else may
-    /// write to.
+    /// Opens `path` (absolute) resolved, a directory whose ancestors nobody
+    /// else may write to: each component opened from `/` without following
+    /// links, and checked by `fstat` of what was opened.
     fn open_existing(path: &Path) -> Result<BackupDir, String> {
-        for ancestor in path.ancestors().skip(1) {
-            let stat = nix::sys::stat::stat(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
+        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let open_at = |dir: Option<&OwnedFd>, name: &Path, shown: &Path| {
+            let raw = openat(dir.map(|fd| fd.as_raw_fd()), name, flags, FileMode::empty()).map_err(|e| {
+                let changed = if e == Errno::ELOOP { " (it became a link)" } else { "" };
+                format!("{}: {e}{changed}", shown.display())
+            })?;
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Ok::<_, String>(unsafe { OwnedFd::from_raw_fd(raw) })
+        };
+        let mut walked = PathBuf::from("/");
+        let mut fd = open_at(None, &walked, &walked)?;
+        for component in resolved.components().skip(1) {
+            let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", walked.display()))?;
             if let Some(why) = open_to_others(&stat) {
                 return Err(format!(
                     "{} is {why}: someone else could replace the backup directory {} in it",
-                    ancestor.display(),
-                    path.display()
+                    walked.display(),
+                    resolved.display()
                 ));
             }
+            walked.push(component);
+            fd = open_at(Some(&fd), Path::new(component.as_os_str()), &walked)?;
         }
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let raw = openat(None, path, flags, FileMode::empty()).map_err(|e| format!("{}: {e}", path.display()))?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         match fstat(fd.as_raw_fd()) {
-            Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => Ok(BackupDir {
-                fd,
-                path: path.to_path_buf(),
-            }),
-            Ok(_) => Err(format!("{}: not a directory", path.display())),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => {
+                Ok(BackupDir { fd, path: resolved })
+            }
+            Ok(_) => Err(format!("{}: not a directory", resolved.display())),
+            Err(e) => Err(format!("{}: {e}", resolved.display())),
         }
     }
 
@@ -172,8 +185,7 @@ fn open_to_others(stat: &FileStat) -> Option<String> {
     None
 }
 
-/// `path` made absolute from the working directory (not resolved: the
-/// directory is opened by this path).
+/// `path` made absolute from the working directory (resolved when opened).
 fn absolute(path: &Path) -> Result<PathBuf, String> {
     if path.is_absolute() {
         return Ok(path.to_path_buf());

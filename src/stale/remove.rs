@@ -114,15 +114,15 @@ impl Removal {
 /// Runs the removal; exit 0 when nothing stale remains.
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
+    let stop = |why: String| stopped(hosts, options, &before, &why);
     if let Some(unknown) = before.iter().find_map(|f| f.unknown.as_ref()) {
-        say(&format!("stale --remove: {}; nothing was changed", printable(unknown)));
-        return EXIT_STALE;
+        return stop(format!("{unknown}; nothing was changed"));
     }
     if before.iter().all(|f| f.tables.is_empty()) {
         let out = if options.json {
             format!(
                 "{}\n",
-                show::json(hosts, &before, &[], Some(removal_json(None, &Removal::default())))
+                show::json(hosts, &before, &[], Some(removal_json(None, &Removal::default(), None)))
             )
         } else {
             format!(
@@ -133,21 +133,11 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         return print_out(&out).err().unwrap_or(EXIT_NOTHING_STALE);
     }
     if let Err(why) = proof::scratch_namespace_available() {
-        say(&format!(
-            "stale --remove: {}; nothing was changed: no table is removed unproven",
-            printable(&why)
-        ));
-        return EXIT_STALE;
+        return stop(format!("{why}; nothing was changed: no table is removed unproven"));
     }
     let backup = match BackupDir::open(options.backup_dir.as_deref()) {
         Ok(dir) => dir,
-        Err(why) => {
-            say(&format!(
-                "stale --remove: backup: {}; nothing was changed",
-                printable(&why)
-            ));
-            return EXIT_STALE;
-        }
+        Err(why) => return stop(format!("backup: {why}; nothing was changed")),
     };
     // The families each backend holds stale tables in; what they hold is
     // read again once writers are held off (another removal may have run).
@@ -162,16 +152,18 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     let mut removal = Removal::default();
     let private_lock = backup.private_path(PRIVATE_LOCK);
     // Held until the tables have been read again after the removal.
-    let lock = match remove(&legacy, &nft, &backup, &private_lock, &mut removal) {
+    let nft_before: Vec<&Finding> = before
+        .iter()
+        .filter(|f| nft.contains(&f.family) && f.backend == Mode::Nft)
+        .collect();
+    let lock = match remove(&legacy, &nft_before, &backup, &private_lock, &mut removal) {
         Ok(lock) => lock,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
-            say(&format!(
-                "stale --remove: backup into {}: {}; nothing was changed",
-                backup.path.display(),
-                printable(&why)
+            return stop(format!(
+                "backup into {}: {why}; nothing was changed",
+                backup.path.display()
             ));
-            return EXIT_STALE;
         }
     };
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
@@ -186,11 +178,24 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     report(hosts, options, dir, &removal, &after)
 }
 
+/// Stops the removal before anything changed: one line on stderr and, with
+/// `--json`, the one JSON object on stdout, its removal saying why.
+fn stopped(hosts: &[HostBackend], options: &Options, before: &[Finding], why: &str) -> i32 {
+    if options.json {
+        let removal = removal_json(None, &Removal::default(), Some(why));
+        let _ = print_out(&format!("{}\n", show::json(hosts, before, &[], Some(removal))));
+    }
+    say(&format!("stale --remove: {}", printable(why)));
+    EXIT_STALE
+}
+
 /// Proves and removes; Err (with nothing changed) when a backup cannot be
-/// written. Returns the xtables lock, if it was taken.
+/// written. Returns the xtables lock, if it was taken. `nft_before`: the
+/// nft families' findings before the removal, named with the reason when
+/// no attempt ever reads a steady ruleset.
 fn remove(
     legacy: &[Family],
-    nft: &[Family],
+    nft_before: &[&Finding],
     backup: &BackupDir,
     private_lock: &Path,
     removal: &mut Removal,
@@ -231,6 +236,8 @@ fn remove(
         }
     }
     let mut written: HashSet<String> = HashSet::new();
+    let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
+    let nft = nft.as_slice();
     let nft_socket = if nft.is_empty() {
         None
     } else {
@@ -279,7 +286,10 @@ fn remove(
     let Some(socket) = nft_socket else {
         return Ok(lock);
     };
-    let mut last_findings = Vec::new();
+    // What each failure names: the tables of the last attempt read, at
+    // first those found before the removal.
+    let mut last_findings: Vec<Finding> = nft_before.iter().map(|&f| f.clone()).collect();
+    let mut read_steady = false;
     for attempt in 1..=NFT_TRIES {
         let (generation, proven) = match nft_attempt {
             Err(why) => {
@@ -293,6 +303,7 @@ fn remove(
             }
             Ok(Some(attempt)) => attempt,
         };
+        read_steady = true;
         if attempt > 1 {
             for one in proven.iter().filter(|p| !p.save.is_empty()) {
                 let name = one.file_name();
@@ -351,10 +362,12 @@ fn remove(
     if let Ok(Some((_, proven))) = &nft_attempt {
         last_findings = proven.iter().map(|p| p.finding.clone()).collect();
     }
-    removal.fail_all(
-        &last_findings.iter().collect::<Vec<_>>(),
-        &format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft"),
-    );
+    let why = if read_steady {
+        format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
+    } else {
+        format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
+    };
+    removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
     Ok(lock)
 }
 
@@ -465,11 +478,15 @@ fn report(hosts: &[HostBackend], options: &Options, dir: Option<&Path>, removal:
         EXIT_STALE
     };
     let out = if options.json {
-        format!("{}\n", show::json(hosts, after, &[], Some(removal_json(dir, removal))))
+        format!(
+            "{}\n",
+            show::json(hosts, after, &[], Some(removal_json(dir, removal, None)))
+        )
     } else {
         let mut out = match dir {
             Some(dir) => format!("backup: {}\n", dir.display()),
-            None => "no backup written: nothing was proven, nothing removed\n".to_string(),
+            None if removal.failed.is_empty() => "no backup written: nothing was proven, nothing removed\n".to_string(),
+            None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
         };
         for (file, tool) in &removal.files {
             let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
@@ -508,7 +525,8 @@ fn report(hosts: &[HostBackend], options: &Options, dir: Option<&Path>, removal:
 
 type Table = (Mode, Family, &'static str);
 
-fn removal_json(dir: Option<&Path>, removal: &Removal) -> String {
+/// The removal as JSON; `stopped`: why it stopped before changing anything.
+fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>) -> String {
     let Removal { files, emptied, failed } = removal;
     let table = |(backend, family, name): &Table| {
         format!(
@@ -534,10 +552,11 @@ fn removal_json(dir: Option<&Path>, removal: &Removal) -> String {
         .map(|(t, why)| format!("{{{},\"error\":{}}}", table(t), string(why)))
         .collect();
     format!(
-        "{{\"backup_dir\":{},\"backup_files\":[{}],\"emptied\":[{}],\"failed\":[{}]}}",
+        "{{\"backup_dir\":{},\"backup_files\":[{}],\"emptied\":[{}],\"failed\":[{}],\"stopped\":{}}}",
         dir.map_or("null".into(), |d| string(&d.display().to_string())),
         files.join(","),
         emptied.join(","),
-        failed.join(",")
+        failed.join(","),
+        stopped.map_or("null".into(), string)
     )
 }

@@ -4,8 +4,10 @@
 //! their constants, and per family the [`Layout`] that says where the walk
 //! finds what it reads.
 //!
-//! Only the layout is checked here (against the kernel's sizes on x86_64);
-//! nothing is read from the kernel, and nothing here knows what a table holds.
+//! Only the layout is checked here, at compile time for every target built
+//! (the kernel headers' sizes and offsets); nothing is read from the kernel,
+//! and nothing here knows what a table holds. Fields are in the machine's
+//! byte order.
 
 use crate::family::Family;
 use nix::sys::socket::AddressFamily;
@@ -121,18 +123,33 @@ pub(super) struct EntryTarget {
     revision: u8,
 }
 
-// The layouts the kernel expects on x86_64 (see the kernel headers).
-#[cfg(target_arch = "x86_64")]
+// The layouts the kernel's headers give, the same on all six targets the
+// wrapper is built for: x86_64, aarch64, ppc64le, riscv64 and s390x are LP64
+// with 8-byte-aligned u64; on armv7 (EABI) `usize` is 4 bytes but u64 is
+// 8-byte aligned too, so `struct xt_counters` and with it `ipt_entry`,
+// `ip6t_entry` and the `entrytable` of `ipt_get_entries` land where they do
+// on the 64-bit targets. (i686 aligns u64 to 4 bytes: `ip6t_entry` is 164
+// bytes there and these checks stop its build, as they should, since
+// nothing else here knows that layout.) The only pointer in the structures,
+// in `xt_entry_target`'s kernel half, never reaches user space: its union
+// is 32 bytes either way. An armv7 process on an arm64 kernel is answered
+// through the kernel's compat layer in this same layout: arm64 does not
+// select COMPAT_FOR_U64_ALIGNMENT, so its `compat_u64`, and with it
+// `compat_xt_counters` and COMPAT_XT_ALIGN, is 8-byte aligned
+// (docs/building.md).
 const _: () = {
     assert!(size_of::<GetInfo>() == 84);
+    assert!(offset_of!(GetInfo, size) == 80);
     assert!(size_of::<GetEntries<IptEntry>>() == 40);
     assert!(size_of::<GetEntries<Ip6tEntry>>() == 40);
     assert!(size_of::<IptEntry>() == 112);
     assert!(offset_of!(IptEntry, target_offset) == 88);
     assert!(offset_of!(IptEntry, next_offset) == 90);
+    assert!(offset_of!(IptEntry, counters) == 96);
     assert!(size_of::<Ip6tEntry>() == 168);
     assert!(offset_of!(Ip6tEntry, target_offset) == 140);
     assert!(offset_of!(Ip6tEntry, next_offset) == 142);
+    assert!(offset_of!(Ip6tEntry, counters) == 152);
     assert!(size_of::<EntryTarget>() == 32);
     assert!(offset_of!(EntryTarget, name) == 2);
 };

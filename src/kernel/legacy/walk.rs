@@ -242,3 +242,66 @@ impl<'a> Entry<'a> {
         String::from_utf8_lossy(until_nul(&self.target[size_of::<EntryTarget>()..])).into_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! An `ipt_entry` blob written out byte by byte at the offsets of the
+    //! kernel headers (not the [`Layout`]'s): one rule, the INPUT policy
+    //! DROP and the table's end. Its fields are in the machine's order: each
+    //! is written as its big-endian bytes and reversed on a little-endian
+    //! machine.
+    use super::*;
+    use crate::family::Family;
+
+    /// Writes a field given as its big-endian bytes in the machine's order.
+    fn put(blob: &mut [u8], at: usize, big_endian: &[u8]) {
+        let field = &mut blob[at..at + big_endian.len()];
+        field.copy_from_slice(big_endian);
+        if cfg!(target_endian = "little") {
+            field.reverse();
+        }
+    }
+
+    /// A standard-target entry (152 bytes) whose verdict is `verdict` (big endian).
+    fn standard_entry(blob: &mut [u8], at: usize, verdict: [u8; 4]) {
+        put(blob, at + 88, &[0, 112]); // target_offset
+        put(blob, at + 90, &[0, 152]); // next_offset
+        put(blob, at + 96, &[0, 0, 0, 0, 0, 0, 0x01, 0x00]); // packets, never read
+        put(blob, at + 112, &[0, 40]); // target_size; name "" (standard)
+        put(blob, at + 144, &verdict);
+    }
+
+    #[test]
+    fn a_blob_walks_to_the_chains_its_bytes_hold() {
+        let mut blob = vec![0u8; 480];
+        standard_entry(&mut blob, 0, [0xff, 0xff, 0xff, 0xfe]); // -2: ACCEPT, a rule
+        standard_entry(&mut blob, 152, [0xff, 0xff, 0xff, 0xff]); // -1: DROP, the policy
+        put(&mut blob, 304 + 88, &[0, 112]);
+        put(&mut blob, 304 + 90, &[0, 176]);
+        put(&mut blob, 304 + 112, &[0, 64]);
+        blob[304 + 114..304 + 119].copy_from_slice(b"ERROR");
+        blob[304 + 144..304 + 149].copy_from_slice(b"ERROR");
+        let info = TableInfo {
+            name: "filter".into(),
+            valid_hooks: 1 << 1,
+            num_entries: 3,
+            size: 480,
+            hook_entries: vec![0],
+        };
+        let contents = walk(&Layout::of(Family::Ipv4), &blob, &info).unwrap().unwrap();
+        assert_eq!(
+            contents.chains,
+            [ChainContents {
+                name: "INPUT".into(),
+                policy: Some(Policy::Drop),
+                rules: 1
+            }]
+        );
+        // The same bytes read in the other byte order are no table.
+        let mut swapped = blob.clone();
+        for at in [88, 90, 152 + 88, 152 + 90, 304 + 88, 304 + 90] {
+            swapped.swap(at, at + 1);
+        }
+        assert!(walk(&Layout::of(Family::Ipv4), &swapped, &info).is_err());
+    }
+}

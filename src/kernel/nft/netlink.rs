@@ -220,3 +220,98 @@ pub(super) fn nested(value: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         Some((kind, value))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! Byte fixtures, written out: the netlink header and the attribute
+    //! headers are in the machine's order (so the fixture has a big-endian
+    //! and a little-endian form), the nf_tables values in network order on
+    //! every machine.
+    use super::*;
+
+    /// A GETGEN reply: nlmsghdr { len 28, type NFT_MSG_NEWGEN of
+    /// nf_tables (0x0a0f), flags 0x0002, seq 0x01020304, pid 0 }, nfgenmsg,
+    /// NFTA_GEN_ID = 0x00012345.
+    #[cfg(target_endian = "big")]
+    const GEN_REPLY: [u8; 28] = [
+        0, 0, 0, 28, 0x0a, 0x0f, 0, 2, 1, 2, 3, 4, 0, 0, 0, 0, // nlmsghdr
+        0, 0, 0x23, 0x45, // nfgenmsg: AF_UNSPEC, v0, res_id (big endian)
+        0, 8, 0, 1, 0, 1, 0x23, 0x45, // nlattr { len 8, type 1 }, value
+    ];
+    #[cfg(target_endian = "little")]
+    const GEN_REPLY: [u8; 28] = [
+        28, 0, 0, 0, 0x0f, 0x0a, 2, 0, 4, 3, 2, 1, 0, 0, 0, 0, // nlmsghdr
+        0, 0, 0x23, 0x45, // nfgenmsg: AF_UNSPEC, v0, res_id (big endian)
+        8, 0, 1, 0, 0, 1, 0x23, 0x45, // nlattr { len 8, type 1 }, value
+    ];
+
+    #[test]
+    fn a_reply_decodes_to_the_values_its_bytes_hold() {
+        let decoded: Vec<_> = messages(&GEN_REPLY).collect::<io::Result<_>>().unwrap();
+        assert_eq!(decoded.len(), 1);
+        let message = &decoded[0];
+        assert_eq!((message.kind, message.flags, message.seq), (0x0a0f, 2, 0x0102_0304));
+        let attrs: Vec<_> = attributes(message.payload).collect();
+        assert_eq!(attrs, [(NFTA_GEN_ID, &[0, 1, 0x23, 0x45][..])]);
+        assert_eq!(be_u32(attrs[0].1), Some(0x0001_2345));
+        assert_eq!(be_u64(&[0, 0, 0, 1, 0, 0, 0x01, 0x02]), Some(0x0000_0001_0000_0102));
+        assert_eq!(be_u32(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn a_request_encodes_to_the_bytes_the_kernel_reads() {
+        let mut datagram = Vec::new();
+        Request::new(libc::NFT_MSG_GETCHAIN, Family::Ipv6)
+            .attr(NFTA_CHAIN_TABLE, "nat")
+            .attr_u32(NFTA_CHAIN_USE, 0x0a0b_0c0d)
+            .encode(&mut datagram, libc::NLM_F_REQUEST, 0x0102_0304);
+        // type (10 << 8) | NFT_MSG_GETCHAIN (4), flags NLM_F_REQUEST.
+        #[cfg(target_endian = "big")]
+        let header = [0, 0, 0, 36, 0x0a, 0x04, 0, 1, 1, 2, 3, 4, 0, 0, 0, 0];
+        #[cfg(target_endian = "little")]
+        let header = [36, 0, 0, 0, 0x04, 0x0a, 1, 0, 4, 3, 2, 1, 0, 0, 0, 0];
+        #[cfg(target_endian = "big")]
+        let (name_header, use_header) = ([0, 8, 0, 1], [0, 8, 0, 6]);
+        #[cfg(target_endian = "little")]
+        let (name_header, use_header) = ([8, 0, 1, 0], [8, 0, 6, 0]);
+        let mut want = header.to_vec();
+        want.extend_from_slice(&[10, 0, 0, 0]); // NFPROTO_IPV6, v0, res_id 0
+        want.extend_from_slice(&name_header);
+        want.extend_from_slice(b"nat\0");
+        want.extend_from_slice(&use_header);
+        want.extend_from_slice(&[0x0a, 0x0b, 0x0c, 0x0d]);
+        assert_eq!(datagram, want);
+    }
+
+    #[test]
+    fn a_batch_begin_carries_its_generation_in_network_order() {
+        let mut datagram = Vec::new();
+        Request::batch(libc::NFNL_MSG_BATCH_BEGIN, Some(0x0001_0203)).encode(&mut datagram, 0, 7);
+        // nfgenmsg: AF_UNSPEC, v0, res_id NFNL_SUBSYS_NFTABLES in network order.
+        assert_eq!(datagram[16..20], [0, 0, 0, 10]);
+        assert_eq!(datagram[24..28], [0, 1, 2, 3]);
+        #[cfg(target_endian = "big")]
+        assert_eq!(datagram[..4], [0, 0, 0, 28]);
+        #[cfg(target_endian = "little")]
+        assert_eq!(datagram[..4], [28, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_error_message_gives_its_errno() {
+        // struct nlmsgerr: error -2 (ENOENT) in the machine's order.
+        let payload = (-2i32).to_be_bytes();
+        #[cfg(target_endian = "little")]
+        let payload = {
+            let mut p = payload;
+            p.reverse();
+            p
+        };
+        let message = Message {
+            kind: NLMSG_ERROR,
+            flags: 0,
+            seq: 1,
+            payload: &payload,
+        };
+        assert_eq!(message.error_code().unwrap(), Err(Errno::ENOENT));
+    }
+}

@@ -1,0 +1,230 @@
+//! `iptables-wrapper stale --remove`'s promises where they are easiest to
+//! break: a backup directory reached through someone else's link, one JSON
+//! object on every path, a removal that never reads a steady nf_tables
+//! ruleset saying why, a backup that restores without error into another
+//! table than the live one, and the nf_tables generation moving between the
+//! proof and the emptying. Each test in a network namespace of its own,
+//! against the real iptables-legacy / iptables-nft.
+//!
+//! Where a backend tool must misbehave (a save that prints another rule than
+//! the kernel holds, a save or a restore that commits to the live ruleset as
+//! a busy writer would), the wrapper is given, by `IPTABLES_WRAPPER_SBIN` in
+//! its environment, a directory of the real backends in which that one tool
+//! is a script around the real one.
+
+mod common;
+
+use common::stale::{json, legacy_saves, nft_ruleset, stale, stderr, stdout};
+use common::{write_program, Node};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A host on nft with stale legacy rules that open nothing.
+fn legacy_stale_node(name: &str) -> Node {
+    let node = Node::new(name);
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -s 10.0.0.1/32 -j ACCEPT
+iptables-legacy -t nat -A POSTROUTING -s 10.0.0.0/8 -j MASQUERADE
+iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT");
+    node
+}
+
+/// A host on legacy with stale nft rules that open nothing.
+fn nft_stale_node(name: &str) -> Node {
+    let node = Node::new(name);
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh("iptables-legacy -A INPUT -s 10.1.1.1/32 -j ACCEPT
+iptables-nft -A INPUT -s 10.0.0.1/32 -j ACCEPT
+iptables-nft -t nat -A POSTROUTING -s 10.0.0.0/8 -j MASQUERADE");
+    node
+}
+
+/// A directory of the real backends (links to both multi-call binaries),
+/// with `scripts` (name, body) as programs of their own.
+fn backends_with(node: &Node, scripts: &[(&str, &str)]) -> PathBuf {
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    for (name, body) in scripts {
+        write_program(&dir.join(name), &format!("#!/bin/sh\n{body}\n"));
+    }
+    dir
+}
+
+fn stale_with_backends(node: &Node, sbin: &Path, args: &[&str]) -> Output {
+    node.wrapper()
+        .env("IPTABLES_WRAPPER_SBIN", sbin)
+        .arg("stale")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A commit to the live ruleset that leaves it as it was: the generation moves.
+const COMMIT_NOTHING: &str = "nft 'add table ip iptw-moved; delete table ip iptw-moved'";
+
+#[test]
+fn a_backup_dir_through_another_users_link_is_resolved_and_printed_resolved() {
+    let node = legacy_stale_node("backup-link");
+    let sticky = node.path("sticky");
+    let root_only = node.path("root-only");
+    std::fs::create_dir_all(&sticky).unwrap();
+    std::fs::create_dir_all(&root_only).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::set_permissions(&root_only, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = sticky.join("link");
+    std::os::unix::fs::symlink(&root_only, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let out = stale(
+        &node,
+        &["--remove", "--backup-dir", link.join("backup").to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    let resolved = std::fs::canonicalize(&root_only).unwrap().join("backup");
+    assert!(text.contains(&format!("backup: {}\n", resolved.display())), "{text}");
+    let undo = format!(
+        "(undo: iptables-legacy-restore < {}/iptables-legacy.rules)",
+        resolved.display()
+    );
+    assert!(text.contains(&undo), "{text}");
+    // The link's owner re-points it: the printed undo still names the backup.
+    assert!(!text.contains("sticky"), "the link is never printed: {text}");
+    std::fs::remove_file(&link).unwrap();
+    assert!(resolved.join("iptables-legacy.rules").is_file());
+}
+
+#[test]
+fn every_early_stop_prints_one_json_object() {
+    let node = legacy_stale_node("json-stops");
+    let legacy_before = legacy_saves(&node);
+    let one_object = |out: &Output, why: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}{}", stdout(out), stderr(out));
+        let report = json(out);
+        let stopped = report["removal"]["stopped"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{report}"));
+        assert!(
+            stopped.contains(why) && stopped.contains("nothing was changed"),
+            "{report}"
+        );
+        assert_eq!(report["removal"]["emptied"], serde_json::json!([]), "{report}");
+        assert_eq!(stdout(out).lines().count(), 1, "one object, one line: {}", stdout(out));
+        assert_eq!(stderr(out).lines().count(), 1, "{}", stderr(out));
+        assert!(stderr(out).contains(why), "{}", stderr(out));
+    };
+    // A backup directory another user owns.
+    let theirs = node.path("theirs");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let out = stale(&node, &["--remove", "--json", "--backup-dir", theirs.to_str().unwrap()]);
+    one_object(&out, "owned by uid 65534");
+    // A backup that cannot be written.
+    std::fs::write(node.path("a-file"), "").unwrap();
+    let under_file = node.path("a-file/backup");
+    let out = stale(
+        &node,
+        &["--remove", "--json", "--backup-dir", under_file.to_str().unwrap()],
+    );
+    one_object(&out, "Not a directory");
+    assert_eq!(legacy_saves(&node), legacy_before);
+    // The first reading fails (the stale backend's save tool does).
+    let node = nft_stale_node("json-stops-read");
+    let nft_before = nft_ruleset(&node);
+    let sbin = backends_with(&node, &[("iptables-nft-save", "echo the save broke >&2; exit 3")]);
+    let out = stale_with_backends(&node, &sbin, &["--remove", "--json"]);
+    one_object(&out, "the save broke");
+    assert_eq!(nft_ruleset(&node), nft_before);
+}
+
+#[test]
+fn an_nft_removal_that_never_reads_a_steady_ruleset_says_why() {
+    let node = nft_stale_node("never-steady");
+    let nft_before = nft_ruleset(&node);
+    // Each save commits to the live ruleset as it ends, as a writer that
+    // never pauses would: no attempt reads the tables and the save at one
+    // generation.
+    let save = format!("/usr/sbin/iptables-nft-save \"$@\" || exit\n{COMMIT_NOTHING}");
+    let sbin = backends_with(&node, &[("iptables-nft-save", &save)]);
+    let why = "the nf_tables ruleset changed while it was being read";
+    let out = stale_with_backends(&node, &sbin, &["--remove"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    for table in ["filter", "nat"] {
+        let line = format!("left as it was: nft ipv4 {table}: {why}");
+        assert!(stdout(&out).contains(&line), "{line:?} missing from: {}", stdout(&out));
+    }
+    assert_eq!(nft_ruleset(&node), nft_before);
+    let out = stale_with_backends(&node, &sbin, &["--remove", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report = json(&out);
+    let failed = report["removal"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{report}");
+    for entry in failed {
+        assert!(entry["error"].as_str().unwrap().contains(why), "{report}");
+    }
+    assert_eq!(nft_ruleset(&node), nft_before);
+}
+
+#[test]
+fn a_backup_that_restores_another_legacy_table_is_refused() {
+    let node = legacy_stale_node("legacy-inexact");
+    let legacy_before = legacy_saves(&node);
+    // A save that prints another address than the kernel holds, as a save
+    // tool that cannot express a rule's bytes would: its output restores
+    // without an error, into another rule.
+    let save = "/usr/sbin/iptables-legacy-save \"$@\" | sed 's#-s 10.0.0.1/32#-s 10.0.0.2/32#'";
+    let sbin = backends_with(&node, &[("iptables-legacy-save", save)]);
+    let out = stale_with_backends(&node, &sbin, &["--remove"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    let left = "left as it was: legacy ipv4 filter: the backup does not restore it exactly";
+    assert!(text.contains(left), "{text}");
+    // nat's backup restores it exactly: emptied, and only it is backed up.
+    assert!(text.contains("emptied: legacy ipv4 nat"), "{text}");
+    let legacy_after = legacy_saves(&node);
+    assert!(
+        legacy_after.contains("-A INPUT -s 10.0.0.1/32 -j ACCEPT"),
+        "{legacy_after}"
+    );
+    assert!(!legacy_after.contains("MASQUERADE"), "{legacy_after}");
+    let dir = common::stale::backup_dir_of(&out);
+    let backup = std::fs::read_to_string(dir.join("iptables-legacy.rules")).unwrap();
+    assert!(!backup.contains("*filter") && backup.contains("MASQUERADE"), "{backup}");
+    // The undo brings back exactly what was removed.
+    node.sh(&format!(
+        "iptables-legacy-restore --noflush < {}/iptables-legacy.rules",
+        dir.display()
+    ));
+    assert_eq!(legacy_saves(&node), legacy_before);
+}
+
+#[test]
+fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing() {
+    let node = nft_stale_node("moved-after-proof");
+    let nft_before = nft_ruleset(&node);
+    let legacy_before = legacy_saves(&node);
+    // The proof's restore runs in the removal's scratch namespace; as it
+    // ends, it commits to the live one (the wrapper's, its parent's), as a
+    // writer would between the proof and the emptying, in every attempt.
+    let restore =
+        format!("/usr/sbin/iptables-nft-restore \"$@\" || exit\nnsenter --net=/proc/$PPID/ns/net {COMMIT_NOTHING}");
+    let sbin = backends_with(&node, &[("iptables-nft-restore", &restore)]);
+    let out = stale_with_backends(&node, &sbin, &["--remove", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["removal"]["emptied"], serde_json::json!([]), "{report}");
+    let failed = report["removal"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{report}");
+    for entry in failed {
+        let why = entry["error"].as_str().unwrap();
+        assert!(
+            why.contains("changed between the backup and the removal") && why.contains("nothing removed"),
+            "{report}"
+        );
+    }
+    assert_eq!(nft_ruleset(&node), nft_before);
+    assert_eq!(legacy_saves(&node), legacy_before);
+}
