@@ -15,7 +15,8 @@
 //! - the host's link (`host_link`), finding and running the backend
 //!   (`backend`), the wrapper's runtime directory for state kept between
 //!   calls (`run_dir`), where each setting comes from (`settings`), link
-//!   installation (`install`), what reading the kernel's tables needs
+//!   installation (`install`), the package a missing backend is in
+//!   (`package_hint`), what reading the kernel's tables needs
 //!   (`privilege`);
 //! - the override and mode names (`mode`), the wrapped command (`command`),
 //!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
@@ -42,6 +43,7 @@ pub mod metrics;
 pub mod mode;
 pub mod on_node;
 pub mod own_file;
+pub mod package_hint;
 pub mod privilege;
 pub mod report;
 pub mod run_dir;
