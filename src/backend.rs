@@ -35,6 +35,7 @@ use crate::command::WrappedCommand;
 use crate::escape::{printable_bytes, quoted};
 use crate::mode::{mode_named_by, Mode};
 use crate::own_file::{self, OwnFile};
+use crate::package_hint;
 use crate::settings::{self, Origin, SBIN_VAR};
 use crate::trust::{self, Refused};
 use std::ffi::{CStr, CString};
@@ -138,7 +139,7 @@ impl fmt::Display for BackendError {
                     write!(
                         f,
                         "; install the iptables package that provides it ({})",
-                        providing_package(*mode)
+                        package_hint::providing_package(*mode)
                     )
                 }
             }
@@ -157,7 +158,7 @@ impl fmt::Display for BackendError {
                 "{} is the wrapper (a copy of it, or a link to one) in the place of the {mode} backend, so it runs nothing: wrappers that find each other as backends would run each other without end; put the real backend there (the iptables package's xtables-{mode}-multi and its links)",
                 shown(path)
             ),
-            BackendError::Untrusted(why) => write!(f, "{why}; nothing was run"),
+            BackendError::Untrusted(why) => write!(f, "{why}"),
         }
     }
 }
@@ -168,57 +169,6 @@ fn shown(path: &Path) -> std::borrow::Cow<'_, str> {
 
 fn join_paths(paths: &[PathBuf]) -> String {
     paths.iter().map(|p| shown(p)).collect::<Vec<_>>().join(", ")
-}
-
-/// The package that provides `mode`'s backend on this image's distribution,
-/// by the `ID` and `ID_LIKE` of `/etc/os-release` (read only here, on the
-/// error's path); every distribution's, when it names none known.
-fn providing_package(mode: Mode) -> String {
-    let release = std::fs::read_to_string(OS_RELEASE).unwrap_or_default();
-    package_for(&release, mode)
-}
-
-const OS_RELEASE: &str = "/etc/os-release";
-
-/// Which distributions' packages to name: the first known one among `ID`,
-/// then `ID_LIKE`'s (a derivative names its parent there).
-fn package_for(os_release: &str, mode: Mode) -> String {
-    let field = |key: &str| -> Vec<String> {
-        os_release
-            .lines()
-            .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
-            .map(|value| {
-                value
-                    .trim()
-                    .trim_matches(['"', '\''])
-                    .split_whitespace()
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let ids: Vec<String> = field("ID").into_iter().chain(field("ID_LIKE")).collect();
-    let known = ids.iter().find_map(|id| match (id.as_str(), mode) {
-        ("debian" | "ubuntu", _) => Some("Debian/Ubuntu: apt-get install iptables (both backends)"),
-        ("alpine", Mode::Nft) => Some("Alpine: apk add iptables"),
-        ("alpine", Mode::Legacy) => Some("Alpine: apk add iptables-legacy (a package of its own since 3.19)"),
-        ("wolfi" | "chainguard", _) => Some("Wolfi: apk add iptables (both backends; not iptables-wrappers, another wrapper)"),
-        ("rhel" | "centos" | "rocky" | "almalinux", Mode::Nft) => Some("RHEL/UBI: dnf install iptables-nft"),
-        ("rhel" | "centos" | "rocky" | "almalinux", Mode::Legacy) => Some(
-            "RHEL/UBI 9: iptables-legacy is not in RHEL, only in EPEL (dnf install epel-release, then dnf install iptables-legacy); or pin nft",
-        ),
-        ("fedora", Mode::Nft) => Some("Fedora: dnf install iptables-nft"),
-        ("fedora", Mode::Legacy) => Some("Fedora: dnf install iptables-legacy"),
-        _ => None,
-    });
-    match (known, mode) {
-        (Some(package), _) => package.to_string(),
-        (None, Mode::Nft) => "Debian/Ubuntu/Alpine/Wolfi: iptables; Fedora/RHEL/UBI: iptables-nft".to_string(),
-        (None, Mode::Legacy) => {
-            "Debian/Ubuntu/Wolfi: iptables; Alpine/Fedora: iptables-legacy; RHEL/UBI 9: iptables-legacy from EPEL"
-                .to_string()
-        }
-    }
 }
 
 /// When the wrapper was exec'd under a backend's own name (`iptables-nft`,
@@ -477,22 +427,4 @@ fn exec(backend: &Backend, argv0: &CStr, args: &[&CStr]) -> io::Error {
     // the process's environment as it is.
     unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
     io::Error::last_os_error()
-}
-#[cfg(test)]
-mod tests {
-    use super::package_for;
-    use crate::mode::Mode;
-
-    #[test]
-    fn the_package_follows_os_release() {
-        let ubi = "NAME=\"Red Hat Enterprise Linux\"\nID=\"rhel\"\nID_LIKE=\"fedora\"\nVERSION_ID=\"9.4\"\n";
-        assert!(package_for(ubi, Mode::Legacy).contains("EPEL"));
-        assert!(package_for(ubi, Mode::Nft).contains("iptables-nft"));
-        assert!(package_for("ID=rocky\nID_LIKE=\"rhel centos fedora\"\n", Mode::Legacy).contains("EPEL"));
-        assert!(package_for("ID=wolfi\n", Mode::Legacy).starts_with("Wolfi: apk add iptables "));
-        assert!(package_for("ID=alpine\nVERSION_ID=3.22.0\n", Mode::Legacy).contains("iptables-legacy"));
-        assert!(package_for("ID=fedora\n", Mode::Nft).contains("iptables-nft"));
-        assert!(package_for("ID=linuxmint\nID_LIKE=\"ubuntu debian\"\n", Mode::Legacy).starts_with("Debian/Ubuntu"));
-        assert!(package_for("VERSION_ID=1\n", Mode::Legacy).contains("EPEL"));
-    }
 }

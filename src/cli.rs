@@ -2,12 +2,14 @@
 //! is not one of the six iptables commands (normally `iptables-wrapper`).
 //! A usage error is one line naming what was wrong, then "see --help".
 
-use crate::command::{WrappedCommand, COMMAND_NAMES};
+use crate::backend;
+use crate::command::{self, WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
 use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
 use crate::interval;
 use crate::metrics;
+use crate::on_node::NodePaths;
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -16,13 +18,13 @@ use crate::standard_fds::say;
 use crate::textfile;
 use std::ffi::CStr;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const USAGE: &str = "\
 usage: iptables-wrapper detect [-v] [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
-       iptables-wrapper stale [--remove[=true|false]] --backups-in DIR [--keep-backups N] [--exit-zero]
+       iptables-wrapper stale [--remove[=true|false]] --backups-in DIR [--keep-backups N] [--backups-on-host PATH] [--exit-zero]
        iptables-wrapper metrics --textfile PATH [--interval D]
        iptables-wrapper COMMAND [ARGS...]
        iptables-wrapper --version | --help
@@ -37,7 +39,8 @@ iptables-nft or iptables-legacy and execs that backend.
              and every piece of evidence read and how; --json (--format json)
              for all of it as one JSON object; --for one of the six command
              names (default iptables); --format prometheus: both families'
-             state as Prometheus/OpenMetrics text (docs/metrics.md)
+             state as Prometheus/OpenMetrics text (docs/metrics.md); exit 3:
+             the chosen backend's program is missing (the first warning)
   install    link the six command names to this wrapper in DIR (default: the
              wrapper's directory); --force replaces regular files, never
              the wrapper's own file; a failure midway puts every name back
@@ -52,7 +55,10 @@ iptables-nft or iptables-legacy and execs that backend.
              --backups-in DIR: the backup is DIR/stale-backup-<number>-<UTC
              time>, numbered one past the highest there; --keep-backups N
              then keeps the N highest numbers (the one just written among
-             them), deleting older ones; --remove=false shows only;
+             them), deleting older ones; --backups-on-host PATH: DIR's
+             path on the node (a hostPath), for the undo lines on stderr
+             to name the files as the node's operator types them;
+             --remove=false shows only;
              --exit-zero: exit 0 whatever happened (an init container),
              after a line on stderr with the status it stands for
   metrics    write the metrics of detect --format prometheus to PATH (via
@@ -104,6 +110,11 @@ pub fn run(args: &[&CStr]) -> i32 {
             env!("IPTW_BUILD_TARGET")
         )),
         (Some("--help" | "-h" | "help"), None) => print_out(&format!("{USAGE}\n")),
+        (Some(other), _) if command::another_tables_program(other) => usage_error(&format!(
+            "{} is not a command the wrapper runs: COMMAND is one of {}; run that program itself",
+            quoted(other.as_bytes()),
+            COMMAND_NAMES.join(", ")
+        )),
         (Some(other), _) => usage_error(&format!("unknown command or option {}", quoted(other.as_bytes()))),
         (None, _) => {
             usage_error("a command is required: detect, install, stale, metrics or one of the six iptables commands")
@@ -214,10 +225,17 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     }
     let format = format.unwrap_or(DetectFormat::Text);
     if format == DetectFormat::Prometheus {
-        if command.is_some() {
-            return usage_error(
-                "--for goes with the text and JSON reports; --format prometheus covers iptables and ip6tables",
-            );
+        let refused = match (command, verbose) {
+            (Some(_), _) => {
+                "--for goes with the text and JSON reports; --format prometheus covers iptables and ip6tables"
+            }
+            (None, true) => {
+                "-v goes with the text report; --format prometheus has one form (every metric, both families)"
+            }
+            (None, false) => "",
+        };
+        if !refused.is_empty() {
+            return usage_error(refused);
         }
         return match metrics::exposition() {
             Ok(text) => print_out(&text),
@@ -236,14 +254,25 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         }
     };
     let settings = settings::current();
-    if format == DetectFormat::Json {
-        print_out(&format!("{}\n", report::json(&decision, settings)))
+    // The search a wrapped call makes, without the exec.
+    let backend = backend::locate(&command, decision.mode);
+    let printed = if format == DetectFormat::Json {
+        print_out(&format!("{}\n", report::json(&decision, settings, &backend)))
     } else if verbose {
-        print_out(&report::verbose_text(&decision, settings))
+        print_out(&report::verbose_text(&decision, settings, &backend))
     } else {
-        print_out(&report::text(&decision))
+        print_out(&report::text(&decision, &backend))
+    };
+    match (printed, &backend) {
+        (0, Err(_)) => EXIT_BACKEND_CANNOT_RUN,
+        (printed, _) => printed,
     }
 }
+
+/// `detect`'s exit status when the report is printed but the chosen
+/// backend's program is not found (or would run the wrapper itself): every
+/// call of the command would fail.
+const EXIT_BACKEND_CANNOT_RUN: i32 = 3;
 
 /// The format a `--format` value names, if any.
 fn format_named(value: &str) -> Option<DetectFormat> {
@@ -289,6 +318,8 @@ struct Rotation<'a> {
     backups_in: Option<&'a str>,
     keep: Option<usize>,
     exit_zero: bool,
+    /// `--backups-in`'s directory as the node names it.
+    on_host: Option<&'a str>,
 }
 
 fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
@@ -320,6 +351,10 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 Some(value) if value.starts_with('/') => rotation.backups_in = Some(value),
                 _ => return usage_error("--backups-in needs the absolute path of a directory"),
             },
+            "--backups-on-host" => match args.next() {
+                Some(value) if value.starts_with('/') => rotation.on_host = Some(value),
+                _ => return usage_error("--backups-on-host needs the absolute path on the node of --backups-in DIR"),
+            },
             "--keep-backups" => match args.next().map(|value| (value, value.parse::<usize>())) {
                 Some((_, Ok(keep))) if keep >= 1 => rotation.keep = Some(keep),
                 Some((value, _)) => {
@@ -338,6 +373,9 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     }
     if options.backup_dir.is_some() && rotation.backups_in.is_some() {
         return usage_error("--backup-dir names one backup, --backups-in the directory of them; give one");
+    }
+    if rotation.on_host.is_some() && rotation.backups_in.is_none() {
+        return usage_error("--backups-on-host goes with --backups-in DIR, the directory it names on the node");
     }
     if rotation.keep.is_some() && rotation.backups_in.is_none() {
         return usage_error("--keep-backups goes with --backups-in DIR, the directory of the backups it keeps");
@@ -359,7 +397,7 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
 
 /// Runs `stale` with its backup in `--backups-in`, then prunes there.
 fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
-    let Some(dir) = rotation.backups_in.map(std::path::Path::new) else {
+    let Some(dir) = rotation.backups_in.map(Path::new) else {
         return stale::run(options);
     };
     if options.remove {
@@ -375,11 +413,26 @@ fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
         }
     }
     let mut status = stale::run(options);
+    let node = NodePaths {
+        inside: dir,
+        on_host: rotation.on_host.map(Path::new),
+    };
+    for line in options
+        .backup_dir
+        .as_deref()
+        .map(|backup| node.undo_lines(backup))
+        .unwrap_or_default()
+    {
+        say(&format!("stale: {line}"));
+    }
     if let Some(keep) = rotation.keep {
         match rotation::prune(dir, keep) {
             Ok(removed) => {
                 for old in removed {
-                    say(&format!("stale: removed the old backup {}", old.display()));
+                    let shown = node
+                        .shown(&old)
+                        .map_or(String::new(), |path| format!(" (on the node: {path})"));
+                    say(&format!("stale: removed the old backup {}{shown}", old.display()));
                 }
             }
             Err(problem) => {

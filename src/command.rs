@@ -42,9 +42,41 @@ impl WrappedCommand {
     }
 }
 
+/// Whether `name` (a basename) is another program of the iptables family
+/// (`ebtables`, `arptables`, `iptables-legacy`, `xtables-monitor`, ...),
+/// one the wrapper does not answer to: a call through it is refused with
+/// the names it does answer to, not taken for the wrapper's own command
+/// line. The wrapper's own name (`iptables-wrapper...`) is not one.
+pub fn another_tables_program(name: &str) -> bool {
+    name.contains("tables") && WrappedCommand::from_name(name).is_none() && !name.starts_with("iptables-wrapper")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_tables_programs_are_told_apart() {
+        for other in [
+            "ebtables",
+            "arptables",
+            "iptables-legacy",
+            "ip6tables-nft-save",
+            "xtables-monitor",
+        ] {
+            assert!(another_tables_program(other), "{other}");
+        }
+        for own in [
+            "iptables",
+            "ip6tables-restore",
+            "iptables-wrapper",
+            "iptables-wrapper-1.2",
+            "detect",
+            "-L",
+        ] {
+            assert!(!another_tables_program(own), "{own}");
+        }
+    }
 
     #[test]
     fn known_names_only() {

@@ -6,7 +6,8 @@
 //!
 //! - the command line (`cli`), the `detect` report (`report`) and its
 //!   metrics (`metrics`), showing and removing what the backend the host
-//!   does not use still holds (`stale`);
+//!   does not use still holds (`stale`) and its backups' paths as the node
+//!   names them (`on_node`);
 //! - the ordered decision (`decision`, one module per source of evidence),
 //!   and the record of warnings it leaves (`warnings_record`);
 //! - the kernel's state (`kernel`: nf_tables through netlink, legacy
@@ -14,7 +15,8 @@
 //! - the host's link (`host_link`), finding and running the backend
 //!   (`backend`), the wrapper's runtime directory for state kept between
 //!   calls (`run_dir`), where each setting comes from (`settings`), link
-//!   installation (`install`), what reading the kernel's tables needs
+//!   installation (`install`), the package a missing backend is in
+//!   (`package_hint`), what reading the kernel's tables needs
 //!   (`privilege`);
 //! - the override and mode names (`mode`), the wrapped command (`command`),
 //!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
@@ -39,7 +41,9 @@ pub mod interval;
 pub mod kernel;
 pub mod metrics;
 pub mod mode;
+pub mod on_node;
 pub mod own_file;
+pub mod package_hint;
 pub mod privilege;
 pub mod report;
 pub mod run_dir;

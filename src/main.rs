@@ -22,7 +22,7 @@
 use iptables_wrapper::allocator::{BumpArena, CALL_ARENA_BYTES};
 use iptables_wrapper::backend;
 use iptables_wrapper::cli;
-use iptables_wrapper::command::WrappedCommand;
+use iptables_wrapper::command::{self, WrappedCommand, COMMAND_NAMES};
 use iptables_wrapper::decision::{self, Depth};
 use iptables_wrapper::environment;
 use iptables_wrapper::escape::{printable, quoted};
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn main(argc: c_int, argv: *const *const c_char, _envp: *c
 
 fn run(args: &[&CStr]) -> i32 {
     if let Some(standing_in) = backend::standing_in_for_a_backend() {
-        say(&standing_in.to_string());
+        say(&format!("{standing_in}; nothing was run"));
         return standing_in.exit_status();
     }
     let logging = match logging_requested() {
@@ -92,19 +92,36 @@ fn run(args: &[&CStr]) -> i32 {
     // The multi-call form, as xtables-*-multi take it: `iptables-wrapper
     // iptables -L` is a call of `iptables -L`, and the backend's argv[0] is
     // the name given (as xtables-*-multi pass it on).
-    match rest.split_first() {
-        Some((name, args)) => match wrapped_command(name.to_bytes()) {
-            Some(command) => run_backend(&command, name, args, &logging),
-            None => cli::run(rest),
-        },
-        None => cli::run(rest),
+    if let Some((name, args)) = rest.split_first() {
+        if let Some(command) = wrapped_command(name.to_bytes()) {
+            return run_backend(&command, name, args, &logging);
+        }
     }
+    // Under another program's name (an `ebtables` link), only the
+    // multi-call form is answered: what the caller meant is not the
+    // wrapper's own command line.
+    let invoked_as = basename(argv0.to_bytes());
+    if std::str::from_utf8(invoked_as).is_ok_and(command::another_tables_program) {
+        say(&format!(
+            "invoked as {}: the wrapper answers only to {} and to its own name (iptables-wrapper); under another name, its first argument must be one of them; nothing was run",
+            quoted(invoked_as),
+            COMMAND_NAMES.join(", ")
+        ));
+        return 2;
+    }
+    cli::run(rest)
 }
 
 /// The command a program name (its basename) is, if one of the six.
 fn wrapped_command(name: &[u8]) -> Option<WrappedCommand> {
-    let basename = name.rsplit(|&b| b == b'/').next().unwrap_or_default();
-    std::str::from_utf8(basename).ok().and_then(WrappedCommand::from_name)
+    std::str::from_utf8(basename(name))
+        .ok()
+        .and_then(WrappedCommand::from_name)
+}
+
+/// A path's last component.
+fn basename(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or_default()
 }
 
 /// Reads `IPTABLES_WRAPPER_LOG`: unset or empty means quiet.
@@ -182,7 +199,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
         )
     });
     say(&format!(
-        "{failure} ({} was chosen because: {})",
+        "{failure} ({} was chosen because: {}); nothing was run",
         decision.mode,
         printable(&decision.reason.to_string())
     ));

@@ -6,7 +6,7 @@
 //! link's target, a chain name), so every text in it is escaped as
 //! [`escape`](crate::escape) says, once, where it is shown.
 
-use crate::backend::SYSTEM_DIRS;
+use crate::backend::{Backend, BackendError, SYSTEM_DIRS};
 use crate::decision::{Decision, Evidence, STALE_COMMAND_HINT};
 use crate::escape::{bytes_shown, printable, printable_bytes, quoted, string};
 use crate::host_link::DEFAULT_HOST_ROOT;
@@ -132,11 +132,23 @@ fn without_stale_clause(finding: &str) -> Option<String> {
     Some(format!("{before}{after}"))
 }
 
+/// The chosen backend as `detect` found it: its program, or why no call
+/// of the command can run it.
+pub type Found = Result<Backend, BackendError>;
+
+/// The warning when the chosen backend cannot run: it comes first, since
+/// every call of the command fails.
+fn cannot_run(decision: &Decision, backend: &Found) -> Option<String> {
+    let error = backend.as_ref().err()?;
+    Some(format!("every {} call will fail: {error}", decision.command))
+}
+
 /// The warnings, one line each, without what the verdict already says:
-/// each piece of disagreeing evidence as where it was read and what it
-/// found, the stale clause once, then the other warnings as they are.
-fn warning_lines(decision: &Decision) -> Vec<String> {
-    let mut lines = Vec::new();
+/// a backend that cannot run, each piece of disagreeing evidence as where
+/// it was read and what it found, the stale clause once, then the other
+/// warnings as they are.
+fn warning_lines(decision: &Decision, backend: &Found) -> Vec<String> {
+    let mut lines: Vec<String> = cannot_run(decision, backend).into_iter().collect();
     let mut stale = false;
     for evidence in decision.disagreements() {
         let finding = evidence.finding.to_string();
@@ -167,10 +179,10 @@ fn warning_lines(decision: &Decision) -> Vec<String> {
 }
 
 /// The short report: the verdict and a line per warning.
-pub fn text(decision: &Decision) -> String {
+pub fn text(decision: &Decision, backend: &Found) -> String {
     let mut out = verdict(decision);
     out.push('\n');
-    for line in warning_lines(decision) {
+    for line in warning_lines(decision, backend) {
         let _ = writeln!(out, "{line}");
     }
     out
@@ -178,8 +190,8 @@ pub fn text(decision: &Decision) -> String {
 
 /// The full report (`-v`): the verdict, the source that decided, each
 /// setting and where it came from, every piece of evidence and how it was
-/// read, the warnings and the time taken.
-pub fn verbose_text(decision: &Decision, settings: &Settings) -> String {
+/// read, the backend's program, the warnings and the time taken.
+pub fn verbose_text(decision: &Decision, settings: &Settings, backend: &Found) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", verdict(decision));
     let _ = writeln!(out, "command:    {}", decision.command);
@@ -189,6 +201,10 @@ pub fn verbose_text(decision: &Decision, settings: &Settings) -> String {
         decision.decided_by.key(),
         printable(&decision.reason.to_string())
     );
+    let program = backend
+        .as_ref()
+        .map_or("none found".into(), |found| shown_path(&found.path));
+    let _ = writeln!(out, "backend:    {program}");
     settings_text(&mut out, settings);
     let _ = writeln!(out, "evidence:");
     for evidence in &decision.evidence {
@@ -209,7 +225,7 @@ pub fn verbose_text(decision: &Decision, settings: &Settings) -> String {
             counts.legacy.low, counts.nft.low
         );
     }
-    for line in warning_lines(decision) {
+    for line in warning_lines(decision, backend) {
         let _ = writeln!(out, "{line}");
     }
     if let Some(took) = decision.took {
@@ -227,7 +243,7 @@ fn pointer(evidence: &Evidence, chosen: Mode) -> String {
 }
 
 /// The same content as one JSON object on one line.
-pub fn json(decision: &Decision, settings: &Settings) -> String {
+pub fn json(decision: &Decision, settings: &Settings, backend: &Found) -> String {
     let evidence: Vec<String> = decision
         .evidence
         .iter()
@@ -243,7 +259,21 @@ pub fn json(decision: &Decision, settings: &Settings) -> String {
             )
         })
         .collect();
-    let warnings: Vec<String> = decision.warnings().iter().map(|w| string(w)).collect();
+    let warnings: Vec<String> = cannot_run(decision, backend)
+        .into_iter()
+        .chain(decision.warnings())
+        .map(|w| string(&w))
+        .collect();
+    let backend = match backend {
+        Ok(found) => format!(
+            "{{\"runnable\":true,\"path\":{},\"error\":null}}",
+            string(&bytes_shown(found.path.as_os_str().as_bytes()))
+        ),
+        Err(error) => format!(
+            "{{\"runnable\":false,\"path\":null,\"error\":{}}}",
+            string(&error.to_string())
+        ),
+    };
     let counts = match &decision.rule_counts {
         None => "null".to_string(),
         Some(counts) => format!(
@@ -254,12 +284,13 @@ pub fn json(decision: &Decision, settings: &Settings) -> String {
         ),
     };
     format!(
-        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"settings\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{}}}",
+        "{{\"mode\":{},\"command\":{},\"decided_by\":{},\"reason\":{},\"settings\":{},\"backend\":{},\"evidence\":[{}],\"rule_counts\":{},\"warnings\":[{}],\"took_ms\":{}}}",
         string(decision.mode.name()),
         string(decision.command),
         string(decision.decided_by.key()),
         string(&decision.reason.to_string()),
         settings_json(settings),
+        backend,
         evidence.join(","),
         counts,
         warnings.join(","),
@@ -267,6 +298,10 @@ pub fn json(decision: &Decision, settings: &Settings) -> String {
             .took
             .map_or("null".to_string(), |took| format!("{:.3}", took.as_secs_f64() * 1e3))
     )
+}
+
+fn shown_path(path: &std::path::Path) -> String {
+    printable_bytes(path.as_os_str().as_bytes()).into_owned()
 }
 
 fn bounds(bounds: RuleBounds, method: &str) -> String {

@@ -15,8 +15,9 @@ use std::os::unix::process::CommandExt;
 use std::process::Output;
 
 /// Every metric family the exposition has, in its order (docs/metrics.md).
-const FAMILIES: [&str; 14] = [
+const FAMILIES: [&str; 15] = [
     "iptables_wrapper_host_backend_info",
+    "iptables_wrapper_backend_runnable",
     "iptables_wrapper_rules",
     "iptables_wrapper_rules_state",
     "iptables_wrapper_mixed_state",
@@ -186,6 +187,13 @@ fn check_common(scrape: &Scrape) {
             .collect();
         assert_eq!(backends.len(), 1, "{family}: {}", scrape.text);
         assert_eq!(backends[0].1, 1.0);
+        // The test nodes have both backends installed.
+        let backend = backends[0].0["backend"].as_str();
+        let runnable = scrape.value(
+            "iptables_wrapper_backend_runnable",
+            &[("family", family), ("backend", backend)],
+        );
+        assert_eq!(runnable, 1.0, "{family}: {}", scrape.text);
         let took = scrape.value("iptables_wrapper_decision_duration_seconds", &[("family", family)]);
         assert!(took > 0.0 && took < 10.0, "{took}");
     }

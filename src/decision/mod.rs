@@ -156,7 +156,7 @@ impl Decision {
                 .collect();
             if !unknown.is_empty() {
                 warnings.push(format!(
-                    "{} uses {} only by default, and part of the kernel's state is unknown ({}); see iptables-wrapper detect",
+                    "{} uses {} only by default, and part of the kernel's state is unknown ({}); reading it needs CAP_NET_ADMIN (root); or mount the host's root at {DEFAULT_HOST_ROOT} or set {OVERRIDE_VAR} so the choice does not rest on the default",
                     self.command,
                     self.mode,
                     unknown.join("; ")
@@ -272,7 +272,7 @@ mod tests {
         ]);
         assert_eq!(
             decision.warnings(),
-            ["iptables uses nft only by default, and part of the kernel's state is unknown (rule counts; nft tables ip/ip6 kube-proxy); see iptables-wrapper detect"]
+            ["iptables uses nft only by default, and part of the kernel's state is unknown (rule counts; nft tables ip/ip6 kube-proxy); reading it needs CAP_NET_ADMIN (root); or mount the host's root at /host or set IPTABLES_MODE so the choice does not rest on the default"]
         );
     }
 

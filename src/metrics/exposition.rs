@@ -67,6 +67,7 @@ type MetricFamily = fn(&mut Exposition, &Snapshot);
 /// Every metric family, in the order written.
 const FAMILIES: &[MetricFamily] = &[
     host_backend_info,
+    backend_runnable,
     rules,
     rules_state,
     mixed_state,
@@ -106,6 +107,22 @@ fn host_backend_info(out: &mut Exposition, snapshot: &Snapshot) {
                 ("decided_by", state.decision.decided_by.key()),
             ],
             1,
+        );
+    }
+}
+
+fn backend_runnable(out: &mut Exposition, snapshot: &Snapshot) {
+    out.gauge(
+        "backend_runnable",
+        "1 when the chosen backend's program for the family's command is found, 0 when every call will fail (detect names the programs tried).",
+    );
+    for state in &snapshot.families {
+        out.sample(
+            &[
+                ("family", state.family.label()),
+                ("backend", state.decision.mode.name()),
+            ],
+            u8::from(state.runnable),
         );
     }
 }
@@ -316,11 +333,13 @@ mod tests {
                     family: Family::Ipv4,
                     decision: decision("iptables"),
                     stale: StaleState::Unknown,
+                    runnable: true,
                 },
                 FamilyState {
                     family: Family::Ipv6,
                     decision: decision("ip6tables"),
                     stale: StaleState::Unknown,
+                    runnable: true,
                 },
             ],
             counts: [(Mode::Legacy, Count::Unknown), (Mode::Nft, Count::Known(3))],

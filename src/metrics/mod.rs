@@ -1,7 +1,8 @@
 //! `detect --format prometheus`: the host's state as Prometheus text
 //! exposition (also valid OpenMetrics text), for node-exporter's textfile
-//! collector or a scrape: per family the backend the host uses and the
-//! source that decided, each backend's rule count and whether it is known,
+//! collector or a scrape: per family the backend the host uses, the source
+//! that decided and whether its program is found, each backend's rule count
+//! and whether it is known,
 //! what the backend the host does not use still holds per table, the
 //! disagreeing evidence and warnings, and how long reading took. Each
 //! metric and label is described in `docs/metrics.md`; names are stable.
@@ -24,6 +25,7 @@
 
 mod exposition;
 
+use crate::backend;
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth};
 use crate::family::Family;
@@ -106,6 +108,9 @@ struct FamilyState {
     family: Family,
     decision: Decision,
     stale: StaleState,
+    /// Whether the chosen backend's program for the family's command is
+    /// found (the search a wrapped call makes, without the exec).
+    runnable: bool,
 }
 
 /// Everything exported, as read.
@@ -139,10 +144,12 @@ fn read() -> Result<Snapshot, InvalidSetting> {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
         let decision = decision::decide_with(&command, Depth::Everything, &mut kernel)?;
         let stale = stale_state(decision.mode.other(), family);
+        let runnable = backend::locate(&command, decision.mode).is_ok();
         families.push(FamilyState {
             family,
             decision,
             stale,
+            runnable,
         });
     }
     let counts = [Mode::Legacy, Mode::Nft].map(|mode| (mode, backend_count(&families[0].decision, mode)));
