@@ -20,6 +20,7 @@ const USAGE: &str = "\
 usage: iptables-wrapper detect [-v] [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
+                        [--allow-opening] [--despite-contradiction]
        iptables-wrapper COMMAND [ARGS...]
        iptables-wrapper --version | --help
 
@@ -44,7 +45,12 @@ iptables-nft or iptables-legacy and execs that backend.
              the host link or a hint chain in one backend alone are)
              --remove: save that backend's rules into --backup-dir DIR
              (default: a new directory in the runtime directory), then
-             empty each stale table; exit 0 when nothing stale remains
+             empty each stale table; exit 0 when nothing stale remains;
+             a table holding a DROP/REJECT rule or non-ACCEPT policy the
+             host's backend does not also enforce is left (exit 1) unless
+             --allow-opening; a decision other evidence contradicts is
+             refused (exit 2), by IPTABLES_MODE removed with
+             --despite-contradiction
 
 Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
 XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,
@@ -249,6 +255,8 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
             "--json" => options.json = true,
             "-v" | "--verbose" => options.verbose = true,
             "--remove" => options.remove = true,
+            "--allow-opening" => options.allow_opening = true,
+            "--despite-contradiction" => options.despite_contradiction = true,
             "--backup-dir" => match args.next() {
                 Some("") | None => return usage_error("--backup-dir needs a directory"),
                 Some(value) => options.backup_dir = Some(PathBuf::from(value)),
@@ -258,6 +266,12 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     }
     if options.backup_dir.is_some() && !options.remove {
         return usage_error("--backup-dir goes with --remove");
+    }
+    if options.allow_opening && !options.remove {
+        return usage_error("--allow-opening goes with --remove");
+    }
+    if options.despite_contradiction && !options.remove {
+        return usage_error("--despite-contradiction goes with --remove");
     }
     stale::run(&options)
 }
