@@ -410,6 +410,16 @@ fn render(snapshot: &Snapshot) -> String {
         }
     }
     out.gauge(
+        "contradicting_evidence",
+        "Pieces of evidence contradicting a decision by the override or the host link (another host link, a hint chain only in the other backend); stale --remove refuses such a decision.",
+    );
+    for state in families {
+        out.sample(
+            &[("family", state.family.label())],
+            state.decision.contradictions().count(),
+        );
+    }
+    out.gauge(
         "warnings",
         "Warnings detect gives per family (disagreements, the mixed state, a default resting on unknowns, a backend the kernel lacks); their words are in iptables-wrapper detect.",
     );

@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Output;
 
 /// Every metric family the exposition has, in its order (docs/metrics.md).
-const FAMILIES: [&str; 14] = [
+const FAMILIES: [&str; 15] = [
     "iptables_wrapper_host_backend_info",
     "iptables_wrapper_rules",
     "iptables_wrapper_rules_state",
@@ -26,6 +26,7 @@ const FAMILIES: [&str; 14] = [
     "iptables_wrapper_stale_user_chains",
     "iptables_wrapper_stale_tables_left_alone",
     "iptables_wrapper_disagreeing_evidence",
+    "iptables_wrapper_contradicting_evidence",
     "iptables_wrapper_warnings",
     "iptables_wrapper_decision_duration_seconds",
     "iptables_wrapper_detect_duration_seconds",

@@ -58,6 +58,24 @@ fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
     // --allow-opening does not overrule a contradiction, nor does the
     // other option without IPTABLES_MODE.
     assert_refused(&node, &["--remove", "--allow-opening", "--despite-contradiction"], &[]);
+    // detect and the metrics name the contradiction as its own finding.
+    let warnings = node.detect()["warnings"].to_string();
+    assert!(
+        warnings.contains("contradicting evidence for legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT"),
+        "{warnings}"
+    );
+    let metrics = node
+        .wrapper()
+        .args(["detect", "--format", "prometheus"])
+        .output()
+        .unwrap();
+    let metrics = stdout(&metrics);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("iptables_wrapper_contradicting_evidence{family=\"ipv4\"} ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     // Showing says it is not certain, and shows what both backends hold.
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1));

@@ -17,6 +17,7 @@
 //! a rule count as filtering, never hide one that is.
 
 use super::find;
+use super::proof::Verdicts;
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
@@ -215,6 +216,33 @@ pub fn openings(stale_save: &[u8], live: Mode, family: Family, tables: &[&str]) 
         .into_iter()
         .map(|items| describe(&items, live))
         .collect())
+}
+
+/// Per table of `names` in the stale `save`: why emptying it would open
+/// the host that `live` filters (None: it would not, or `allow_opening`).
+pub fn held_back(
+    save: &[u8],
+    live: Mode,
+    family: Family,
+    names: &[&str],
+    allow_opening: bool,
+) -> Result<Vec<Option<String>>, String> {
+    if allow_opening {
+        return Ok(vec![None; names.len()]);
+    }
+    openings(save, live, family, names)
+        .map_err(|why| format!("whether removing it would open the host is unknown: {why}; nothing removed"))
+}
+
+/// A proof's verdicts, with each table that would open the host left as
+/// it was ("... (--allow-opening removes it anyway)").
+pub fn held_open((save, mut verdicts): Verdicts, opens: Vec<Option<String>>) -> Verdicts {
+    for (verdict, open) in verdicts.iter_mut().zip(opens) {
+        if let (Ok(()), Some(why)) = (&verdict, open) {
+            *verdict = Err(format!("{why} (--allow-opening removes it anyway)"));
+        }
+    }
+    (save, verdicts)
 }
 
 /// Items shown at most in one line.

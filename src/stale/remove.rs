@@ -392,9 +392,9 @@ fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> 
                 proof::legacy_images(family, chosen)
             })
         };
-        let opens = openings(&save, Mode::Nft, family, &names, allow_opening)?;
+        let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening)?;
         return proof::narrowed(&save, &names, &live, restored_by, proof::legacy_difference)
-            .map(|proven| held_open(proven, opens));
+            .map(|proven| opening::held_open(proven, opens));
     }
     Err(format!(
         "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
@@ -451,8 +451,8 @@ fn prove_nft(
                 proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
             })
         };
-        let opens = openings(&save, Mode::Legacy, family, &names, allow_opening)?;
-        let (save, verdicts) = held_open(
+        let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening)?;
+        let (save, verdicts) = opening::held_open(
             proof::narrowed(&save, &names, &images, restored_by, NftTableImage::difference)?,
             opens,
         );
@@ -464,33 +464,6 @@ fn prove_nft(
         });
     }
     Ok(Some((generation, proven)))
-}
-
-/// Per table of `names` in the stale `save`: why emptying it would open
-/// the host that `live` filters (None: it would not, or `allow_opening`).
-fn openings(
-    save: &[u8],
-    live: Mode,
-    family: Family,
-    names: &[&str],
-    allow_opening: bool,
-) -> Result<Vec<Option<String>>, String> {
-    if allow_opening {
-        return Ok(vec![None; names.len()]);
-    }
-    opening::openings(save, live, family, names)
-        .map_err(|why| format!("whether removing it would open the host is unknown: {why}; nothing removed"))
-}
-
-/// A proof's verdicts, with each table that would open the host left as
-/// it was ("... (--allow-opening removes it anyway)").
-fn held_open((save, mut verdicts): proof::Verdicts, opens: Vec<Option<String>>) -> proof::Verdicts {
-    for (verdict, open) in verdicts.iter_mut().zip(opens) {
-        if let (Ok(()), Some(why)) = (&verdict, open) {
-            *verdict = Err(format!("{why} (--allow-opening removes it anyway)"));
-        }
-    }
-    (save, verdicts)
 }
 
 /// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
