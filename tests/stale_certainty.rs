@@ -161,7 +161,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
 
 #[test]
 fn a_hint_chain_in_a_native_nftables_table_is_refused() {
-    // The probe's case: a hint chain in a native `ip mangle` table beside
+    // A hint chain in a native `ip mangle` table beside
     // one counter rule.
     let node = Node::new("cert-native-hint");
     node.sh(&format!(

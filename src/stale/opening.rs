@@ -124,7 +124,7 @@ fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
 /// and each non-ACCEPT policy as `:CHAIN POLICY`.
 fn filtering_items(table: &SavedTable) -> Vec<Vec<u8>> {
     let rule_targets: Vec<Vec<Vec<u8>>> = table.rules.iter().map(|(_, line)| targets(line)).collect();
-    // Chains that lead to a filtering verdict, to a fixed point.
+    // Chains from which a filtering verdict is reached, to a fixed point.
     let mut leading: HashSet<Vec<u8>> = HashSet::new();
     loop {
         let before = leading.len();
