@@ -24,6 +24,7 @@ const USAGE: &str = "\
 usage: iptables-wrapper detect [-v] [--json | --format text|json|prometheus] [--for COMMAND]
        iptables-wrapper install [--dir DIR] [--force]
        iptables-wrapper stale [--json] [-v] | stale --remove [--backup-dir DIR] [--json]
+                        [--allow-opening] [--despite-contradiction]
        iptables-wrapper stale [--remove[=true|false]] --backups-in DIR [--keep-backups N] [--backups-on-host PATH] [--exit-zero]
        iptables-wrapper metrics --textfile PATH [--interval D]
        iptables-wrapper COMMAND [ARGS...]
@@ -51,7 +52,12 @@ iptables-nft or iptables-legacy and execs that backend.
              the host link or a hint chain in one backend alone are)
              --remove: save that backend's rules into --backup-dir DIR
              (default: a new directory in the runtime directory), then
-             empty each stale table; exit 0 when nothing stale remains
+             empty each stale table; exit 0 when nothing stale remains;
+             a table holding a DROP/REJECT rule or non-ACCEPT policy the
+             host's backend does not also enforce is left (exit 1) unless
+             --allow-opening; a decision other evidence contradicts is
+             refused (exit 2), by IPTABLES_MODE removed with
+             --despite-contradiction;
              --backups-in DIR: the backup is DIR/stale-backup-<number>-<UTC
              time>, numbered one past the highest there; --keep-backups N
              then keeps the N highest numbers (the one just written among
@@ -343,6 +349,8 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                 ))
             }
             "--exit-zero" => rotation.exit_zero = true,
+            "--allow-opening" => options.allow_opening = true,
+            "--despite-contradiction" => options.despite_contradiction = true,
             "--backup-dir" => match args.next() {
                 Some("") | None => return usage_error("--backup-dir needs a directory"),
                 Some(value) => options.backup_dir = Some(PathBuf::from(value)),
@@ -379,6 +387,12 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     }
     if rotation.keep.is_some() && rotation.backups_in.is_none() {
         return usage_error("--keep-backups goes with --backups-in DIR, the directory of the backups it keeps");
+    }
+    if options.allow_opening && !options.remove {
+        return usage_error("--allow-opening goes with --remove");
+    }
+    if options.despite_contradiction && !options.remove {
+        return usage_error("--despite-contradiction goes with --remove");
     }
     let status = stale_rotated(&mut options, &rotation);
     if !rotation.exit_zero {

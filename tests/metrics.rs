@@ -27,6 +27,7 @@ const FAMILIES: [&str; 15] = [
     "iptables_wrapper_stale_user_chains",
     "iptables_wrapper_stale_tables_left_alone",
     "iptables_wrapper_disagreeing_evidence",
+    "iptables_wrapper_contradicting_evidence",
     "iptables_wrapper_warnings",
     "iptables_wrapper_decision_duration_seconds",
     "iptables_wrapper_detect_duration_seconds",

@@ -17,7 +17,8 @@ fn listed_tables() -> String {
 
 /// The field report's state: stale legacy rules in several tables, a stale
 /// legacy hint chain, a FORWARD DROP policy, IPv6 too; the host's own rules
-/// (and its hint chain) in nft.
+/// (and its hint chain) in nft, the DROP rules and policy written again
+/// there (the upgrade: removing legacy's opens nothing).
 fn upgraded_node(name: &str) -> Node {
     let node = Node::new(name);
     node.sh("iptables-legacy-restore <<'EOF'
@@ -51,6 +52,9 @@ EOF
 ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP
 iptables-legacy -t raw -L -n >/dev/null
 iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT
+iptables-nft -A INPUT -s 10.0.0.1/32 -j DROP
+iptables-nft -P FORWARD DROP
+ip6tables-nft -A INPUT -s 2001:db8::1 -j DROP
 iptables-nft -t mangle -N KUBE-IPTABLES-HINT
 nft add table ip kube-proxy
 nft add chain ip kube-proxy services '{ type nat hook prerouting priority -100; }'
@@ -67,7 +71,15 @@ fn refuses_when_the_host_backend_is_not_certain() {
         let out = stale(node, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}{}", stdout(&out), stderr(&out));
         let line = stderr(&out);
-        assert_eq!(line.lines().count(), 1, "{line}");
+        // One line, and one more per contradicting piece of evidence.
+        assert_eq!(
+            line.lines()
+                .filter(|l| !l.contains("refused") && !l.contains("contradicted by: "))
+                .count(),
+            0,
+            "{line}"
+        );
+        assert_eq!(line.lines().filter(|l| l.contains("refused")).count(), 1, "{line}");
         assert!(
             line.contains("refused")
                 && line.contains(why)
@@ -136,8 +148,12 @@ fn refuses_when_the_host_backend_is_not_certain() {
     // contradicted by the counts: an empty chain anything can leave.
     node.sh("iptables-legacy -t mangle -X KUBE-IPTABLES-HINT");
     refused(&node, &["--remove"], "nft holds no rules while legacy holds 1");
-    // With the host's own rules in nft, it is certain: legacy's rule is stale.
+    // Nor is one rule of nft's beside it: any container can leave that.
     node.sh("iptables-nft -A OUTPUT -j ACCEPT");
+    refused(&node, &["--remove"], "holds no kube-proxy or kubelet chain with rules");
+    // With kube-proxy's own state in nft beside the chain, it is certain:
+    // legacy's rule is stale.
+    node.sh("iptables-nft -t nat -N KUBE-POSTROUTING && iptables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     assert!(
@@ -159,8 +175,18 @@ fn refuses_when_the_host_backend_is_not_certain() {
         .args(["stale", "--json"])
         .output()
         .unwrap();
+    // The override contradicted by nft's hint chain (legacy holds none):
+    // not certain, and both backends shown.
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_eq!(json(&out)["findings"][0]["backend"], "nft");
+    let report = json(&out);
+    assert_eq!(report["certain"], false, "{report}");
+    assert!(
+        report["uncertain"]
+            .as_str()
+            .unwrap()
+            .contains("nft ipv4 mangle chain KUBE-IPTABLES-HINT"),
+        "{report}"
+    );
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     let out = stale(&node, &["--json"]);
     assert_eq!(json(&out)["hosts"][0]["decided_by"], "host-link");
@@ -210,7 +236,15 @@ fn refuses_a_hint_chain_while_the_other_backends_cannot_be_read() {
         let out = unreadable(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}{}", stdout(&out), stderr(&out));
         let line = stderr(&out);
-        assert_eq!(line.lines().count(), 1, "{line}");
+        // One line, and one more per contradicting piece of evidence.
+        assert_eq!(
+            line.lines()
+                .filter(|l| !l.contains("refused") && !l.contains("contradicted by: "))
+                .count(),
+            0,
+            "{line}"
+        );
+        assert_eq!(line.lines().filter(|l| l.contains("refused")).count(), 1, "{line}");
         assert!(
             line.contains("refused: iptables uses nft by hint-chain"),
             "{args:?}: {line}"
@@ -250,7 +284,9 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
     assert_eq!(
         report["findings"][0]["tables"],
         serde_json::json!([{"table": "filter", "rules": 0, "chains": [
-            {"chain": "FORWARD", "builtin": true, "policy": "DROP", "rules": 0}]}]),
+            {"chain": "FORWARD", "builtin": true, "policy": "DROP", "rules": 0}],
+            "would_open": true,
+            "opening": "removing it would open the host: 1 filtering item that nft does not enforce: :FORWARD DROP"}]),
         "{report}"
     );
     // The field report's state, shown per family, table and chain.
@@ -372,7 +408,11 @@ fn removal_backs_up_empties_and_the_backup_restores_exactly() {
 fn an_nft_removal_leaves_native_nftables_tables_and_legacy_alone() {
     let node = Node::new("nftremove");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    // Kubelet's hint chain in legacy: kube-proxy's nftables table then
+    // does not contradict the host link.
     node.sh("iptables-legacy -A INPUT -s 10.1.1.1 -j ACCEPT
+iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
+ip6tables-legacy -t mangle -N KUBE-IPTABLES-HINT
 iptables-nft -A INPUT -s 10.0.0.1/32 -j DROP
 iptables-nft -P FORWARD DROP
 iptables-nft -t nat -N KUBE-SERVICES
@@ -424,7 +464,9 @@ nft add rule ip6 security input counter accept");
             .any(|l| l.starts_with("security") && l.contains("\"input\"")),
         "{left:?}"
     );
-    let out = stale(&node, &["--remove"]);
+    // nft's DROP rules and policy are not in legacy: removing them opens
+    // the host, which is what this removal is told to do.
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("left alone: nft ipv4 mangle"), "{text}");

@@ -76,7 +76,7 @@ fn native_nftables_rulesets_on_a_legacy_host_are_never_touched() {
         let node = legacy_host_with_native(&format!("native-{name}"), &ruleset);
         let before = nft_ruleset(&node);
         let legacy_before = legacy_saves(&node);
-        let out = stale(&node, &["--remove"]);
+        let out = stale(&node, &["--remove", "--allow-opening"]);
         let text = stdout(&out);
         assert_eq!(
             nft_ruleset(&node),
@@ -119,7 +119,7 @@ fn what_only_the_proof_can_see_is_refused_by_the_proof() {
         let ruleset = format!("{FILTER_CHAINS}add rule ip filter INPUT {rule}\n");
         let node = legacy_host_with_native(&format!("proof-{name}"), &ruleset);
         let before = nft_ruleset(&node);
-        let out = stale(&node, &["--remove", "--json"]);
+        let out = stale(&node, &["--remove", "--allow-opening", "--json"]);
         assert_eq!(out.status.code(), Some(1), "{name}: {}{}", stdout(&out), stderr(&out));
         let report = json(&out);
         let failed = &report["removal"]["failed"];
@@ -142,7 +142,7 @@ fn a_backup_that_does_not_restore_leaves_the_table() {
 iptables-legacy -P FORWARD DROP
 iptables-legacy -A INPUT -m comment --comment \"$(printf 'a\\nb')\" -j DROP");
     let before = legacy_saves(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(
@@ -161,7 +161,7 @@ iptables-legacy -A INPUT -m comment --comment \"$(printf 'a\\nb')\" -j DROP");
         &format!("{FILTER_CHAINS}add chain ip filter {long}\nadd rule ip filter {long} counter accept\nadd rule ip filter INPUT counter jump {long}\n"),
     );
     let before = nft_ruleset(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stdout(&out).contains("left as it was: nft ipv4 filter: the backup does not restore"),
@@ -183,7 +183,7 @@ fn the_undo_restores_only_what_was_removed() {
     node.sh("iptables-nft -t mangle -A OUTPUT -j ACCEPT");
     let native = |node: &Node| node.sh("nft list table ip filter");
     let before = native(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("left alone: nft ipv4 filter"), "{}", stdout(&out));
     let dir = backup_dir_of(&out);
@@ -206,7 +206,7 @@ iptables-legacy -t nat -A KUBE-SEP-AFF -p tcp -m recent --set --name KUBE-SEP-AF
 iptables-legacy -t nat -A KUBE-SEP-AFF -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-AFF --rsource -j ACCEPT
 iptables-legacy -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 3 -j REJECT");
     let before = legacy_saves(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("emptied: legacy ipv4 nat"), "{}", stdout(&out));
     assert!(!legacy_saves(&node).contains("recent"), "{}", legacy_saves(&node));
@@ -227,7 +227,7 @@ fn concurrent_removals_each_report_only_what_their_backup_holds() {
         let runs: Vec<std::process::Child> = (0..3)
             .map(|_| {
                 node.wrapper()
-                    .args(["stale", "--remove"])
+                    .args(["stale", "--remove", "--allow-opening"])
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
                     .spawn()
@@ -285,7 +285,7 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
     let out = node
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
-        .args(["stale", "--remove", "--json"])
+        .args(["stale", "--remove", "--allow-opening", "--json"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
@@ -353,7 +353,7 @@ fn race_writer(
     for round in 0..rounds {
         // Time for the writer to leave something to remove.
         std::thread::sleep(std::time::Duration::from_millis(150));
-        let out = stale(node, &["--remove"]);
+        let out = stale(node, &["--remove", "--allow-opening"]);
         let text = stdout(&out);
         assert!(
             matches!(out.status.code(), Some(0) | Some(1)),
@@ -491,7 +491,7 @@ fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
         node.path("docker.rules").display()
     ));
     let before = nft_ruleset(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stderr(&out).contains("legacy holds no rules while nft holds 202"),
@@ -533,7 +533,7 @@ ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP
 ip6tables-legacy -P INPUT DROP
 ip6tables-legacy -P FORWARD DROP");
     let before = legacy_saves(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stderr(&out).contains(
@@ -549,16 +549,16 @@ ip6tables-legacy -P FORWARD DROP");
     assert!(stdout(&out).contains("in ipv6 legacy holds 1 rule"), "{}", stdout(&out));
     // Policies alone are state too: without the rule, still refused.
     node.sh("ip6tables-legacy -F INPUT");
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stderr(&out).contains("in ipv6 legacy holds 2 non-ACCEPT policies"),
         "{}",
         stderr(&out)
     );
-    // With a rule of its own in IPv6 nft, IPv6 is certain and legacy goes.
-    node.sh("ip6tables-nft -A INPUT -j ACCEPT");
-    let out = stale(&node, &["--remove"]);
+    // With kube-proxy's state in IPv6 nft, IPv6 is certain and legacy goes.
+    node.sh("ip6tables-nft -t nat -N KUBE-POSTROUTING && ip6tables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!legacy_saves(&node).contains("DROP"), "{}", legacy_saves(&node));
 }
@@ -581,7 +581,7 @@ for i in 1 2 3; do ip6tables-nft -A INPUT -s 2001:db8::$i -j ACCEPT; done",
         node.path("legacy.rules").display()
     ));
     let before = legacy_saves(&node);
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stderr(&out).contains("in ipv4 legacy holds 200 rules while nft holds none"),
@@ -626,7 +626,7 @@ iptables-nft -A INPUT -s 10.0.0.1 -j DROP");
     let out = stale(&node, &[]);
     let text = stdout(&out);
     assert!(text.contains("stale nft ipv4 security: 1 rule"), "{text}");
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(
@@ -667,7 +667,7 @@ fn a_table_of_thousands_of_chains_is_emptied_and_reported_so() {
         "iptables-legacy -A INPUT -j ACCEPT && iptables-nft-restore < {}",
         node.path("many.rules").display()
     ));
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(
         stdout(&out).contains("emptied: nft ipv4 filter (held 2000 rules, 2000 user chains)"),
@@ -684,7 +684,7 @@ fn a_backup_keeps_every_byte() {
     node.sh("iptables-nft -A INPUT -j ACCEPT
 iptables-legacy -A INPUT -m comment --comment \"$(printf 'caf\\351')\" -j DROP");
     let before = node.sh("iptables-legacy-save | grep -v '^#'");
-    let out = stale(&node, &["--remove"]);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let dir = backup_dir_of(&out);
     let backup = std::fs::read(dir.join("iptables-legacy.rules")).unwrap();
@@ -706,7 +706,10 @@ fn a_backup_directory_is_the_callers_alone_and_named_absolute() {
     upgraded(&node);
     let before = legacy_saves(&node);
     let refused = |dir: &std::path::Path, why: &str| {
-        let out = stale(&node, &["--remove", "--backup-dir", dir.to_str().unwrap()]);
+        let out = stale(
+            &node,
+            &["--remove", "--allow-opening", "--backup-dir", dir.to_str().unwrap()],
+        );
         assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
         assert!(
             stderr(&out).contains(why) && stderr(&out).contains("nothing was changed"),
@@ -729,7 +732,7 @@ fn a_backup_directory_is_the_callers_alone_and_named_absolute() {
     let out = node
         .wrapper()
         .current_dir(&node.dir)
-        .args(["stale", "--remove", "--backup-dir", "mine"])
+        .args(["stale", "--remove", "--allow-opening", "--backup-dir", "mine"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
@@ -746,7 +749,7 @@ fn without_a_scratch_namespace_nothing_is_removed() {
         .args(["--bounding-set", "-sys_admin", "--"])
         .arg(env!("CARGO_BIN_EXE_iptables-wrapper"));
     node.isolate(&mut command);
-    let out = command.args(["stale", "--remove"]).output().unwrap();
+    let out = command.args(["stale", "--remove", "--allow-opening"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let line = stderr(&out);
     assert!(

@@ -86,6 +86,28 @@ impl Decision {
         self.evidence.iter().filter(|e| e.points_to == Some(self.mode.other()))
     }
 
+    /// Evidence that contradicts a decision by one source the operator or
+    /// the host set (the override, the host link): another host link
+    /// pointing to the other backend, or kubelet's or kube-proxy's hint
+    /// chains (or kube-proxy's nftables table) pointing there while none
+    /// points to the chosen backend. `stale --remove` refuses such a
+    /// decision; wrapped calls still follow it.
+    pub fn contradictions(&self) -> impl Iterator<Item = &Evidence> {
+        let by_one_word = matches!(self.decided_by, Source::Override | Source::HostLink);
+        let chosen_hint = self
+            .evidence
+            .iter()
+            .any(|e| e.source == Source::HintChain && e.points_to == Some(self.mode));
+        self.disagreements().filter(move |e| {
+            by_one_word
+                && match e.source {
+                    Source::HostLink => true,
+                    Source::HintChain | Source::KubeProxyTable => !chosen_hint,
+                    _ => false,
+                }
+        })
+    }
+
     /// Both backends hold many rules, as far as they were counted.
     pub fn is_mixed(&self) -> bool {
         self.rule_counts.as_ref().is_some_and(RuleCounts::is_mixed)
@@ -116,9 +138,21 @@ impl Decision {
 
     /// The warning lines to print for disagreements and a mixed state.
     pub fn warnings(&self) -> Vec<String> {
+        let contradicting: Vec<&Evidence> = self.contradictions().collect();
         let mut warnings: Vec<String> = self
             .disagreements()
             .map(|e| {
+                if contradicting.contains(&e) {
+                    return format!(
+                        "{} uses {} ({}); contradicting evidence for {}: {}: {} (`iptables-wrapper stale --remove` refuses this decision)",
+                        self.command,
+                        self.mode,
+                        self.reason,
+                        self.mode.other(),
+                        e.location,
+                        e.finding
+                    );
+                }
                 format!(
                     "{} uses {} ({}); disagreeing evidence for {}: {}: {}",
                     self.command,
@@ -304,7 +338,18 @@ mod tests {
         });
         assert_eq!(
             decision.warnings(),
-            ["iptables uses nft (host link /host/etc/alternatives/iptables -> /usr/sbin/iptables-nft); disagreeing evidence for legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT: present"]
+            ["iptables uses nft (host link /host/etc/alternatives/iptables -> /usr/sbin/iptables-nft); contradicting evidence for legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT: present (`iptables-wrapper stale --remove` refuses this decision)"]
         );
+        // With a hint chain in nft too, it only disagrees.
+        decision.evidence.push(Evidence {
+            points_to: Some(Mode::Nft),
+            ..evidence(
+                Source::HintChain,
+                "nft ipv4 mangle chain KUBE-IPTABLES-HINT",
+                Finding::Known("present".into()),
+            )
+        });
+        assert!(decision.warnings()[0].contains("; disagreeing evidence for legacy: "));
+        assert_eq!(decision.contradictions().count(), 0);
     }
 }

@@ -75,6 +75,7 @@ const FAMILIES: &[MetricFamily] = &[
     stale_per_table,
     stale_tables_left_alone,
     disagreeing_evidence,
+    contradicting_evidence,
     warnings,
     decision_duration_seconds,
     detect_duration_seconds,
@@ -265,6 +266,19 @@ fn disagreeing_evidence(out: &mut Exposition, snapshot: &Snapshot) {
                 decision.disagreements().filter(|e| e.source == source).count(),
             );
         }
+    }
+}
+
+fn contradicting_evidence(out: &mut Exposition, snapshot: &Snapshot) {
+    out.gauge(
+        "contradicting_evidence",
+        "Pieces of evidence contradicting a decision by the override or the host link (another host link, a hint chain only in the other backend); stale --remove refuses such a decision.",
+    );
+    for state in &snapshot.families {
+        out.sample(
+            &[("family", state.family.label())],
+            state.decision.contradictions().count(),
+        );
     }
 }
 

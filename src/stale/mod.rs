@@ -21,7 +21,9 @@
 //! after the removal shows in the final read and on the next run.
 
 pub mod backup;
+pub mod certainty;
 pub mod find;
+pub mod opening;
 pub mod proof;
 pub mod remove;
 pub mod rotation;
@@ -52,6 +54,12 @@ pub struct Options {
     pub verbose: bool,
     pub remove: bool,
     pub backup_dir: Option<PathBuf>,
+    /// `--allow-opening`: empty tables whose filtering items the host's
+    /// backend does not enforce ([`opening`]).
+    pub allow_opening: bool,
+    /// `--despite-contradiction`: remove by `IPTABLES_MODE` although other
+    /// evidence contradicts it ([`certainty`]).
+    pub despite_contradiction: bool,
 }
 
 /// The host's backend for one family, decided with certainty.
@@ -70,11 +78,11 @@ impl HostBackend {
 
 /// Runs `stale` as asked; returns the exit status.
 pub fn run(options: &Options) -> i32 {
-    let (hosts, uncertain) = match host_backends() {
+    let (hosts, uncertain, contradicted) = match host_backends(options) {
         Ok(decided) => decided,
         Err(invalid) => {
             if options.json {
-                show::print_json_refusal(&invalid);
+                show::print_json_refusal(&invalid, &[]);
             }
             say(&printable(&invalid));
             return EXIT_REFUSED;
@@ -87,19 +95,28 @@ pub fn run(options: &Options) -> i32 {
         (Some(why), true) => {
             let refusal = format!("stale --remove: refused: {why}");
             if options.json {
-                show::print_json_refusal(&refusal);
+                show::print_json_refusal(&refusal, &contradicted);
             }
             say(&printable(&refusal));
+            for line in &contradicted {
+                say(&printable(&format!("stale --remove: contradicted by: {line}")));
+            }
             EXIT_REFUSED
         }
     }
 }
 
+/// What [`host_backends`] decided: each family's host backend, why the
+/// first family that is not certain is not, and the evidence contradicting
+/// the families' decisions, one line each.
+type Decided = (Vec<HostBackend>, Option<String>, Vec<String>);
+
 /// Decides each family's host backend (Err: a setting is invalid), with
 /// why the first family that is not certain is not.
-fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
+fn host_backends(options: &Options) -> Result<Decided, String> {
     let mut hosts = Vec::new();
     let mut uncertain = None;
+    let mut contradicted = Vec::new();
     let mut kernel = KernelReader::new();
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
@@ -111,7 +128,30 @@ fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
             decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
                 .map_err(|invalid| invalid.to_string())?;
         }
-        let certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family));
+        let mut certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family));
+        if certain.is_ok() {
+            let stale = find::find(decision.mode.other(), family);
+            let lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
+            let overruled = decision.decided_by == Source::Override && options.despite_contradiction;
+            if overruled {
+                for line in &lines {
+                    say(&printable(&format!(
+                        "stale: {OVERRIDE_VAR} overrides contradicting evidence ({}): {line}",
+                        family.label()
+                    )));
+                }
+            } else if !lines.is_empty() {
+                certain = Err(format!(
+                    "contradicted by {} piece{} of evidence: {}; if {} is right, set {OVERRIDE_VAR}={} and pass --despite-contradiction",
+                    lines.len(),
+                    if lines.len() == 1 { "" } else { "s" },
+                    lines.join("; "),
+                    decision.mode,
+                    decision.mode
+                ));
+                contradicted.extend(lines.iter().map(|l| format!("{}: {l}", family.label())));
+            }
+        }
         if let (Err(why), None) = (certain, &uncertain) {
             uncertain = Some(format!(
                 "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
@@ -122,7 +162,7 @@ fn host_backends() -> Result<(Vec<HostBackend>, Option<String>), String> {
         }
         hosts.push(HostBackend { family, decision });
     }
-    Ok((hosts, uncertain))
+    Ok((hosts, uncertain, contradicted))
 }
 
 /// Whether a decision is certain enough to call the other backend stale:

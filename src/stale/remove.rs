@@ -28,6 +28,7 @@
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
+use super::opening;
 use super::proof;
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
@@ -156,7 +157,14 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         .iter()
         .filter(|f| nft.contains(&f.family) && f.backend == Mode::Nft)
         .collect();
-    let lock = match remove(&legacy, &nft_before, &backup, &private_lock, &mut removal) {
+    let lock = match remove(
+        &legacy,
+        &nft_before,
+        &backup,
+        &private_lock,
+        options.allow_opening,
+        &mut removal,
+    ) {
         Ok(lock) => lock,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
@@ -198,6 +206,7 @@ fn remove(
     nft_before: &[&Finding],
     backup: &BackupDir,
     private_lock: &Path,
+    allow_opening: bool,
     removal: &mut Removal,
 ) -> Result<Option<HeldLock>, String> {
     let mut lock = None;
@@ -224,7 +233,7 @@ fn remove(
             if finding.tables.is_empty() {
                 continue; // emptied meanwhile (by another removal)
             }
-            match prove_legacy(&finding, private_lock) {
+            match prove_legacy(&finding, private_lock, allow_opening) {
                 Ok((save, verdicts)) => legacy_proven.push(Proven {
                     finding,
                     save,
@@ -254,7 +263,7 @@ fn remove(
         }
     };
     let mut nft_attempt = match &nft_socket {
-        Some(socket) => prove_nft(socket, nft, private_lock),
+        Some(socket) => prove_nft(socket, nft, private_lock, allow_opening),
         None => Ok(None),
     };
     // Every backup on disk before anything is emptied.
@@ -298,7 +307,7 @@ fn remove(
             }
             Ok(None) => {
                 std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                nft_attempt = prove_nft(&socket, nft, private_lock);
+                nft_attempt = prove_nft(&socket, nft, private_lock, allow_opening);
                 continue;
             }
             Ok(Some(attempt)) => attempt,
@@ -351,7 +360,7 @@ fn remove(
                 // Writers come in bursts (a sync, a restore): let one end.
                 std::thread::sleep(NFT_BACKOFF * attempt as u32);
                 last_findings = proven.into_iter().map(|p| p.finding).collect();
-                nft_attempt = prove_nft(&socket, nft, private_lock);
+                nft_attempt = prove_nft(&socket, nft, private_lock, allow_opening);
             }
             Err(e) => {
                 removal.fail_all(&to_fail(&proven), &format!("emptying: {e}"));
@@ -380,7 +389,7 @@ fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
 /// (a difference: a writer that bypasses the xtables lock, so again), and
 /// proves the save against them. Called with the xtables lock held.
 /// Returns the proven backup and a verdict per stale table.
-fn prove_legacy(finding: &Finding, private_lock: &Path) -> Result<proof::Verdicts, String> {
+fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> Result<proof::Verdicts, String> {
     let family = finding.family;
     let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
     for _ in 0..LEGACY_TRIES {
@@ -396,7 +405,9 @@ fn prove_legacy(finding: &Finding, private_lock: &Path) -> Result<proof::Verdict
                 proof::legacy_images(family, chosen)
             })
         };
-        return proof::narrowed(&save, &names, &live, restored_by, proof::legacy_difference);
+        let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening)?;
+        return proof::narrowed(&save, &names, &live, restored_by, proof::legacy_difference)
+            .map(|proven| opening::held_open(proven, opens));
     }
     Err(format!(
         "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
@@ -406,7 +417,12 @@ fn prove_legacy(finding: &Finding, private_lock: &Path) -> Result<proof::Verdict
 /// One nft attempt: each family's stale tables read afresh, their images
 /// and the save all at one generation (returned with the proofs); Ok(None)
 /// when the generation moved while reading.
-fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Result<NftAttempt, String> {
+fn prove_nft(
+    socket: &NftSocket,
+    families: &[Family],
+    private_lock: &Path,
+    allow_opening: bool,
+) -> Result<NftAttempt, String> {
     let generation = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
@@ -448,7 +464,11 @@ fn prove_nft(socket: &NftSocket, families: &[Family], private_lock: &Path) -> Re
                 proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
             })
         };
-        let (save, verdicts) = proof::narrowed(&save, &names, &images, restored_by, NftTableImage::difference)?;
+        let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening)?;
+        let (save, verdicts) = opening::held_open(
+            proof::narrowed(&save, &names, &images, restored_by, NftTableImage::difference)?,
+            opens,
+        );
         proven.push(Proven {
             finding,
             save,

@@ -4,6 +4,7 @@
 //! kernel is shown through `printable` (chain names are anyone's).
 
 use super::find::{self, Finding};
+use super::opening;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::escape::{bytes_shown, printable, printable_bytes, string};
 use crate::standard_fds::say;
@@ -22,14 +23,15 @@ pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options) ->
             .collect(),
     };
     let saves = if options.verbose { saves(&findings) } else { Vec::new() };
+    let opens = openings(hosts, &findings);
     let out = if options.json {
-        format!("{}\n", json_report(hosts, uncertain, &findings, &saves, None))
+        format!("{}\n", json_report(hosts, uncertain, &findings, &saves, &opens, None))
     } else {
         let mut out = String::new();
         if let Some(why) = uncertain {
             let _ = writeln!(out, "which backend is stale is not certain: {}", printable(why));
         }
-        out.push_str(&text(hosts, &findings, &saves));
+        out.push_str(&text_with(hosts, &findings, &saves, &opens));
         out.push_str(&summary(&findings, uncertain.is_some()));
         out
     };
@@ -63,8 +65,44 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
         .collect()
 }
 
+/// Per finding of a backend the host does not use, per table: why emptying
+/// it would open the host (None: it would not), or why that is unknown.
+/// Empty for the host's own backend.
+type Openings = Vec<Vec<Result<Option<String>, String>>>;
+
+/// What [`Openings`] says for each finding.
+fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Openings {
+    findings
+        .iter()
+        .map(|f| {
+            let live = host_of(hosts, f.family);
+            if f.backend == live || f.tables.is_empty() {
+                return Vec::new();
+            }
+            let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
+            let opens = find::save(f.backend, f.family)
+                .and_then(|save| opening::openings(&save.stdout, live, f.family, &names));
+            match opens {
+                Ok(opens) => opens.into_iter().map(Ok).collect(),
+                Err(why) => names.iter().map(|_| Err(why.clone())).collect(),
+            }
+        })
+        .collect()
+}
+
 /// The report in words.
 pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>, String>]) -> String {
+    text_with(hosts, findings, saves, &Vec::new())
+}
+
+/// The report in words, with whether removing each stale table would open
+/// the host.
+fn text_with(
+    hosts: &[HostBackend],
+    findings: &[Finding],
+    saves: &[Result<Vec<u8>, String>],
+    opens: &Openings,
+) -> String {
     let mut out = String::new();
     for host in hosts {
         let _ = writeln!(
@@ -84,7 +122,7 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>
         if let Some(tool) = &finding.read_by {
             let _ = writeln!(out, "{backend} {}: read through {tool}", family.label());
         }
-        for table in &finding.tables {
+        for (table_index, table) in finding.tables.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{} {backend} {} {}: {}",
@@ -109,6 +147,26 @@ pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>
                     printable(&chain.name),
                     rules(chain.rules)
                 );
+            }
+            match opens.get(index).and_then(|o| o.get(table_index)) {
+                Some(Ok(None)) => {
+                    let _ = writeln!(
+                        out,
+                        "  removing it opens nothing: {} enforces each DROP/REJECT rule and non-ACCEPT policy it holds",
+                        host_of(hosts, family)
+                    );
+                }
+                Some(Ok(Some(why))) => {
+                    let _ = writeln!(out, "  {}; --remove leaves it unless --allow-opening", printable(why));
+                }
+                Some(Err(why)) => {
+                    let _ = writeln!(
+                        out,
+                        "  whether removing it would open the host is unknown: {}",
+                        printable(why)
+                    );
+                }
+                None => {}
             }
         }
         for left in &finding.left {
@@ -206,7 +264,7 @@ pub fn json(
     saves: &[Result<Vec<u8>, String>],
     removal: Option<String>,
 ) -> String {
-    json_report(hosts, None, findings, saves, removal)
+    json_report(hosts, None, findings, saves, &Vec::new(), removal)
 }
 
 /// The report as one JSON object, saying whether the host's backend is
@@ -216,6 +274,7 @@ fn json_report(
     uncertain: Option<&str>,
     findings: &[Finding],
     saves: &[Result<Vec<u8>, String>],
+    opens: &Openings,
     removal: Option<String>,
 ) -> String {
     let host_lines: Vec<String> = hosts
@@ -237,7 +296,14 @@ fn json_report(
             let tables: Vec<String> = f
                 .tables
                 .iter()
-                .map(|t| {
+                .enumerate()
+                .map(|(table_index, t)| {
+                    let opening = match opens.get(index).and_then(|o| o.get(table_index)) {
+                        Some(Ok(None)) => ",\"would_open\":false,\"opening\":null".to_string(),
+                        Some(Ok(Some(why))) => format!(",\"would_open\":true,\"opening\":{}", string(why)),
+                        Some(Err(why)) => format!(",\"would_open\":null,\"opening\":{}", string(why)),
+                        None => String::new(),
+                    };
                     let chains: Vec<String> = t
                         .chains
                         .iter()
@@ -252,7 +318,7 @@ fn json_report(
                         })
                         .collect();
                     format!(
-                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]}}",
+                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]{opening}}}",
                         string(t.name),
                         t.rules(),
                         chains.join(",")
@@ -293,10 +359,12 @@ fn json_report(
 }
 
 /// A refusal as the JSON object a script reads.
-pub fn print_json_refusal(refusal: &str) {
+pub fn print_json_refusal(refusal: &str, contradicted: &[String]) {
+    let contradicted: Vec<String> = contradicted.iter().map(|line| string(line)).collect();
     let _ = print_out(&format!(
-        "{{\"refused\":{},\"hosts\":[],\"findings\":[],\"removal\":null}}\n",
-        string(refusal)
+        "{{\"refused\":{},\"contradicted_by\":[{}],\"hosts\":[],\"findings\":[],\"removal\":null}}\n",
+        string(refusal),
+        contradicted.join(",")
     ));
 }
 

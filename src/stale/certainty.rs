@@ -1,0 +1,136 @@
+//! Whether a family's decision is one no single source can fake: the
+//! evidence that contradicts it, one line per piece.
+//!
+//! A decision by the override or the host link is contradicted by any host
+//! link candidate that exists and points to the other backend (all of them
+//! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
+//! NixOS's, k3s's `aux/` links), and by kubelet's or kube-proxy's hint
+//! chains (or kube-proxy's nftables table) present in the family only in
+//! the backend to be emptied, while the chosen one holds none: there, the
+//! node's Kubernetes writers still use the other backend. Hint chains that
+//! cannot be read contradict too: nothing shows they are absent.
+//!
+//! A decision by a hint chain alone counts only when the chosen backend
+//! holds, in the family, the hint chain in one of its own tables (for nft:
+//! a table [`find`] takes for iptables-nft's, not a native one) and that
+//! writer's own state beside it: a `KUBE-` chain other than the hint chains
+//! holding at least one rule (kube-proxy's `KUBE-SERVICES`,
+//! `KUBE-POSTROUTING`, ..., kubelet's `KUBE-FIREWALL`). An empty chain and
+//! one unrelated rule are what any container can leave behind.
+
+use super::find;
+use crate::decision::{Decision, Source};
+use crate::family::Family;
+use crate::host_link::{self, HostLinks};
+use crate::kernel::{KernelReader, HINT_CHAINS};
+use crate::mode::Mode;
+
+/// The evidence contradicting `decision` for `family`, one line each
+/// (empty: nothing contradicts it). `stale` is what the other backend
+/// holds in the family.
+pub fn contradictions(
+    decision: &Decision,
+    family: Family,
+    kernel: &mut KernelReader,
+    stale: &find::Finding,
+) -> Vec<String> {
+    let mode = decision.mode;
+    let mut lines = Vec::new();
+    if let HostLinks::Found { link, later, .. } = host_link::read(&host_link::host_root(), family, true) {
+        for candidate in std::iter::once(&link).chain(&later) {
+            if candidate.answer == Ok(mode.other()) {
+                lines.push(format!(
+                    "host link {} {} points to {}",
+                    candidate.path.display(),
+                    candidate.shown_chain(),
+                    mode.other()
+                ));
+            }
+        }
+    }
+    let hints = |backend: Mode, kernel: &mut KernelReader| -> Result<Vec<&'static str>, String> {
+        let found = match backend {
+            Mode::Nft => kernel.nft_lookups().map(|r| r.value.hint_chains)?,
+            Mode::Legacy => kernel.legacy_hint_chains(false).map(|r| r.value)?,
+        };
+        Ok(found.iter().filter(|h| h.family == family).map(|h| h.chain).collect())
+    };
+    let in_stale = hints(mode.other(), kernel);
+    let in_chosen = hints(mode, kernel);
+    match (&in_stale, &in_chosen) {
+        // The stale backend itself cannot be read: nothing is removed, for
+        // that reason, which says what reading it needs.
+        (Err(_), _) if stale.unknown.is_some() => {}
+        (Err(why), _) => lines.push(format!("{}'s hint chains cannot be read: {why}", mode.other())),
+        (Ok(stale_hints), Err(why)) if !stale_hints.is_empty() => lines.push(format!(
+            "{} {} holds hint chains ({}), and whether {mode} holds any cannot be read: {why}",
+            mode.other(),
+            family.label(),
+            stale_hints.join(", ")
+        )),
+        (Ok(stale_hints), Ok(chosen_hints)) if chosen_hints.is_empty() => {
+            for chain in stale_hints {
+                lines.push(format!(
+                    "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
+                    mode.other(),
+                    family.label(),
+                    mode.other()
+                ));
+            }
+            if mode == Mode::Legacy {
+                if let Ok(reading) = kernel.nft_lookups() {
+                    if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
+                        lines.push(format!(
+                            "nft table {} kube-proxy (kube-proxy's nftables mode) is there while legacy holds no hint chain",
+                            family.nft_name()
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    if decision.decided_by == Source::HintChain && !stale.tables.is_empty() {
+        if let Some(why) = writer_state_missing(mode, family) {
+            lines.push(why);
+        }
+    }
+    lines
+}
+
+/// For a decision by a hint chain: why `mode` does not hold, in `family`,
+/// a hint chain in a table of its own and a Kubernetes writer's state
+/// beside it; None when it does.
+fn writer_state_missing(mode: Mode, family: Family) -> Option<String> {
+    let chosen = find::find(mode, family);
+    if let Some(why) = &chosen.unknown {
+        return Some(format!("{mode} {}'s state cannot be read: {why}", family.label()));
+    }
+    let chains = || {
+        chosen
+            .tables
+            .iter()
+            .flat_map(|t| t.chains.iter().map(move |c| (t.name, c)))
+    };
+    let hint = chains().any(|(table, c)| table == "mangle" && HINT_CHAINS.contains(&c.name.as_str()));
+    if !hint {
+        let left = chosen
+            .left
+            .iter()
+            .find(|l| l.name == "mangle")
+            .map(|l| format!(" (its mangle table is not iptables-nft's own: {})", l.why))
+            .unwrap_or_default();
+        return Some(format!(
+            "the hint chain decides {mode}, but {mode} {} holds no hint chain in a mangle table of its own{left}",
+            family.label()
+        ));
+    }
+    let writer =
+        chains().any(|(_, c)| c.name.starts_with("KUBE-") && !HINT_CHAINS.contains(&c.name.as_str()) && c.rules > 0);
+    (!writer).then(|| {
+        format!(
+            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy or kubelet chain with rules beside it (a KUBE- chain other than the hint chains): the hint chain may be a stray one",
+            family.label()
+        )
+    })
+}

@@ -1,0 +1,346 @@
+//! `stale --remove` acts only on a decision no single source can fake, and
+//! never opens a firewall unless told to: a host link contradicted by
+//! kubelet's hint chains, a stray hint chain beside one rule (either way, and
+//! in a native nftables table), host links that disagree, and a legacy
+//! firewall the nft host does not enforce are all refused or left as they
+//! are; the upgrades it exists for (kube-proxy's and Docker's rules written
+//! again into nft) still remove. Each test in a network namespace of its
+//! own, against the real iptables-legacy / iptables-nft.
+
+mod common;
+
+use common::stale::{json, legacy_saves, nft_ruleset, stale, stderr, stdout};
+use common::Node;
+
+/// Asserts that a removal refused (exit 2), naming each of `evidence` on a
+/// line of its own, and changed nothing.
+fn assert_refused(node: &Node, args: &[&str], evidence: &[&str]) {
+    let legacy_before = legacy_saves(node);
+    let nft_before = nft_ruleset(node);
+    let out = stale(node, args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{}{err}", stdout(&out));
+    assert!(err.contains("stale --remove: refused"), "{err}");
+    for piece in evidence {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("stale --remove: contradicted by: ") && l.contains(piece)),
+            "no line for {piece}: {err}"
+        );
+    }
+    assert_eq!(legacy_saves(node), legacy_before);
+    assert_eq!(nft_ruleset(node), nft_before);
+}
+
+/// Legacy: kubelet's hint chains (both families), its canary, a Service
+/// rule and `FORWARD DROP`: what a node whose kubelet uses legacy holds.
+const KUBELET_IN_LEGACY: &str = "for t in iptables-legacy ip6tables-legacy; do $t -t mangle -N KUBE-IPTABLES-HINT; $t -t mangle -N KUBE-KUBELET-CANARY; done
+iptables-legacy -t nat -N KUBE-SERVICES
+iptables-legacy -t nat -A PREROUTING -j KUBE-SERVICES
+iptables-legacy -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
+iptables-legacy -P FORWARD DROP";
+
+#[test]
+fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
+    let node = Node::new("cert-link-vs-hint");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    node.sh(KUBELET_IN_LEGACY);
+    assert_refused(
+        &node,
+        &["--remove"],
+        &[
+            "ipv4: legacy ipv4 mangle chain KUBE-IPTABLES-HINT",
+            "ipv4: legacy ipv4 mangle chain KUBE-KUBELET-CANARY",
+            "ipv6: legacy ipv6 mangle chain KUBE-IPTABLES-HINT",
+        ],
+    );
+    // --allow-opening does not overrule a contradiction, nor does the
+    // other option without IPTABLES_MODE.
+    assert_refused(&node, &["--remove", "--allow-opening", "--despite-contradiction"], &[]);
+    // detect and the metrics name the contradiction as its own finding.
+    let warnings = node.detect()["warnings"].to_string();
+    assert!(
+        warnings.contains("contradicting evidence for legacy: legacy ipv4 mangle chain KUBE-IPTABLES-HINT"),
+        "{warnings}"
+    );
+    let metrics = node
+        .wrapper()
+        .args(["detect", "--format", "prometheus"])
+        .output()
+        .unwrap();
+    let metrics = stdout(&metrics);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("iptables_wrapper_contradicting_evidence{family=\"ipv4\"} ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    // Showing says it is not certain, and shows what both backends hold.
+    let out = stale(&node, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("which backend is stale is not certain"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn the_override_needs_its_own_option_against_contradicting_evidence() {
+    let node = Node::new("cert-override");
+    node.sh(KUBELET_IN_LEGACY);
+    let with_override = |args: &[&str]| {
+        node.wrapper()
+            .env("IPTABLES_MODE", "nft")
+            .arg("stale")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let before = legacy_saves(&node);
+    let out = with_override(&["--remove", "--allow-opening"]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("--despite-contradiction"), "{}", stderr(&out));
+    assert_eq!(legacy_saves(&node), before);
+    let out = with_override(&["--remove", "--allow-opening", "--despite-contradiction"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("overrides contradicting evidence"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!legacy_saves(&node).contains("-A "), "{}", legacy_saves(&node));
+}
+
+#[test]
+fn host_link_candidates_that_disagree_are_refused() {
+    let node = Node::new("cert-links");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    std::fs::create_dir_all(node.host_root.join("usr/sbin")).unwrap();
+    std::os::unix::fs::symlink("iptables-legacy", node.host_root.join("usr/sbin/iptables")).unwrap();
+    node.sh("iptables-legacy -A INPUT -s 10.0.0.1 -j ACCEPT");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["usr/sbin/iptables -> iptables-legacy points to legacy"],
+    );
+}
+
+/// Twenty `INPUT ... DROP` rules by `tool`.
+fn twenty_drops(tool: &str) -> String {
+    format!("for i in $(seq 1 20); do {tool} -A INPUT -s 10.0.0.$i -j DROP; done")
+}
+
+#[test]
+fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
+    // nft: kube-proxy's canary and one MASQUERADE; legacy: 20 DROP rules.
+    let node = Node::new("cert-stray-nft");
+    node.sh(&format!(
+        "iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -A POSTROUTING -j MASQUERADE\n{}",
+        twenty_drops("iptables-legacy")
+    ));
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["holds no kube-proxy or kubelet chain with rules"],
+    );
+    drop(node);
+    // The mirror image: legacy's hint chain and one rule, 20 nft rules.
+    let node = Node::new("cert-stray-legacy");
+    node.sh(&format!(
+        "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT\niptables-legacy -t nat -A POSTROUTING -j MASQUERADE\n{}",
+        twenty_drops("iptables-nft")
+    ));
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["holds no kube-proxy or kubelet chain with rules"],
+    );
+}
+
+#[test]
+fn a_hint_chain_in_a_native_nftables_table_is_refused() {
+    // A hint chain in a native `ip mangle` table beside
+    // one counter rule.
+    let node = Node::new("cert-native-hint");
+    node.sh(&format!(
+        "nft add table ip mangle
+nft add chain ip mangle KUBE-PROXY-CANARY
+nft add chain ip mangle PREROUTING '{{ type filter hook prerouting priority -150; }}'
+nft add rule ip mangle PREROUTING counter
+{}",
+        twenty_drops("iptables-legacy")
+    ));
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["holds no kube-proxy or kubelet chain with rules"],
+    );
+    // With kube-proxy-like chains and rules, but in a table iptables-nft
+    // never makes (one with a comment), and one rule of iptables-nft's
+    // own elsewhere: still refused.
+    node.sh("nft delete table ip mangle
+nft add table ip mangle '{ comment \"native\"; }'
+nft add chain ip mangle KUBE-PROXY-CANARY
+nft add chain ip mangle KUBE-SERVICES
+nft add rule ip mangle KUBE-SERVICES counter accept
+iptables-nft -t nat -A POSTROUTING -j MASQUERADE");
+    assert_refused(&node, &["--remove"], &["no hint chain in a mangle table of its own"]);
+}
+
+#[test]
+fn a_legacy_firewall_on_an_nft_host_is_left_unless_told() {
+    let node = Node::new("cert-ferm");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // What ferm writes with iptables-legacy-restore on an nft host.
+    node.sh("iptables-legacy-restore <<'EOF'
+*filter
+:INPUT DROP [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:ferm-blocked - [0:0]
+-A INPUT -i lo -j ACCEPT
+-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A INPUT -s 192.0.2.0/24 -j ferm-blocked
+-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT
+-A ferm-blocked -j DROP
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A POSTROUTING -o eth9 -j MASQUERADE
+COMMIT
+EOF
+iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT");
+    let before = legacy_saves(&node);
+    // Shown: filter would open the host, nat would not.
+    let shown = json(&stale(&node, &["--json"]));
+    let tables = shown["findings"][0]["tables"].as_array().unwrap().clone();
+    let table = |name: &str| tables.iter().find(|t| t["table"] == name).unwrap().clone();
+    assert_eq!(table("filter")["would_open"], true, "{shown}");
+    assert_eq!(table("nat")["would_open"], false, "{shown}");
+    let out = stale(&node, &["--remove"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("left as it was: legacy ipv4 filter: removing it would open the host: 4 filtering items that nft does not enforce: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP (--allow-opening removes it anyway)"),
+        "{text}"
+    );
+    assert!(text.contains("emptied: legacy ipv4 nat"), "{text}");
+    let after = legacy_saves(&node);
+    assert_eq!(
+        after.split("*nat").next(),
+        before.split("*nat").next(),
+        "filter as it was"
+    );
+    let out = stale(&node, &["--remove", "--allow-opening"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("DROP"), "{}", legacy_saves(&node));
+}
+
+/// The same restore input into both backends.
+fn into_both(node: &Node, rules: &str) {
+    node.sh(&format!(
+        "iptables-legacy-restore <<'EOF'\n{rules}EOF\niptables-nft-restore <<'EOF'\n{rules}EOF"
+    ));
+}
+
+#[test]
+fn kube_proxys_upgrade_still_removes() {
+    let node = Node::new("cert-kube-proxy");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    into_both(
+        &node,
+        "*mangle
+:KUBE-IPTABLES-HINT - [0:0]
+:KUBE-KUBELET-CANARY - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-SERVICES - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
+-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment \"kube-system/kube-dns:dns-tcp has no endpoints\" -m tcp --dport 53 -j REJECT --reject-with icmp-port-unreachable
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
+COMMIT
+",
+    );
+    let nft_before = nft_ruleset(&node);
+    let shown = json(&stale(&node, &["--json"]));
+    for table in shown["findings"][0]["tables"].as_array().unwrap() {
+        assert_eq!(table["would_open"], false, "{shown}");
+    }
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("KUBE"), "{}", legacy_saves(&node));
+    assert_eq!(nft_ruleset(&node), nft_before);
+}
+
+#[test]
+fn dockers_upgrade_with_its_forward_drop_still_removes() {
+    let node = Node::new("cert-docker");
+    // Decided by kube-proxy's hint and state in nft as well: the hint
+    // chain's decision with a writer's own state beside it.
+    into_both(
+        &node,
+        "*filter
+:INPUT ACCEPT [0:0]
+:FORWARD DROP [0:0]
+:OUTPUT ACCEPT [0:0]
+:DOCKER - [0:0]
+:DOCKER-ISOLATION-STAGE-1 - [0:0]
+:DOCKER-ISOLATION-STAGE-2 - [0:0]
+:DOCKER-USER - [0:0]
+-A FORWARD -j DOCKER-USER
+-A FORWARD -j DOCKER-ISOLATION-STAGE-1
+-A FORWARD -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A FORWARD -o docker0 -j DOCKER
+-A FORWARD -i docker0 ! -o docker0 -j ACCEPT
+-A DOCKER-ISOLATION-STAGE-1 -i docker0 ! -o docker0 -j DOCKER-ISOLATION-STAGE-2
+-A DOCKER-ISOLATION-STAGE-1 -j RETURN
+-A DOCKER-ISOLATION-STAGE-2 -o docker0 -j DROP
+-A DOCKER-ISOLATION-STAGE-2 -j RETURN
+-A DOCKER-USER -j RETURN
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:DOCKER - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+-A DOCKER -i docker0 -j RETURN
+COMMIT
+",
+    );
+    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -N KUBE-POSTROUTING\niptables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    let nft_before = nft_ruleset(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let after = legacy_saves(&node);
+    assert!(!after.contains("DOCKER") && !after.contains("DROP"), "{after}");
+    assert_eq!(nft_ruleset(&node), nft_before);
+}
