@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Output;
 
 /// Every metric family the exposition has, in its order (docs/metrics.md).
-const FAMILIES: [&str; 15] = [
+const FAMILIES: [&str; 16] = [
     "iptables_wrapper_host_backend_info",
     "iptables_wrapper_backend_runnable",
     "iptables_wrapper_rules",
