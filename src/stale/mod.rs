@@ -6,8 +6,9 @@
 //! It decides the host's backend per family as a wrapped call does, and
 //! removes only when that decision is certain: the override, the host link,
 //! or a hint chain present in that backend alone that the rule counts do
-//! not contradict ([`certainty`]), nor each family's own state
-//! (`family_contradiction`). Counts, the lock and the default can be
+//! not contradict ([`certainty()`]), nor each family's own state
+//! (`family_contradiction`), and no other evidence contradicts
+//! ([`mod@certainty`]). Counts, the lock and the default can be
 //! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
 //! and says what would make it certain, and showing shows what each backend
 //! holds, saying that which one is stale is not certain, and why.
@@ -58,7 +59,7 @@ pub struct Options {
     /// backend does not enforce ([`opening`]).
     pub allow_opening: bool,
     /// `--despite-contradiction`: remove by `IPTABLES_MODE` although other
-    /// evidence contradicts it ([`certainty`]).
+    /// evidence contradicts it ([`mod@certainty`]).
     pub despite_contradiction: bool,
 }
 
