@@ -103,7 +103,11 @@ mixed_state() {
   node xtables-legacy-multi iptables -w -A INPUT -s 192.0.2.1 -j DROP
   node xtables-legacy-multi iptables -w -P FORWARD DROP
   node xtables-nft-multi iptables -F INPUT
+  # The live backend enforces the same filtering, as after an upgrade:
+  # removing legacy opens nothing.
+  node xtables-nft-multi iptables -A INPUT -s 192.0.2.1 -j DROP
   node xtables-nft-multi iptables -A INPUT -s 192.0.2.2 -j ACCEPT
+  node xtables-nft-multi iptables -P FORWARD DROP
 }
 legacy_rules() { node xtables-legacy-multi iptables-save | grep -c '^-A' || true; }
 

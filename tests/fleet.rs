@@ -89,6 +89,8 @@ fn a_setting_it_cannot_read_removes_the_textfile() {
 fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
     let node = Node::new("rotation");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP; iptables-legacy -P FORWARD DROP");
+    // The live backend enforces the same, as after an upgrade: removing opens nothing.
+    node.sh("iptables-nft -A INPUT -s 192.0.2.1/32 -j DROP; iptables-nft -P FORWARD DROP");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     let backups = node.path("backups");
