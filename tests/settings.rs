@@ -12,7 +12,7 @@ mod common;
 use common::{legacy_tables, Node, WRAPPER};
 use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Sets up the private mount namespace, then execs its arguments. $1: an
@@ -194,9 +194,7 @@ fn other_settings_come_from_files_too() {
     );
     // The backends' directory from a file, with a relative entry named
     // when nothing is found.
-    // Not under /tmp: a file's directory must be one nobody else may change.
-    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("empty-sbin-{}", std::process::id()));
-    std::fs::create_dir_all(&empty).unwrap();
+    let empty = trusted_dir("empty-sbin");
     let sbin = format!("{}:relative-sbin\n", empty.display());
     let out = with_settings(
         &node,
@@ -214,7 +212,7 @@ fn other_settings_come_from_files_too() {
     ] {
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
     }
-    std::fs::remove_dir(&empty).unwrap();
+    remove_trusted_dir(&empty);
 }
 
 #[test]
@@ -275,6 +273,30 @@ fn invalid_settings_files_are_one_line_errors_and_nothing_runs() {
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
     let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
+}
+
+/// A new directory whose every ancestor only root may write, wherever the
+/// checkout is (a clone under /tmp has a world-writable ancestor, and
+/// nothing under one is trusted): /var/lib/iptables-wrapper-tests/NAME-PID.
+fn trusted_dir(name: &str) -> PathBuf {
+    let dir = Path::new(TRUSTED_TEST_ROOT).join(format!("{name}-{}", std::process::id()));
+    // Another test may remove the emptied parent between the two mkdirs.
+    for _ in 0..5 {
+        if std::fs::create_dir_all(&dir).is_ok() && dir.is_dir() {
+            break;
+        }
+    }
+    set_mode(Path::new(TRUSTED_TEST_ROOT), 0o755);
+    dir
+}
+
+/// Where [`trusted_dir`] makes its directories.
+const TRUSTED_TEST_ROOT: &str = "/var/lib/iptables-wrapper-tests";
+
+/// Removes a [`trusted_dir`], and its parent once empty.
+fn remove_trusted_dir(dir: &Path) {
+    std::fs::remove_dir_all(dir).unwrap();
+    let _ = std::fs::remove_dir(TRUSTED_TEST_ROOT);
 }
 
 #[test]
@@ -476,8 +498,7 @@ fn a_file_another_user_owns_or_may_write_is_refused() {
 fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
     let node = Node::new("settings-untrusted-sbin");
     let mark = node.path("their-program-ran");
-    // Not under /tmp, which anyone may add entries to: nothing there is trusted.
-    let dirs = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sbin-{}", std::process::id()));
+    let dirs = trusted_dir("sbin");
     let program = format!("#!/bin/sh\necho BACKEND-RAN-AS-$(id -u)\ntouch {}\n", mark.display());
     // A directory of backends, as `lay_out` leaves it, named by the file.
     let call_with = |name: &str, lay_out: &dyn Fn(&Path)| {
@@ -537,7 +558,7 @@ fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
     let out = call_with("trusted-sbin", &|_| {});
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "BACKEND-RAN-AS-0\n");
-    std::fs::remove_dir_all(&dirs).unwrap();
+    remove_trusted_dir(&dirs);
 }
 
 #[test]
