@@ -344,3 +344,53 @@ COMMIT
     assert!(!after.contains("DOCKER") && !after.contains("DROP"), "{after}");
     assert_eq!(nft_ruleset(&node), nft_before);
 }
+
+/// Asserts that removing with `args` left the legacy tables as they were,
+/// saying why (exit 1).
+fn assert_held_open(node: &Node, args: &[&str], why: &str) {
+    let before = legacy_saves(node);
+    let out = stale(node, args);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains(why), "{text}");
+    assert_eq!(legacy_saves(node), before);
+}
+
+#[test]
+fn a_queue_or_unknown_verdict_counts_as_filtering() {
+    for verdict in ["NFQUEUE --queue-num 3", "QUEUE"] {
+        let node = Node::new("cert-queue");
+        node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+        node.sh(&format!("iptables-legacy -A INPUT -p tcp --dport 8080 -j {verdict}"));
+        assert_held_open(
+            &node,
+            &["--remove"],
+            &format!("removing it would open the host: 1 filtering item that nft does not enforce: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
+        );
+    }
+}
+
+#[test]
+fn a_rule_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
+    let node = Node::new("cert-order");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
+iptables-nft -A INPUT -j ACCEPT
+iptables-nft -A INPUT -p tcp --dport 8080 -j DROP");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 8080 -j DROP");
+    // Behind a RETURN in a user chain, likewise.
+    let node = Node::new("cert-order-return");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "for t in iptables-legacy iptables-nft; do $t -N c; $t -A INPUT -j c; done
+iptables-legacy -A c -p tcp --dport 8080 -j DROP
+iptables-nft -A c -j RETURN
+iptables-nft -A c -p tcp --dport 8080 -j DROP",
+    );
+    assert_held_open(&node, &["--remove"], "-A c -p tcp -m tcp --dport 8080 -j DROP");
+    // The same rules in the same order, an ACCEPT before them in both: removed.
+    node.sh("iptables-legacy -I c -j RETURN");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("8080"));
+}

@@ -24,8 +24,61 @@ use crate::kernel::modules::{self, Presence};
 use crate::mode::Mode;
 use std::collections::HashSet;
 
-/// The verdicts that filter.
-const FILTERING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
+/// The verdicts that do not filter: a rule with one of these (or no `-j`
+/// at all) is not a filtering item; any other verdict, one not known here
+/// included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
+const NON_FILTERING_TARGETS: [&[u8]; 25] = [
+    b"ACCEPT",
+    b"RETURN",
+    b"DNAT",
+    b"SNAT",
+    b"MASQUERADE",
+    b"REDIRECT",
+    b"NETMAP",
+    b"LOG",
+    b"NFLOG",
+    b"MARK",
+    b"CONNMARK",
+    b"CT",
+    b"NOTRACK",
+    b"TRACE",
+    b"CLASSIFY",
+    b"DSCP",
+    b"TOS",
+    b"TCPMSS",
+    b"TTL",
+    b"HL",
+    b"SECMARK",
+    b"CONNSECMARK",
+    b"CHECKSUM",
+    b"AUDIT",
+    b"SET",
+];
+
+/// The verdicts after which the chain's evaluation goes on.
+const CONTINUING_TARGETS: [&[u8]; 18] = [
+    b"LOG",
+    b"NFLOG",
+    b"MARK",
+    b"CONNMARK",
+    b"CT",
+    b"NOTRACK",
+    b"TRACE",
+    b"CLASSIFY",
+    b"DSCP",
+    b"TOS",
+    b"TCPMSS",
+    b"TTL",
+    b"HL",
+    b"SECMARK",
+    b"CONNSECMARK",
+    b"CHECKSUM",
+    b"AUDIT",
+    b"SET",
+];
+
+/// The verdicts that end evaluation but can only block.
+const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
 
 /// One table of a save: its chains' policies and its rules, as printed.
 #[derive(Default)]
@@ -120,37 +173,184 @@ fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
     found
 }
 
-/// The filtering items of `table`, as lines: each filtering rule as printed
-/// and each non-ACCEPT policy as `:CHAIN POLICY`.
-fn filtering_items(table: &SavedTable) -> Vec<Vec<u8>> {
-    let rule_targets: Vec<Vec<Vec<u8>>> = table.rules.iter().map(|(_, line)| targets(line)).collect();
-    // Chains from which a filtering verdict is reached, to a fixed point.
-    let mut leading: HashSet<Vec<u8>> = HashSet::new();
-    loop {
-        let before = leading.len();
-        for ((chain, _), targets) in table.rules.iter().zip(&rule_targets) {
-            if targets
-                .iter()
-                .any(|t| FILTERING_TARGETS.contains(&t.as_slice()) || leading.contains(t))
-            {
-                leading.insert(chain.clone());
+impl SavedTable {
+    /// Whether `name` is a user chain declared in this table.
+    fn is_user_chain(&self, name: &[u8]) -> bool {
+        self.policies
+            .iter()
+            .any(|(c, p)| c.as_slice() == name && p.as_slice() == b"-")
+    }
+
+    /// The rules of `chain`, in order, as printed.
+    fn chain(&self, chain: &[u8]) -> Vec<&[u8]> {
+        self.rules
+            .iter()
+            .filter(|(c, _)| c.as_slice() == chain)
+            .map(|(_, line)| line.as_slice())
+            .collect()
+    }
+
+    /// The policy of `chain`, if declared.
+    fn policy(&self, chain: &[u8]) -> Option<&[u8]> {
+        self.policies
+            .iter()
+            .find(|(c, _)| c.as_slice() == chain)
+            .map(|(_, p)| p.as_slice())
+    }
+
+    /// The user chains from which a filtering verdict is reached.
+    fn leading(&self) -> HashSet<Vec<u8>> {
+        let mut leading: HashSet<Vec<u8>> = HashSet::new();
+        loop {
+            let before = leading.len();
+            for (chain, line) in &self.rules {
+                if self.filters(line, &leading) {
+                    leading.insert(chain.clone());
+                }
+            }
+            if leading.len() == before {
+                return leading;
             }
         }
-        if leading.len() == before {
-            break;
+    }
+
+    /// Whether `rule` filters: a verdict not known not to filter, or a jump
+    /// to a user chain in `leading`.
+    fn filters(&self, rule: &[u8], leading: &HashSet<Vec<u8>>) -> bool {
+        targets(rule).iter().any(|t| {
+            if self.is_user_chain(t) {
+                leading.contains(t)
+            } else {
+                !NON_FILTERING_TARGETS.contains(&t.as_slice())
+            }
+        })
+    }
+
+    /// The user chains whose rules can only go on, block or return to the
+    /// caller (never accept, queue or rewrite), to a fixed point.
+    fn harmless_chains(&self) -> HashSet<Vec<u8>> {
+        let mut harmless: HashSet<Vec<u8>> = self
+            .policies
+            .iter()
+            .filter(|(_, p)| p.as_slice() == b"-")
+            .map(|(c, _)| c.clone())
+            .collect();
+        loop {
+            let before = harmless.len();
+            let unsure: Vec<Vec<u8>> = harmless
+                .iter()
+                .filter(|c| self.chain(c).iter().any(|r| !self.harmless(r, &harmless)))
+                .cloned()
+                .collect();
+            for c in unsure {
+                harmless.remove(&c);
+            }
+            if harmless.len() == before {
+                return harmless;
+            }
         }
     }
-    let mut items: Vec<Vec<u8>> = table
-        .policies
-        .iter()
-        .filter(|(_, policy)| policy.as_slice() != b"-" && policy.as_slice() != b"ACCEPT")
-        .map(|(chain, policy)| [b":".as_slice(), chain, b" ", policy].concat())
-        .collect();
-    for ((_, line), targets) in table.rules.iter().zip(&rule_targets) {
-        if targets
-            .iter()
-            .any(|t| FILTERING_TARGETS.contains(&t.as_slice()) || leading.contains(t))
-        {
+
+    /// Whether `rule` cannot end its chain's evaluation other than by
+    /// blocking: every verdict in it goes on or blocks, or jumps to a user
+    /// chain in `harmless` (no `-j` at all goes on).
+    fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
+        targets(rule).iter().all(|t| {
+            CONTINUING_TARGETS.contains(&t.as_slice())
+                || BLOCKING_TARGETS.contains(&t.as_slice())
+                || (self.is_user_chain(t) && harmless.contains(t))
+        })
+    }
+}
+
+/// Whether the user chains `rule` jumps to are the same in `stale` and
+/// `live`, rule for rule, and so on for the chains they jump to.
+fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
+    for t in targets(rule) {
+        if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
+            continue;
+        }
+        if !seen.insert(t.clone()) {
+            continue;
+        }
+        let rules = stale.chain(&t);
+        if !(stale.is_user_chain(&t) && live.is_user_chain(&t) && rules == live.chain(&t)) {
+            return false;
+        }
+        if !rules.iter().all(|r| same_chains(r, stale, live, seen)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether the live rules `before` (of one chain) let through to what
+/// follows every packet the stale chain's rules `stale_before` do: each
+/// that could end the evaluation other than by blocking is also among
+/// `stale_before`, and jumps to user chains that are the same in both.
+fn same_way_in(
+    before: &[&[u8]],
+    stale_before: &[&[u8]],
+    stale: &SavedTable,
+    live: &SavedTable,
+    harmless: &HashSet<Vec<u8>>,
+) -> bool {
+    before.iter().all(|rule| {
+        live.harmless(rule, harmless)
+            || (stale_before.contains(rule) && same_chains(rule, stale, live, &mut HashSet::new()))
+    })
+}
+
+/// The filtering items of the stale `table` that `live` (the same table of
+/// the host's backend, if any) does not also enforce, as lines: each rule
+/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`.
+///
+/// A rule is enforced when the live chain of the same name holds it, every
+/// live rule before it that could end the evaluation other than by
+/// blocking also comes before it in the stale chain, and every user chain
+/// it or those jump to is the same in both. A policy is enforced when the
+/// live chain has the same one and every live rule of that chain that
+/// could end the evaluation other than by blocking is also in the stale
+/// chain, with the same user chains behind it.
+fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8>> {
+    let leading = table.leading();
+    let empty = SavedTable::default();
+    let live = live.unwrap_or(&empty);
+    let harmless = live.harmless_chains();
+    let mut items = Vec::new();
+    for (chain, policy) in &table.policies {
+        if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
+            continue;
+        }
+        let stale_rules = table.chain(chain);
+        let enforced = live.policy(chain) == Some(policy.as_slice())
+            && same_way_in(&live.chain(chain), &stale_rules, table, live, &harmless);
+        if !enforced {
+            items.push([b":".as_slice(), chain, b" ", policy].concat());
+        }
+    }
+    let mut index: Vec<(Vec<u8>, usize)> = Vec::new();
+    for (chain, line) in &table.rules {
+        let at = match index.iter_mut().find(|(c, _)| c == chain) {
+            Some((_, n)) => {
+                *n += 1;
+                *n - 1
+            }
+            None => {
+                index.push((chain.clone(), 1));
+                0
+            }
+        };
+        if !table.filters(line, &leading) {
+            continue;
+        }
+        let stale_rules = table.chain(chain);
+        let live_rules = live.chain(chain);
+        let enforced = live_rules.iter().position(|r| *r == line.as_slice()).is_some_and(|i| {
+            same_chains(line, table, live, &mut HashSet::new())
+                && same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless)
+        });
+        if !enforced {
             items.push(line.clone());
         }
     }
@@ -169,19 +369,11 @@ pub fn unenforced(stale_save: &[u8], live_save: &[u8], tables: &[&str]) -> Vec<V
             let Some((_, table)) = stale.iter().find(|(n, _)| n.as_slice() == name.as_bytes()) else {
                 return Vec::new();
             };
-            let enforced: HashSet<Vec<u8>> = live
+            let live_table = live
                 .iter()
-                .filter(|(n, _)| n.as_slice() == name.as_bytes())
-                .flat_map(|(_, t)| {
-                    filtering_items(t)
-                        .into_iter()
-                        .chain(t.rules.iter().map(|(_, l)| l.clone()))
-                })
-                .collect();
-            filtering_items(table)
-                .into_iter()
-                .filter(|item| !enforced.contains(item))
-                .collect()
+                .find(|(n, _)| n.as_slice() == name.as_bytes())
+                .map(|(_, t)| t);
+            unenforced_items(table, live_table)
         })
         .collect()
 }
@@ -319,5 +511,49 @@ mod tests {
             shown(unenforced(save, b"", &["filter"]))[0],
             ["-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP"]
         );
+    }
+
+    #[test]
+    fn verdicts_not_known_not_to_filter_are_filtering() {
+        let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j NFQUEUE --queue-num 3\n-A INPUT -j QUEUE\n-A INPUT -j SOMETHING\n-A INPUT -j LOG\n-A INPUT -p tcp\n-A INPUT -j ACCEPT\nCOMMIT\n";
+        assert_eq!(
+            shown(unenforced(save, b"", &["filter"]))[0],
+            [
+                "-A INPUT -j NFQUEUE --queue-num 3",
+                "-A INPUT -j QUEUE",
+                "-A INPUT -j SOMETHING"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_drop_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
+        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+        let behind =
+            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, behind, &["filter"]))[0].len(), 1);
+        // Behind a LOG, a DROP or a chain that only drops, it is.
+        let harmless = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j LOG\n-A INPUT -s 192.0.2.1/32 -j DROP\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -s 192.0.2.2/32 -j DROP\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, harmless, &["filter"]))[0].len(), 0);
+        // A jump to a chain that may accept, not in the stale chain: not.
+        let jump = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -j RETURN\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, jump, &["filter"]))[0].len(), 1);
+        // A policy behind a live ACCEPT the stale chain lacks: not.
+        let policy = b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
+        let accepting = b"*filter\n:FORWARD DROP [0:0]\n-A FORWARD -j ACCEPT\nCOMMIT\n";
+        assert_eq!(shown(unenforced(policy, accepting, &["filter"]))[0], [":FORWARD DROP"]);
+        assert_eq!(shown(unenforced(policy, policy, &["filter"]))[0].len(), 0);
+    }
+
+    #[test]
+    fn a_jump_is_enforced_only_when_its_chain_is_the_same_in_both() {
+        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
+        let returning =
+            b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";
+        assert_eq!(
+            shown(unenforced(stale, returning, &["filter"]))[0],
+            ["-A INPUT -j x", "-A x -j DROP"]
+        );
+        assert_eq!(shown(unenforced(stale, stale, &["filter"]))[0].len(), 0);
     }
 }
