@@ -394,3 +394,38 @@ iptables-nft -A c -p tcp --dport 8080 -j DROP",
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!legacy_saves(&node).contains("8080"));
 }
+
+#[test]
+fn a_hint_chain_of_another_writer_in_the_chosen_backend_does_not_silence_kubelets() {
+    let node = Node::new("cert-stray-writer");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "for c in KUBE-IPTABLES-HINT KUBE-KUBELET-CANARY; do iptables-legacy -t mangle -N $c; done
+iptables-legacy -t nat -N KUBE-SERVICES
+iptables-legacy -t nat -A PREROUTING -j KUBE-SERVICES
+iptables-legacy -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 192.0.2.10:6443
+iptables-nft -t mangle -N KUBE-PROXY-CANARY",
+    );
+    assert_refused(
+        &node,
+        &["--remove"],
+        &[
+            "ipv4: legacy ipv4 mangle chain KUBE-IPTABLES-HINT",
+            "ipv4: legacy ipv4 mangle chain KUBE-KUBELET-CANARY",
+        ],
+    );
+    // Kubelet's other hint chain in nft satisfies kubelet.
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn kube_proxys_nft_table_contradicts_legacy_whatever_the_hint_chains() {
+    let node = Node::new("cert-kp-table");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh("nft add table ip kube-proxy; nft add chain ip kube-proxy services
+for t in iptables-nft iptables-legacy; do $t -t mangle -N KUBE-IPTABLES-HINT; $t -t mangle -N KUBE-PROXY-CANARY; done
+iptables-nft -A INPUT -s 192.0.2.1 -j DROP");
+    assert_refused(&node, &["--remove"], &["ipv4: nft table ip kube-proxy"]);
+}

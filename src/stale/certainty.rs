@@ -5,9 +5,12 @@
 //! link candidate that exists and points to the other backend (all of them
 //! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
 //! NixOS's, k3s's `aux/` links), and by kubelet's or kube-proxy's hint
-//! chains (or kube-proxy's nftables table) present in the family only in
-//! the backend to be emptied, while the chosen one holds none: there, the
-//! node's Kubernetes writers still use the other backend. Hint chains that
+//! chains present in the family in the backend to be emptied, per writer,
+//! while the chosen one holds none of that writer's (kubelet writes
+//! `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`, either satisfies it;
+//! kube-proxy `KUBE-PROXY-CANARY`), and by kube-proxy's nftables table in
+//! nft when the decision is legacy: there, that writer still uses the
+//! other backend. Hint chains that
 //! cannot be read contradict too: nothing shows they are absent.
 //!
 //! A decision by a hint chain alone counts only when the chosen backend
@@ -24,6 +27,11 @@ use crate::family::Family;
 use crate::host_link::{self, HostLinks};
 use crate::kernel::{KernelReader, HINT_CHAINS};
 use crate::mode::Mode;
+
+/// The hint chains of each writer: kubelet writes two, kube-proxy one. A
+/// writer's chain in the backend to be emptied, and none of that writer's
+/// in the chosen one, says the writer still uses the other backend.
+const WRITERS: [&[&str]; 2] = [&["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"], &["KUBE-PROXY-CANARY"]];
 
 /// The evidence contradicting `decision` for `family`, one line each
 /// (empty: nothing contradicts it). `stale` is what the other backend
@@ -68,27 +76,32 @@ pub fn contradictions(
             family.label(),
             stale_hints.join(", ")
         )),
-        (Ok(stale_hints), Ok(chosen_hints)) if chosen_hints.is_empty() => {
-            for chain in stale_hints {
-                lines.push(format!(
-                    "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
-                    mode.other(),
-                    family.label(),
-                    mode.other()
-                ));
-            }
-            if mode == Mode::Legacy {
-                if let Ok(reading) = kernel.nft_lookups() {
-                    if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
-                        lines.push(format!(
-                            "nft table {} kube-proxy (kube-proxy's nftables mode) is there while legacy holds no hint chain",
-                            family.nft_name()
-                        ));
-                    }
+        (Ok(stale_hints), Ok(chosen_hints)) => {
+            for writer in WRITERS {
+                if writer.iter().any(|c| chosen_hints.contains(c)) {
+                    continue;
+                }
+                for chain in stale_hints.iter().filter(|c| writer.contains(c)) {
+                    lines.push(format!(
+                        "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
+                        mode.other(),
+                        family.label(),
+                        mode.other()
+                    ));
                 }
             }
         }
         _ => {}
+    }
+    if mode == Mode::Legacy {
+        if let Ok(reading) = kernel.nft_lookups() {
+            if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
+                lines.push(format!(
+                    "nft table {} kube-proxy (kube-proxy's nftables mode) is there, in the backend to be emptied",
+                    family.nft_name()
+                ));
+            }
+        }
     }
     if decision.decided_by == Source::HintChain && !stale.tables.is_empty() {
         if let Some(why) = writer_state_missing(mode, family) {
