@@ -429,3 +429,16 @@ for t in iptables-nft iptables-legacy; do $t -t mangle -N KUBE-IPTABLES-HINT; $t
 iptables-nft -A INPUT -s 192.0.2.1 -j DROP");
     assert_refused(&node, &["--remove"], &["ipv4: nft table ip kube-proxy"]);
 }
+
+#[test]
+fn a_live_nft_chain_counts_only_as_iptables_nfts_base_chain() {
+    let node = Node::new("cert-nohook");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // A regular chain named INPUT: iptables-nft-save prints its rule as
+    // `-A INPUT ...`, but no hook reaches it.
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
+nft add table ip filter
+nft add chain ip filter INPUT
+nft add rule ip filter INPUT tcp dport 8080 counter drop");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 8080 -j DROP");
+}
