@@ -150,10 +150,10 @@ fn refuses_when_the_host_backend_is_not_certain() {
     refused(&node, &["--remove"], "nft holds no rules while legacy holds 1");
     // Nor is one rule of nft's beside it: any container can leave that.
     node.sh("iptables-nft -A OUTPUT -j ACCEPT");
-    refused(&node, &["--remove"], "holds no kube-proxy or kubelet chain with rules");
+    refused(&node, &["--remove"], "holds no kube-proxy service state");
     // With kube-proxy's own state in nft beside the chain, it is certain:
     // legacy's rule is stale.
-    node.sh("iptables-nft -t nat -N KUBE-POSTROUTING && iptables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    node.sh("iptables-nft -t nat -N KUBE-SERVICES && iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443 && iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
     let out = stale(&node, &[]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     assert!(

@@ -140,11 +140,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
     drop(node);
     // The mirror image: legacy's hint chain and one rule, 20 nft rules.
     let node = Node::new("cert-stray-legacy");
@@ -152,11 +148,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT\niptables-legacy -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-nft")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
 }
 
 #[test]
@@ -172,11 +164,7 @@ nft add rule ip mangle PREROUTING counter
 {}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
     // With kube-proxy-like chains and rules, but in a table iptables-nft
     // never makes (one with a comment), and one rule of iptables-nft's
     // own elsewhere: still refused.
@@ -336,7 +324,7 @@ COMMIT
 COMMIT
 ",
     );
-    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -N KUBE-POSTROUTING\niptables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -N KUBE-SERVICES && iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443 && iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
     let nft_before = nft_ruleset(&node);
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
@@ -441,4 +429,25 @@ nft add table ip filter
 nft add chain ip filter INPUT
 nft add rule ip filter INPUT tcp dport 8080 counter drop");
     assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 8080 -j DROP");
+}
+
+#[test]
+fn a_hint_chain_alone_decides_only_beside_kube_proxys_service_state() {
+    let node = Node::new("cert-hint-fake");
+    node.sh(
+        "iptables-legacy -N DOCKER; iptables-legacy -A FORWARD -o docker0 -j DOCKER
+iptables-legacy -t nat -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+iptables-legacy -A FORWARD -i docker0 -j ACCEPT
+iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+iptables-nft -N KUBE-TEST; iptables-nft -A KUBE-TEST -j RETURN",
+    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    // A KUBE-SERVICES with rules that no built-in chain reaches: still not.
+    node.sh("iptables-nft -t nat -N KUBE-SERVICES
+iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443");
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    // Reached from PREROUTING: kube-proxy's, and the removal goes ahead.
+    node.sh("iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }

@@ -15,11 +15,11 @@
 //!
 //! A decision by a hint chain alone counts only when the chosen backend
 //! holds, in the family, the hint chain in one of its own tables (for nft:
-//! a table [`find`] takes for iptables-nft's, not a native one) and that
-//! writer's own state beside it: a `KUBE-` chain other than the hint chains
-//! holding at least one rule (kube-proxy's `KUBE-SERVICES`,
-//! `KUBE-POSTROUTING`, ..., kubelet's `KUBE-FIREWALL`). An empty chain and
-//! one unrelated rule are what any container can leave behind.
+//! a table [`find`] takes for iptables-nft's, not a native one) and
+//! kube-proxy's service state beside it: the nat table's `KUBE-SERVICES`
+//! holding rules, reached by a jump from `PREROUTING` or `OUTPUT`. An empty
+//! chain and a `KUBE-` chain with one unrelated rule are what any container
+//! can leave behind.
 
 use super::find;
 use crate::decision::{Decision, Source};
@@ -138,12 +138,30 @@ fn writer_state_missing(mode: Mode, family: Family) -> Option<String> {
             family.label()
         ));
     }
-    let writer =
-        chains().any(|(_, c)| c.name.starts_with("KUBE-") && !HINT_CHAINS.contains(&c.name.as_str()) && c.rules > 0);
-    (!writer).then(|| {
+    let services = chains().any(|(table, c)| table == "nat" && c.name == "KUBE-SERVICES" && c.rules > 0);
+    let reached = services
+        && match find::save(mode, family) {
+            Ok(save) => reaches_kube_services(&find::sections(&save.stdout, &["nat"])),
+            Err(why) => {
+                return Some(format!("{mode} {}'s nat table cannot be read: {why}", family.label()));
+            }
+        };
+    (!reached).then(|| {
         format!(
-            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy or kubelet chain with rules beside it (a KUBE- chain other than the hint chains): the hint chain may be a stray one",
+            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy service state (a nat KUBE-SERVICES chain with rules, jumped to from PREROUTING or OUTPUT): the hint chain may be a stray one",
             family.label()
         )
+    })
+}
+
+/// Whether a nat table's save jumps from PREROUTING or OUTPUT to
+/// `KUBE-SERVICES`.
+fn reaches_kube_services(nat: &[u8]) -> bool {
+    nat.split(|&b| b == b'\n').any(|line| {
+        let words: Vec<&[u8]> = line.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()).collect();
+        matches!(words.as_slice(), [b"-A", b"PREROUTING" | b"OUTPUT", ..])
+            && words
+                .windows(2)
+                .any(|pair| matches!(pair[0], b"-j" | b"-g") && pair[1] == b"KUBE-SERVICES")
     })
 }
