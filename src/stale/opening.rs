@@ -1,270 +1,31 @@
 //! Whether emptying a stale table would open the host: which of its
 //! filtering items the backend the host uses does not also enforce.
 //!
-//! Filtering items are the rules whose verdict is `DROP` or `REJECT`, also
-//! through a user chain that leads to one (a jump or goto to a chain in
-//! which some rule drops, rejects or leads on to such a chain), and the
-//! built-in chains' policies other than `ACCEPT`. One is also enforced when
-//! the live backend's table of the same name holds the same rule in the same
-//! chain, compared as the save tools print them (a `-c` counter prefix
-//! aside), or the same policy on the same built-in chain. Removing anything
-//! else (accepts, jumps, marks, NAT) cannot open a host the live backend
-//! still filters; removing an item only the stale backend enforces can.
-//!
-//! A rule is read as filtering when any `-j`/`-g` in it names such a
-//! verdict, whether its words are split the way the save tool quotes them or
-//! at every blank: a comment that hides or fakes a `-j DROP` can only make
-//! a rule count as filtering, never hide one that is.
+//! Filtering items are the rules whose verdict is not known not to filter
+//! (`DROP`, `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in
+//! [`super::saved_rules`]), jumps or gotos to a user chain that leads to
+//! one, and the built-in chains' policies other than `ACCEPT`. A rule is
+//! also enforced when the live chain of the same name holds it (compared
+//! as printed, counters aside) and the live chain reaches it for every
+//! packet the stale one does: each live rule before it that could end the
+//! chain other than by blocking (an `ACCEPT`, a `RETURN`, a NAT or queue
+//! verdict, an unknown one, a jump to a user chain that may do so) also
+//! comes before it in the stale chain, and the user chains such a jump
+//! leads to are the same in both. A policy is enforced when the live chain
+//! has the same one and each such live rule of the chain is also in the
+//! stale chain. For nft, only iptables-nft's own tables and base chains
+//! count (a regular chain named `INPUT` is reached by no hook). Removing
+//! anything else cannot open a host the live backend still filters.
+//! How a rule's verdict is read: [`super::saved_rules`].
 
 use super::find;
 use super::proof::Verdicts;
+use super::saved_rules::{parse, targets, SavedTable, BUILTIN_CHAINS};
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
 use crate::mode::Mode;
 use std::collections::HashSet;
-
-/// The chains the kernel's hooks reach by name in iptables' tables.
-const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
-
-/// The verdicts that do not filter: a rule with one of these (or no `-j`
-/// at all) is not a filtering item; any other verdict, one not known here
-/// included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
-const NON_FILTERING_TARGETS: [&[u8]; 25] = [
-    b"ACCEPT",
-    b"RETURN",
-    b"DNAT",
-    b"SNAT",
-    b"MASQUERADE",
-    b"REDIRECT",
-    b"NETMAP",
-    b"LOG",
-    b"NFLOG",
-    b"MARK",
-    b"CONNMARK",
-    b"CT",
-    b"NOTRACK",
-    b"TRACE",
-    b"CLASSIFY",
-    b"DSCP",
-    b"TOS",
-    b"TCPMSS",
-    b"TTL",
-    b"HL",
-    b"SECMARK",
-    b"CONNSECMARK",
-    b"CHECKSUM",
-    b"AUDIT",
-    b"SET",
-];
-
-/// The verdicts after which the chain's evaluation goes on.
-const CONTINUING_TARGETS: [&[u8]; 18] = [
-    b"LOG",
-    b"NFLOG",
-    b"MARK",
-    b"CONNMARK",
-    b"CT",
-    b"NOTRACK",
-    b"TRACE",
-    b"CLASSIFY",
-    b"DSCP",
-    b"TOS",
-    b"TCPMSS",
-    b"TTL",
-    b"HL",
-    b"SECMARK",
-    b"CONNSECMARK",
-    b"CHECKSUM",
-    b"AUDIT",
-    b"SET",
-];
-
-/// The verdicts that end evaluation but can only block.
-const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
-
-/// One table of a save: its chains' policies and its rules, as printed.
-#[derive(Default)]
-struct SavedTable {
-    /// `(chain, policy)` of each declared chain; `-` for a user chain.
-    policies: Vec<(Vec<u8>, Vec<u8>)>,
-    /// `(chain, whole line from "-A")`.
-    rules: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// The tables of a save, by name, in order.
-fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
-    let mut tables: Vec<(Vec<u8>, SavedTable)> = Vec::new();
-    for line in save.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(name) = line.strip_prefix(b"*") {
-            tables.push((name.to_vec(), SavedTable::default()));
-            continue;
-        }
-        let Some((_, table)) = tables.last_mut() else {
-            continue;
-        };
-        if let Some(declaration) = line.strip_prefix(b":") {
-            let mut fields = declaration.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty());
-            let chain = fields.next().unwrap_or_default().to_vec();
-            let policy = fields.next().unwrap_or(b"-").to_vec();
-            table.policies.push((chain, policy));
-            continue;
-        }
-        // `-c` saves print "[packets:bytes] -A ...".
-        let rule = match line.strip_prefix(b"[") {
-            Some(rest) => match rest.iter().position(|&b| b == b']') {
-                Some(end) => rest[end + 1..].trim_ascii_start(),
-                None => line,
-            },
-            None => line,
-        };
-        if let Some(body) = rule.strip_prefix(b"-A ") {
-            let chain = body.split(u8::is_ascii_whitespace).next().unwrap_or_default().to_vec();
-            table.rules.push((chain, rule.trim_ascii_end().to_vec()));
-        }
-    }
-    tables
-}
-
-/// The words of a rule as the save tool quotes them (`"..."` with `\"` and
-/// `\\` inside), and split at every blank: both, see the module's note.
-fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
-    let blank = rule
-        .split(u8::is_ascii_whitespace)
-        .filter(|w| !w.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
-    let mut quoted = Vec::new();
-    let mut word = Vec::new();
-    let (mut in_quotes, mut escaped, mut started) = (false, false, false);
-    for &b in rule {
-        if escaped {
-            word.push(b);
-            escaped = false;
-        } else if b == b'\\' && in_quotes {
-            escaped = true;
-        } else if b == b'"' {
-            in_quotes = !in_quotes;
-            started = true;
-        } else if b.is_ascii_whitespace() && !in_quotes {
-            if started {
-                quoted.push(std::mem::take(&mut word));
-                started = false;
-            }
-        } else {
-            word.push(b);
-            started = true;
-        }
-    }
-    if started {
-        quoted.push(word);
-    }
-    [blank, quoted]
-}
-
-/// Every target a rule's `-j`/`-g` (or `--jump`/`--goto`) may name.
-fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
-    let mut found = Vec::new();
-    for words in word_splits(rule) {
-        for pair in words.windows(2) {
-            if matches!(pair[0].as_slice(), b"-j" | b"-g" | b"--jump" | b"--goto") {
-                found.push(pair[1].clone());
-            }
-        }
-    }
-    found
-}
-
-impl SavedTable {
-    /// Whether `name` is a user chain declared in this table.
-    fn is_user_chain(&self, name: &[u8]) -> bool {
-        self.policies
-            .iter()
-            .any(|(c, p)| c.as_slice() == name && p.as_slice() == b"-")
-    }
-
-    /// The rules of `chain`, in order, as printed.
-    fn chain(&self, chain: &[u8]) -> Vec<&[u8]> {
-        self.rules
-            .iter()
-            .filter(|(c, _)| c.as_slice() == chain)
-            .map(|(_, line)| line.as_slice())
-            .collect()
-    }
-
-    /// The policy of `chain`, if declared.
-    fn policy(&self, chain: &[u8]) -> Option<&[u8]> {
-        self.policies
-            .iter()
-            .find(|(c, _)| c.as_slice() == chain)
-            .map(|(_, p)| p.as_slice())
-    }
-
-    /// The user chains from which a filtering verdict is reached.
-    fn leading(&self) -> HashSet<Vec<u8>> {
-        let mut leading: HashSet<Vec<u8>> = HashSet::new();
-        loop {
-            let before = leading.len();
-            for (chain, line) in &self.rules {
-                if self.filters(line, &leading) {
-                    leading.insert(chain.clone());
-                }
-            }
-            if leading.len() == before {
-                return leading;
-            }
-        }
-    }
-
-    /// Whether `rule` filters: a verdict not known not to filter, or a jump
-    /// to a user chain in `leading`.
-    fn filters(&self, rule: &[u8], leading: &HashSet<Vec<u8>>) -> bool {
-        targets(rule).iter().any(|t| {
-            if self.is_user_chain(t) {
-                leading.contains(t)
-            } else {
-                !NON_FILTERING_TARGETS.contains(&t.as_slice())
-            }
-        })
-    }
-
-    /// The user chains whose rules can only go on, block or return to the
-    /// caller (never accept, queue or rewrite), to a fixed point.
-    fn harmless_chains(&self) -> HashSet<Vec<u8>> {
-        let mut harmless: HashSet<Vec<u8>> = self
-            .policies
-            .iter()
-            .filter(|(_, p)| p.as_slice() == b"-")
-            .map(|(c, _)| c.clone())
-            .collect();
-        loop {
-            let before = harmless.len();
-            let unsure: Vec<Vec<u8>> = harmless
-                .iter()
-                .filter(|c| self.chain(c).iter().any(|r| !self.harmless(r, &harmless)))
-                .cloned()
-                .collect();
-            for c in unsure {
-                harmless.remove(&c);
-            }
-            if harmless.len() == before {
-                return harmless;
-            }
-        }
-    }
-
-    /// Whether `rule` cannot end its chain's evaluation other than by
-    /// blocking: every verdict in it goes on or blocks, or jumps to a user
-    /// chain in `harmless` (no `-j` at all goes on).
-    fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
-        targets(rule).iter().all(|t| {
-            CONTINUING_TARGETS.contains(&t.as_slice())
-                || BLOCKING_TARGETS.contains(&t.as_slice())
-                || (self.is_user_chain(t) && harmless.contains(t))
-        })
-    }
-}
 
 /// Whether the user chains `rule` jumps to are the same in `stale` and
 /// `live`, rule for rule, and so on for the chains they jump to.
@@ -308,10 +69,12 @@ fn same_way_in(
 /// the host's backend, if any) does not also enforce, as lines: each rule
 /// as printed and each non-ACCEPT policy as `:CHAIN POLICY`.
 ///
-/// A rule is enforced when the live chain of the same name holds it, every
-/// live rule before it that could end the evaluation other than by
-/// blocking also comes before it in the stale chain, and every user chain
-/// it or those jump to is the same in both. A policy is enforced when the
+/// A rule is enforced when the live chain of the same name holds it and
+/// every live rule before it that could end the evaluation other than by
+/// blocking also comes before it in the stale chain, with every user chain
+/// that one jumps to the same in both. A jump to a user chain is judged by
+/// what it leads to: the filtering rules of that chain are items of their
+/// own, checked the same way. A policy is enforced when the
 /// live chain has the same one and every live rule of that chain that
 /// could end the evaluation other than by blocking is also in the stale
 /// chain, with the same user chains behind it.
@@ -349,10 +112,10 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8
         }
         let stale_rules = table.chain(chain);
         let live_rules = live.chain(chain);
-        let enforced = live_rules.iter().position(|r| *r == line.as_slice()).is_some_and(|i| {
-            same_chains(line, table, live, &mut HashSet::new())
-                && same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless)
-        });
+        let enforced = live_rules
+            .iter()
+            .position(|r| *r == line.as_slice())
+            .is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless));
         if !enforced {
             items.push(line.clone());
         }
@@ -576,13 +339,13 @@ mod tests {
     }
 
     #[test]
-    fn a_jump_is_enforced_only_when_its_chain_is_the_same_in_both() {
+    fn a_jump_is_judged_by_the_chain_it_leads_to() {
         let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
         let returning =
             b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";
         assert_eq!(
             shown(unenforced(stale, returning, None, &["filter"]))[0],
-            ["-A INPUT -j x", "-A x -j DROP"]
+            ["-A x -j DROP"]
         );
         assert_eq!(shown(unenforced(stale, stale, None, &["filter"]))[0].len(), 0);
     }
