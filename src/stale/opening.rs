@@ -3,7 +3,7 @@
 //!
 //! Filtering items are the rules whose verdict is not known not to filter
 //! (`DROP`, `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in
-//! [`super::saved_rules`]), jumps or gotos to a user chain that leads to
+//! [`super::saved_rules`]), jumps or gotos to a user chain that reaches
 //! one, and the built-in chains' policies other than `ACCEPT`. A rule is
 //! also enforced when the live chain of the same name holds it (compared
 //! as printed, counters aside) and the live chain reaches it for every
@@ -11,7 +11,7 @@
 //! chain other than by blocking (an `ACCEPT`, a `RETURN`, a NAT or queue
 //! verdict, an unknown one, a jump to a user chain that may do so) also
 //! comes before it in the stale chain, and the user chains such a jump
-//! leads to are the same in both. A policy is enforced when the live chain
+//! goes to are the same in both. A policy is enforced when the live chain
 //! has the same one and each such live rule of the chain is also in the
 //! stale chain. For nft, only iptables-nft's own tables and base chains
 //! count (a regular chain named `INPUT` is reached by no hook). Removing
@@ -73,13 +73,13 @@ fn same_way_in(
 /// every live rule before it that could end the evaluation other than by
 /// blocking also comes before it in the stale chain, with every user chain
 /// that one jumps to the same in both. A jump to a user chain is judged by
-/// what it leads to: the filtering rules of that chain are items of their
+/// what it reaches: the filtering rules of that chain are items of their
 /// own, checked the same way. A policy is enforced when the
 /// live chain has the same one and every live rule of that chain that
 /// could end the evaluation other than by blocking is also in the stale
 /// chain, with the same user chains behind it.
 fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8>> {
-    let leading = table.leading();
+    let filtering_chains = table.filtering_chains();
     let empty = SavedTable::default();
     let live = live.unwrap_or(&empty);
     let harmless = live.harmless_chains();
@@ -107,7 +107,7 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8
                 0
             }
         };
-        if !table.filters(line, &leading) {
+        if !table.filters(line, &filtering_chains) {
             continue;
         }
         let stale_rules = table.chain(chain);
@@ -339,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn a_jump_is_judged_by_the_chain_it_leads_to() {
+    fn a_jump_is_judged_by_the_chain_it_reaches() {
         let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
         let returning =
             b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";

@@ -187,27 +187,27 @@ impl SavedTable {
     }
 
     /// The user chains from which a filtering verdict is reached.
-    pub(super) fn leading(&self) -> HashSet<Vec<u8>> {
-        let mut leading: HashSet<Vec<u8>> = HashSet::new();
+    pub(super) fn filtering_chains(&self) -> HashSet<Vec<u8>> {
+        let mut filtering_chains: HashSet<Vec<u8>> = HashSet::new();
         loop {
-            let before = leading.len();
+            let before = filtering_chains.len();
             for (chain, line) in &self.rules {
-                if self.filters(line, &leading) {
-                    leading.insert(chain.clone());
+                if self.filters(line, &filtering_chains) {
+                    filtering_chains.insert(chain.clone());
                 }
             }
-            if leading.len() == before {
-                return leading;
+            if filtering_chains.len() == before {
+                return filtering_chains;
             }
         }
     }
 
     /// Whether `rule` filters: a verdict not known not to filter, or a jump
-    /// to a user chain in `leading`.
-    pub(super) fn filters(&self, rule: &[u8], leading: &HashSet<Vec<u8>>) -> bool {
+    /// to a user chain in `filtering_chains`.
+    pub(super) fn filters(&self, rule: &[u8], filtering_chains: &HashSet<Vec<u8>>) -> bool {
         targets(rule).iter().any(|t| {
             if self.is_user_chain(t) {
-                leading.contains(t)
+                filtering_chains.contains(t)
             } else {
                 !NON_FILTERING_TARGETS.contains(&t.as_slice())
             }
