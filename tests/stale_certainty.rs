@@ -451,3 +451,19 @@ iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT 
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }
+
+#[test]
+fn a_host_link_that_exists_but_cannot_tell_is_refused() {
+    let node = Node::new("cert-link-file");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // /usr/sbin/iptables a regular file (a script running legacy).
+    let script = node.host_root.join("usr/sbin/iptables");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, "#!/bin/sh\nexec iptables-legacy \"$@\"\n").unwrap();
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["usr/sbin/iptables", "cannot tell which backend"],
+    );
+}

@@ -4,14 +4,15 @@
 //! A decision by the override or the host link is contradicted by any host
 //! link candidate that exists and points to the other backend (all of them
 //! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
-//! NixOS's, k3s's `aux/` links), and by kubelet's or kube-proxy's hint
-//! chains present in the family in the backend to be emptied, per writer,
+//! NixOS's, k3s's `aux/` links) or exists and cannot tell (a regular
+//! file, a dangling link, a link to a name that is no backend), and by
+//! kubelet's or kube-proxy's hint chains present in the family in the backend to be emptied, per writer,
 //! while the chosen one holds none of that writer's (kubelet writes
 //! `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`, either satisfies it;
 //! kube-proxy `KUBE-PROXY-CANARY`), and by kube-proxy's nftables table in
 //! nft when the decision is legacy: there, that writer still uses the
-//! other backend. Hint chains that
-//! cannot be read contradict too: nothing shows they are absent.
+//! other backend. Hint chains that cannot be read contradict too: nothing
+//! shows they are absent.
 //!
 //! A decision by a hint chain alone counts only when the chosen backend
 //! holds, in the family, the hint chain in one of its own tables (for nft:
@@ -46,7 +47,13 @@ pub fn contradictions(
     let mut lines = Vec::new();
     if let HostLinks::Found { link, later, .. } = host_link::read(&host_link::host_root(), family, true) {
         for candidate in std::iter::once(&link).chain(&later) {
-            if candidate.answer == Ok(mode.other()) {
+            if let Err(why) = &candidate.answer {
+                lines.push(format!(
+                    "host link {} {} exists but cannot tell which backend: {why}",
+                    candidate.path.display(),
+                    candidate.shown_chain()
+                ));
+            } else if candidate.answer == Ok(mode.other()) {
                 lines.push(format!(
                     "host link {} {} points to {}",
                     candidate.path.display(),
