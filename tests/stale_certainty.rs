@@ -140,11 +140,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
     drop(node);
     // The mirror image: legacy's hint chain and one rule, 20 nft rules.
     let node = Node::new("cert-stray-legacy");
@@ -152,11 +148,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT\niptables-legacy -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-nft")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
 }
 
 #[test]
@@ -172,11 +164,7 @@ nft add rule ip mangle PREROUTING counter
 {}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["holds no kube-proxy or kubelet chain with rules"],
-    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
     // With kube-proxy-like chains and rules, but in a table iptables-nft
     // never makes (one with a comment), and one rule of iptables-nft's
     // own elsewhere: still refused.
@@ -336,11 +324,146 @@ COMMIT
 COMMIT
 ",
     );
-    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -N KUBE-POSTROUTING\niptables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -N KUBE-SERVICES && iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443 && iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
     let nft_before = nft_ruleset(&node);
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let after = legacy_saves(&node);
     assert!(!after.contains("DOCKER") && !after.contains("DROP"), "{after}");
     assert_eq!(nft_ruleset(&node), nft_before);
+}
+
+/// Asserts that removing with `args` left the legacy tables as they were,
+/// saying why (exit 1).
+fn assert_held_open(node: &Node, args: &[&str], why: &str) {
+    let before = legacy_saves(node);
+    let out = stale(node, args);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains(why), "{text}");
+    assert_eq!(legacy_saves(node), before);
+}
+
+#[test]
+fn a_queue_or_unknown_verdict_counts_as_filtering() {
+    for verdict in ["NFQUEUE --queue-num 3", "QUEUE"] {
+        let node = Node::new("cert-queue");
+        node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+        node.sh(&format!("iptables-legacy -A INPUT -p tcp --dport 8080 -j {verdict}"));
+        assert_held_open(
+            &node,
+            &["--remove"],
+            &format!("removing it would open the host: 1 filtering item that nft does not enforce: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
+        );
+    }
+}
+
+#[test]
+fn a_rule_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
+    let node = Node::new("cert-order");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
+iptables-nft -A INPUT -j ACCEPT
+iptables-nft -A INPUT -p tcp --dport 8080 -j DROP");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 8080 -j DROP");
+    // Behind a RETURN in a user chain, likewise.
+    let node = Node::new("cert-order-return");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "for t in iptables-legacy iptables-nft; do $t -N c; $t -A INPUT -j c; done
+iptables-legacy -A c -p tcp --dport 8080 -j DROP
+iptables-nft -A c -j RETURN
+iptables-nft -A c -p tcp --dport 8080 -j DROP",
+    );
+    assert_held_open(&node, &["--remove"], "-A c -p tcp -m tcp --dport 8080 -j DROP");
+    // The same rules in the same order, an ACCEPT before them in both: removed.
+    node.sh("iptables-legacy -I c -j RETURN");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("8080"));
+}
+
+#[test]
+fn a_hint_chain_of_another_writer_in_the_chosen_backend_does_not_silence_kubelets() {
+    let node = Node::new("cert-stray-writer");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "for c in KUBE-IPTABLES-HINT KUBE-KUBELET-CANARY; do iptables-legacy -t mangle -N $c; done
+iptables-legacy -t nat -N KUBE-SERVICES
+iptables-legacy -t nat -A PREROUTING -j KUBE-SERVICES
+iptables-legacy -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 192.0.2.10:6443
+iptables-nft -t mangle -N KUBE-PROXY-CANARY",
+    );
+    assert_refused(
+        &node,
+        &["--remove"],
+        &[
+            "ipv4: legacy ipv4 mangle chain KUBE-IPTABLES-HINT",
+            "ipv4: legacy ipv4 mangle chain KUBE-KUBELET-CANARY",
+        ],
+    );
+    // Kubelet's other hint chain in nft satisfies kubelet.
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn kube_proxys_nft_table_contradicts_legacy_whatever_the_hint_chains() {
+    let node = Node::new("cert-kp-table");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh("nft add table ip kube-proxy; nft add chain ip kube-proxy services
+for t in iptables-nft iptables-legacy; do $t -t mangle -N KUBE-IPTABLES-HINT; $t -t mangle -N KUBE-PROXY-CANARY; done
+iptables-nft -A INPUT -s 192.0.2.1 -j DROP");
+    assert_refused(&node, &["--remove"], &["ipv4: nft table ip kube-proxy"]);
+}
+
+#[test]
+fn a_live_nft_chain_counts_only_as_iptables_nfts_base_chain() {
+    let node = Node::new("cert-nohook");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // A regular chain named INPUT: iptables-nft-save prints its rule as
+    // `-A INPUT ...`, but no hook reaches it.
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
+nft add table ip filter
+nft add chain ip filter INPUT
+nft add rule ip filter INPUT tcp dport 8080 counter drop");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 8080 -j DROP");
+}
+
+#[test]
+fn a_hint_chain_alone_decides_only_beside_kube_proxys_service_state() {
+    let node = Node::new("cert-hint-fake");
+    node.sh(
+        "iptables-legacy -N DOCKER; iptables-legacy -A FORWARD -o docker0 -j DOCKER
+iptables-legacy -t nat -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+iptables-legacy -A FORWARD -i docker0 -j ACCEPT
+iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+iptables-nft -N KUBE-TEST; iptables-nft -A KUBE-TEST -j RETURN",
+    );
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    // A KUBE-SERVICES with rules that no built-in chain reaches: still not.
+    node.sh("iptables-nft -t nat -N KUBE-SERVICES
+iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443");
+    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    // Reached from PREROUTING: kube-proxy's, and the removal goes ahead.
+    node.sh("iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn a_host_link_that_exists_but_cannot_tell_is_refused() {
+    let node = Node::new("cert-link-file");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // /usr/sbin/iptables a regular file (a script running legacy).
+    let script = node.host_root.join("usr/sbin/iptables");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, "#!/bin/sh\nexec iptables-legacy \"$@\"\n").unwrap();
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["usr/sbin/iptables", "cannot tell which backend"],
+    );
 }

@@ -557,7 +557,7 @@ ip6tables-legacy -P FORWARD DROP");
         stderr(&out)
     );
     // With kube-proxy's state in IPv6 nft, IPv6 is certain and legacy goes.
-    node.sh("ip6tables-nft -t nat -N KUBE-POSTROUTING && ip6tables-nft -t nat -A KUBE-POSTROUTING -j RETURN");
+    node.sh("ip6tables-nft -t nat -N KUBE-SERVICES && ip6tables-nft -t nat -A KUBE-SERVICES -d fd00::1/128 -p tcp --dport 443 -j DNAT --to-destination [fd00::9]:6443 && ip6tables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
     let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!legacy_saves(&node).contains("DROP"), "{}", legacy_saves(&node));

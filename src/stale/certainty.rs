@@ -4,19 +4,23 @@
 //! A decision by the override or the host link is contradicted by any host
 //! link candidate that exists and points to the other backend (all of them
 //! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
-//! NixOS's, k3s's `aux/` links), and by kubelet's or kube-proxy's hint
-//! chains (or kube-proxy's nftables table) present in the family only in
-//! the backend to be emptied, while the chosen one holds none: there, the
-//! node's Kubernetes writers still use the other backend. Hint chains that
-//! cannot be read contradict too: nothing shows they are absent.
+//! NixOS's, k3s's `aux/` links) or exists and cannot tell (a regular
+//! file, a dangling link, a link to a name that is no backend), and by
+//! kubelet's or kube-proxy's hint chains present in the family in the backend to be emptied, per writer,
+//! while the chosen one holds none of that writer's (kubelet writes
+//! `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`, either satisfies it;
+//! kube-proxy `KUBE-PROXY-CANARY`), and by kube-proxy's nftables table in
+//! nft when the decision is legacy: there, that writer still uses the
+//! other backend. Hint chains that cannot be read contradict too: nothing
+//! shows they are absent.
 //!
 //! A decision by a hint chain alone counts only when the chosen backend
 //! holds, in the family, the hint chain in one of its own tables (for nft:
-//! a table [`find`] takes for iptables-nft's, not a native one) and that
-//! writer's own state beside it: a `KUBE-` chain other than the hint chains
-//! holding at least one rule (kube-proxy's `KUBE-SERVICES`,
-//! `KUBE-POSTROUTING`, ..., kubelet's `KUBE-FIREWALL`). An empty chain and
-//! one unrelated rule are what any container can leave behind.
+//! a table [`find`] takes for iptables-nft's, not a native one) and
+//! kube-proxy's service state beside it: the nat table's `KUBE-SERVICES`
+//! holding rules, reached by a jump from `PREROUTING` or `OUTPUT`. An empty
+//! chain and a `KUBE-` chain with one unrelated rule are what any container
+//! can leave behind.
 
 use super::find;
 use crate::decision::{Decision, Source};
@@ -24,6 +28,11 @@ use crate::family::Family;
 use crate::host_link::{self, HostLinks};
 use crate::kernel::{KernelReader, HINT_CHAINS};
 use crate::mode::Mode;
+
+/// The hint chains of each writer: kubelet writes two, kube-proxy one. A
+/// writer's chain in the backend to be emptied, and none of that writer's
+/// in the chosen one, says the writer still uses the other backend.
+const WRITERS: [&[&str]; 2] = [&["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"], &["KUBE-PROXY-CANARY"]];
 
 /// The evidence contradicting `decision` for `family`, one line each
 /// (empty: nothing contradicts it). `stale` is what the other backend
@@ -38,7 +47,13 @@ pub fn contradictions(
     let mut lines = Vec::new();
     if let HostLinks::Found { link, later, .. } = host_link::read(&host_link::host_root(), family, true) {
         for candidate in std::iter::once(&link).chain(&later) {
-            if candidate.answer == Ok(mode.other()) {
+            if let Err(why) = &candidate.answer {
+                lines.push(format!(
+                    "host link {} {} exists but cannot tell which backend: {why}",
+                    candidate.path.display(),
+                    candidate.shown_chain()
+                ));
+            } else if candidate.answer == Ok(mode.other()) {
                 lines.push(format!(
                     "host link {} {} points to {}",
                     candidate.path.display(),
@@ -68,27 +83,32 @@ pub fn contradictions(
             family.label(),
             stale_hints.join(", ")
         )),
-        (Ok(stale_hints), Ok(chosen_hints)) if chosen_hints.is_empty() => {
-            for chain in stale_hints {
-                lines.push(format!(
-                    "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
-                    mode.other(),
-                    family.label(),
-                    mode.other()
-                ));
-            }
-            if mode == Mode::Legacy {
-                if let Ok(reading) = kernel.nft_lookups() {
-                    if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
-                        lines.push(format!(
-                            "nft table {} kube-proxy (kube-proxy's nftables mode) is there while legacy holds no hint chain",
-                            family.nft_name()
-                        ));
-                    }
+        (Ok(stale_hints), Ok(chosen_hints)) => {
+            for writer in WRITERS {
+                if writer.iter().any(|c| chosen_hints.contains(c)) {
+                    continue;
+                }
+                for chain in stale_hints.iter().filter(|c| writer.contains(c)) {
+                    lines.push(format!(
+                        "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
+                        mode.other(),
+                        family.label(),
+                        mode.other()
+                    ));
                 }
             }
         }
         _ => {}
+    }
+    if mode == Mode::Legacy {
+        if let Ok(reading) = kernel.nft_lookups() {
+            if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
+                lines.push(format!(
+                    "nft table {} kube-proxy (kube-proxy's nftables mode) is there, in the backend to be emptied",
+                    family.nft_name()
+                ));
+            }
+        }
     }
     if decision.decided_by == Source::HintChain && !stale.tables.is_empty() {
         if let Some(why) = writer_state_missing(mode, family) {
@@ -125,12 +145,30 @@ fn writer_state_missing(mode: Mode, family: Family) -> Option<String> {
             family.label()
         ));
     }
-    let writer =
-        chains().any(|(_, c)| c.name.starts_with("KUBE-") && !HINT_CHAINS.contains(&c.name.as_str()) && c.rules > 0);
-    (!writer).then(|| {
+    let services = chains().any(|(table, c)| table == "nat" && c.name == "KUBE-SERVICES" && c.rules > 0);
+    let reached = services
+        && match find::save(mode, family) {
+            Ok(save) => reaches_kube_services(&find::sections(&save.stdout, &["nat"])),
+            Err(why) => {
+                return Some(format!("{mode} {}'s nat table cannot be read: {why}", family.label()));
+            }
+        };
+    (!reached).then(|| {
         format!(
-            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy or kubelet chain with rules beside it (a KUBE- chain other than the hint chains): the hint chain may be a stray one",
+            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy service state (a nat KUBE-SERVICES chain with rules, jumped to from PREROUTING or OUTPUT): the hint chain may be a stray one",
             family.label()
         )
+    })
+}
+
+/// Whether a nat table's save jumps from PREROUTING or OUTPUT to
+/// `KUBE-SERVICES`.
+fn reaches_kube_services(nat: &[u8]) -> bool {
+    nat.split(|&b| b == b'\n').any(|line| {
+        let words: Vec<&[u8]> = line.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()).collect();
+        matches!(words.as_slice(), [b"-A", b"PREROUTING" | b"OUTPUT", ..])
+            && words
+                .windows(2)
+                .any(|pair| matches!(pair[0], b"-j" | b"-g") && pair[1] == b"KUBE-SERVICES")
     })
 }

@@ -337,6 +337,47 @@ pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain], sets: usize) ->
     None
 }
 
+/// Per iptables table in nf_tables' `family` that is iptables-nft's own
+/// (see [`nft_table_not_ours`]): its chains that are iptables-nft's base
+/// chains, with the hook, priority and type iptables-nft gives them. Only
+/// these filter packets the way the save prints them; a regular chain
+/// named `INPUT` is printed as `-A INPUT` too.
+pub fn nft_own_base_chains(family: Family) -> Result<Vec<(&'static str, Vec<String>)>, String> {
+    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let tables = socket
+        .tables(family)
+        .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
+    let set_tables = socket
+        .set_tables(family)
+        .map_err(|e| format!("nf_tables {} sets cannot be read: {e}", family.nft_name()))?;
+    let mut own = Vec::new();
+    for table in tables {
+        let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
+            continue;
+        };
+        let chains = socket
+            .chains(family, name)
+            .map_err(|e| format!("nf_tables table {} {name}: {e}", family.nft_name()))?;
+        let sets = set_tables.iter().filter(|t| *t == name).count();
+        if nft_table_not_ours(&table, &chains, sets).is_some() {
+            continue;
+        }
+        let base = chains
+            .iter()
+            .filter(|c| {
+                c.base.as_ref().is_some_and(|base| {
+                    iptables_nft_base_chain(name, &c.name).is_some_and(|(hook, priority, chain_type)| {
+                        base.hook == hook && base.priority == priority && base.chain_type == chain_type
+                    })
+                })
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        own.push((name, base));
+    }
+    Ok(own)
+}
+
 /// The hook number, priority and type iptables-nft gives a built-in chain.
 fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'static str)> {
     let hook = legacy::HOOK_CHAINS.iter().position(|c| *c == chain)? as u32;

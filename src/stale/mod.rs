@@ -28,6 +28,7 @@ pub mod opening;
 pub mod proof;
 pub mod remove;
 pub mod rotation;
+mod saved_rules;
 pub mod show;
 
 use crate::command::WrappedCommand;

@@ -1,156 +1,122 @@
 //! Whether emptying a stale table would open the host: which of its
 //! filtering items the backend the host uses does not also enforce.
 //!
-//! Filtering items are the rules whose verdict is `DROP` or `REJECT`, also
-//! through a user chain that leads to one (a jump or goto to a chain in
-//! which some rule drops, rejects or leads on to such a chain), and the
-//! built-in chains' policies other than `ACCEPT`. One is also enforced when
-//! the live backend's table of the same name holds the same rule in the same
-//! chain, compared as the save tools print them (a `-c` counter prefix
-//! aside), or the same policy on the same built-in chain. Removing anything
-//! else (accepts, jumps, marks, NAT) cannot open a host the live backend
-//! still filters; removing an item only the stale backend enforces can.
-//!
-//! A rule is read as filtering when any `-j`/`-g` in it names such a
-//! verdict, whether its words are split the way the save tool quotes them or
-//! at every blank: a comment that hides or fakes a `-j DROP` can only make
-//! a rule count as filtering, never hide one that is.
+//! Filtering items are the rules whose verdict is not known not to filter
+//! (`DROP`, `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in
+//! [`super::saved_rules`]), jumps or gotos to a user chain that reaches
+//! one, and the built-in chains' policies other than `ACCEPT`. A rule is
+//! also enforced when the live chain of the same name holds it (compared
+//! as printed, counters aside) and the live chain reaches it for every
+//! packet the stale one does: each live rule before it that could end the
+//! chain other than by blocking (an `ACCEPT`, a `RETURN`, a NAT or queue
+//! verdict, an unknown one, a jump to a user chain that may do so) also
+//! comes before it in the stale chain, and the user chains such a jump
+//! goes to are the same in both. A policy is enforced when the live chain
+//! has the same one and each such live rule of the chain is also in the
+//! stale chain. For nft, only iptables-nft's own tables and base chains
+//! count (a regular chain named `INPUT` is reached by no hook). Removing
+//! anything else cannot open a host the live backend still filters.
+//! How a rule's verdict is read: [`super::saved_rules`].
 
 use super::find;
 use super::proof::Verdicts;
+use super::saved_rules::{parse, targets, SavedTable, BUILTIN_CHAINS};
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
 use crate::mode::Mode;
 use std::collections::HashSet;
 
-/// The verdicts that filter.
-const FILTERING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
-
-/// One table of a save: its chains' policies and its rules, as printed.
-#[derive(Default)]
-struct SavedTable {
-    /// `(chain, policy)` of each declared chain; `-` for a user chain.
-    policies: Vec<(Vec<u8>, Vec<u8>)>,
-    /// `(chain, whole line from "-A")`.
-    rules: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// The tables of a save, by name, in order.
-fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
-    let mut tables: Vec<(Vec<u8>, SavedTable)> = Vec::new();
-    for line in save.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(name) = line.strip_prefix(b"*") {
-            tables.push((name.to_vec(), SavedTable::default()));
+/// Whether the user chains `rule` jumps to are the same in `stale` and
+/// `live`, rule for rule, and so on for the chains they jump to.
+fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
+    for t in targets(rule) {
+        if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
             continue;
         }
-        let Some((_, table)) = tables.last_mut() else {
+        if !seen.insert(t.clone()) {
             continue;
+        }
+        let rules = stale.chain(&t);
+        if !(stale.is_user_chain(&t) && live.is_user_chain(&t) && rules == live.chain(&t)) {
+            return false;
+        }
+        if !rules.iter().all(|r| same_chains(r, stale, live, seen)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether the live rules `before` (of one chain) let through to what
+/// follows every packet the stale chain's rules `stale_before` do: each
+/// that could end the evaluation other than by blocking is also among
+/// `stale_before`, and jumps to user chains that are the same in both.
+fn same_way_in(
+    before: &[&[u8]],
+    stale_before: &[&[u8]],
+    stale: &SavedTable,
+    live: &SavedTable,
+    harmless: &HashSet<Vec<u8>>,
+) -> bool {
+    before.iter().all(|rule| {
+        live.harmless(rule, harmless)
+            || (stale_before.contains(rule) && same_chains(rule, stale, live, &mut HashSet::new()))
+    })
+}
+
+/// The filtering items of the stale `table` that `live` (the same table of
+/// the host's backend, if any) does not also enforce, as lines: each rule
+/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`.
+///
+/// A rule is enforced when the live chain of the same name holds it and
+/// every live rule before it that could end the evaluation other than by
+/// blocking also comes before it in the stale chain, with every user chain
+/// that one jumps to the same in both. A jump to a user chain is judged by
+/// what it reaches: the filtering rules of that chain are items of their
+/// own, checked the same way. A policy is enforced when the
+/// live chain has the same one and every live rule of that chain that
+/// could end the evaluation other than by blocking is also in the stale
+/// chain, with the same user chains behind it.
+fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8>> {
+    let filtering_chains = table.filtering_chains();
+    let empty = SavedTable::default();
+    let live = live.unwrap_or(&empty);
+    let harmless = live.harmless_chains();
+    let mut items = Vec::new();
+    for (chain, policy) in &table.policies {
+        if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
+            continue;
+        }
+        let stale_rules = table.chain(chain);
+        let enforced = live.policy(chain) == Some(policy.as_slice())
+            && same_way_in(&live.chain(chain), &stale_rules, table, live, &harmless);
+        if !enforced {
+            items.push([b":".as_slice(), chain, b" ", policy].concat());
+        }
+    }
+    let mut index: Vec<(Vec<u8>, usize)> = Vec::new();
+    for (chain, line) in &table.rules {
+        let at = match index.iter_mut().find(|(c, _)| c == chain) {
+            Some((_, n)) => {
+                *n += 1;
+                *n - 1
+            }
+            None => {
+                index.push((chain.clone(), 1));
+                0
+            }
         };
-        if let Some(declaration) = line.strip_prefix(b":") {
-            let mut fields = declaration.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty());
-            let chain = fields.next().unwrap_or_default().to_vec();
-            let policy = fields.next().unwrap_or(b"-").to_vec();
-            table.policies.push((chain, policy));
+        if !table.filters(line, &filtering_chains) {
             continue;
         }
-        // `-c` saves print "[packets:bytes] -A ...".
-        let rule = match line.strip_prefix(b"[") {
-            Some(rest) => match rest.iter().position(|&b| b == b']') {
-                Some(end) => rest[end + 1..].trim_ascii_start(),
-                None => line,
-            },
-            None => line,
-        };
-        if let Some(body) = rule.strip_prefix(b"-A ") {
-            let chain = body.split(u8::is_ascii_whitespace).next().unwrap_or_default().to_vec();
-            table.rules.push((chain, rule.trim_ascii_end().to_vec()));
-        }
-    }
-    tables
-}
-
-/// The words of a rule as the save tool quotes them (`"..."` with `\"` and
-/// `\\` inside), and split at every blank: both, see the module's note.
-fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
-    let blank = rule
-        .split(u8::is_ascii_whitespace)
-        .filter(|w| !w.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
-    let mut quoted = Vec::new();
-    let mut word = Vec::new();
-    let (mut in_quotes, mut escaped, mut started) = (false, false, false);
-    for &b in rule {
-        if escaped {
-            word.push(b);
-            escaped = false;
-        } else if b == b'\\' && in_quotes {
-            escaped = true;
-        } else if b == b'"' {
-            in_quotes = !in_quotes;
-            started = true;
-        } else if b.is_ascii_whitespace() && !in_quotes {
-            if started {
-                quoted.push(std::mem::take(&mut word));
-                started = false;
-            }
-        } else {
-            word.push(b);
-            started = true;
-        }
-    }
-    if started {
-        quoted.push(word);
-    }
-    [blank, quoted]
-}
-
-/// Every target a rule's `-j`/`-g` (or `--jump`/`--goto`) may name.
-fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
-    let mut found = Vec::new();
-    for words in word_splits(rule) {
-        for pair in words.windows(2) {
-            if matches!(pair[0].as_slice(), b"-j" | b"-g" | b"--jump" | b"--goto") {
-                found.push(pair[1].clone());
-            }
-        }
-    }
-    found
-}
-
-/// The filtering items of `table`, as lines: each filtering rule as printed
-/// and each non-ACCEPT policy as `:CHAIN POLICY`.
-fn filtering_items(table: &SavedTable) -> Vec<Vec<u8>> {
-    let rule_targets: Vec<Vec<Vec<u8>>> = table.rules.iter().map(|(_, line)| targets(line)).collect();
-    // Chains from which a filtering verdict is reached, to a fixed point.
-    let mut leading: HashSet<Vec<u8>> = HashSet::new();
-    loop {
-        let before = leading.len();
-        for ((chain, _), targets) in table.rules.iter().zip(&rule_targets) {
-            if targets
-                .iter()
-                .any(|t| FILTERING_TARGETS.contains(&t.as_slice()) || leading.contains(t))
-            {
-                leading.insert(chain.clone());
-            }
-        }
-        if leading.len() == before {
-            break;
-        }
-    }
-    let mut items: Vec<Vec<u8>> = table
-        .policies
-        .iter()
-        .filter(|(_, policy)| policy.as_slice() != b"-" && policy.as_slice() != b"ACCEPT")
-        .map(|(chain, policy)| [b":".as_slice(), chain, b" ", policy].concat())
-        .collect();
-    for ((_, line), targets) in table.rules.iter().zip(&rule_targets) {
-        if targets
+        let stale_rules = table.chain(chain);
+        let live_rules = live.chain(chain);
+        let enforced = live_rules
             .iter()
-            .any(|t| FILTERING_TARGETS.contains(&t.as_slice()) || leading.contains(t))
-        {
+            .position(|r| *r == line.as_slice())
+            .is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless));
+        if !enforced {
             items.push(line.clone());
         }
     }
@@ -159,29 +125,39 @@ fn filtering_items(table: &SavedTable) -> Vec<Vec<u8>> {
 
 /// Per name in `tables`: the filtering items of that table in `stale_save`
 /// that `live_save` does not also enforce (empty: removing it opens
-/// nothing).
-pub fn unenforced(stale_save: &[u8], live_save: &[u8], tables: &[&str]) -> Vec<Vec<Vec<u8>>> {
+/// nothing). With `own` (nft's tables that are iptables-nft's, each with
+/// its base chains), only those tables of `live_save` count, and in them a
+/// built-in chain's name only where it is such a base chain.
+pub fn unenforced(
+    stale_save: &[u8],
+    live_save: &[u8],
+    own: Option<&[(&str, Vec<String>)]>,
+    tables: &[&str],
+) -> Vec<Vec<Vec<u8>>> {
     let stale = parse(stale_save);
-    let live = parse(live_save);
+    let mut live = parse(live_save);
+    if let Some(own) = own {
+        live.retain_mut(|(name, table)| {
+            let Some((_, base)) = own.iter().find(|(n, _)| n.as_bytes() == name.as_slice()) else {
+                return false;
+            };
+            let counts = |chain: &[u8]| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain);
+            table.policies.retain(|(chain, _)| counts(chain));
+            table.rules.retain(|(chain, _)| counts(chain));
+            true
+        });
+    }
     tables
         .iter()
         .map(|name| {
             let Some((_, table)) = stale.iter().find(|(n, _)| n.as_slice() == name.as_bytes()) else {
                 return Vec::new();
             };
-            let enforced: HashSet<Vec<u8>> = live
+            let live_table = live
                 .iter()
-                .filter(|(n, _)| n.as_slice() == name.as_bytes())
-                .flat_map(|(_, t)| {
-                    filtering_items(t)
-                        .into_iter()
-                        .chain(t.rules.iter().map(|(_, l)| l.clone()))
-                })
-                .collect();
-            filtering_items(table)
-                .into_iter()
-                .filter(|item| !enforced.contains(item))
-                .collect()
+                .find(|(n, _)| n.as_slice() == name.as_bytes())
+                .map(|(_, t)| t);
+            unenforced_items(table, live_table)
         })
         .collect()
 }
@@ -212,7 +188,13 @@ pub fn live_save(live: Mode, family: Family) -> Result<Vec<u8>, String> {
 /// every filtering item it holds.
 pub fn openings(stale_save: &[u8], live: Mode, family: Family, tables: &[&str]) -> Result<Vec<Option<String>>, String> {
     let live_save = live_save(live, family).map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    Ok(unenforced(stale_save, &live_save, tables)
+    let own = match live {
+        Mode::Nft if !live_save.is_empty() => {
+            Some(find::nft_own_base_chains(family).map_err(|why| format!("{live} {}: {why}", family.label()))?)
+        }
+        _ => None,
+    };
+    Ok(unenforced(stale_save, &live_save, own.as_deref(), tables)
         .into_iter()
         .map(|items| describe(&items, live))
         .collect())
@@ -289,7 +271,7 @@ mod tests {
     #[test]
     fn drops_rejects_chains_leading_to_them_and_policies_are_filtering() {
         assert_eq!(
-            shown(unenforced(FERM, b"", &["filter", "nat", "raw"])),
+            shown(unenforced(FERM, b"", None, &["filter", "nat", "raw"])),
             [
                 vec![
                     ":INPUT DROP",
@@ -306,18 +288,65 @@ mod tests {
     #[test]
     fn the_same_items_in_the_live_backend_enforce_them() {
         let live = b"# Generated by iptables-nft-save\n*filter\n:INPUT DROP [5:300]\n:blocked - [0:0]\n[3:120] -A INPUT -s 192.0.2.0/24 -j blocked\n-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable\n-A blocked -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, live, &["filter"])), [Vec::<String>::new()]);
+        assert_eq!(shown(unenforced(FERM, live, None, &["filter"])), [Vec::<String>::new()]);
         // In another table, or another chain, it is not the same item.
         let elsewhere = b"*mangle\n:INPUT DROP [0:0]\n-A INPUT -s 192.0.2.0/24 -j blocked\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, elsewhere, &["filter"]))[0].len(), 4);
+        assert_eq!(shown(unenforced(FERM, elsewhere, None, &["filter"]))[0].len(), 4);
     }
 
     #[test]
     fn a_comment_cannot_hide_a_verdict() {
         let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP\n-A INPUT -m comment --comment \"-j DROP\" -j ACCEPT\nCOMMIT\n";
         assert_eq!(
-            shown(unenforced(save, b"", &["filter"]))[0],
+            shown(unenforced(save, b"", None, &["filter"]))[0],
             ["-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP"]
         );
+    }
+
+    #[test]
+    fn verdicts_not_known_not_to_filter_are_filtering() {
+        let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j NFQUEUE --queue-num 3\n-A INPUT -j QUEUE\n-A INPUT -j SOMETHING\n-A INPUT -j LOG\n-A INPUT -p tcp\n-A INPUT -j ACCEPT\nCOMMIT\n";
+        assert_eq!(
+            shown(unenforced(save, b"", None, &["filter"]))[0],
+            [
+                "-A INPUT -j NFQUEUE --queue-num 3",
+                "-A INPUT -j QUEUE",
+                "-A INPUT -j SOMETHING"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_drop_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
+        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+        let behind =
+            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, behind, None, &["filter"]))[0].len(), 1);
+        // Behind a LOG, a DROP or a chain that only drops, it is.
+        let harmless = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j LOG\n-A INPUT -s 192.0.2.1/32 -j DROP\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -s 192.0.2.2/32 -j DROP\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, harmless, None, &["filter"]))[0].len(), 0);
+        // A jump to a chain that may accept, not in the stale chain: not.
+        let jump = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -j RETURN\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, jump, None, &["filter"]))[0].len(), 1);
+        // A policy behind a live ACCEPT the stale chain lacks: not.
+        let policy = b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
+        let accepting = b"*filter\n:FORWARD DROP [0:0]\n-A FORWARD -j ACCEPT\nCOMMIT\n";
+        assert_eq!(
+            shown(unenforced(policy, accepting, None, &["filter"]))[0],
+            [":FORWARD DROP"]
+        );
+        assert_eq!(shown(unenforced(policy, policy, None, &["filter"]))[0].len(), 0);
+    }
+
+    #[test]
+    fn a_jump_is_judged_by_the_chain_it_reaches() {
+        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
+        let returning =
+            b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";
+        assert_eq!(
+            shown(unenforced(stale, returning, None, &["filter"]))[0],
+            ["-A x -j DROP"]
+        );
+        assert_eq!(shown(unenforced(stale, stale, None, &["filter"]))[0].len(), 0);
     }
 }

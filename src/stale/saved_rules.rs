@@ -1,0 +1,252 @@
+//! The rules of an iptables save, as the save tools print them: its
+//! tables, each chain's policy and rules in order, and what a rule's
+//! verdict does (filters, goes on, blocks, or may let a packet through).
+//!
+//! A rule's verdicts are read from any `-j`/`-g` in it, whether its words
+//! are split the way the save tool quotes them or at every blank: a comment
+//! that hides or fakes a `-j DROP` can only make a rule count as filtering
+//! (or as one that may end its chain), never hide one that does.
+
+use std::collections::HashSet;
+
+/// The chains the kernel's hooks reach by name in iptables' tables.
+pub(super) const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
+
+/// The verdicts that do not filter: a rule with one of these (or no `-j`
+/// at all) is not a filtering item; any other verdict, one not known here
+/// included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
+pub(super) const NON_FILTERING_TARGETS: [&[u8]; 25] = [
+    b"ACCEPT",
+    b"RETURN",
+    b"DNAT",
+    b"SNAT",
+    b"MASQUERADE",
+    b"REDIRECT",
+    b"NETMAP",
+    b"LOG",
+    b"NFLOG",
+    b"MARK",
+    b"CONNMARK",
+    b"CT",
+    b"NOTRACK",
+    b"TRACE",
+    b"CLASSIFY",
+    b"DSCP",
+    b"TOS",
+    b"TCPMSS",
+    b"TTL",
+    b"HL",
+    b"SECMARK",
+    b"CONNSECMARK",
+    b"CHECKSUM",
+    b"AUDIT",
+    b"SET",
+];
+
+/// The verdicts after which the chain's evaluation goes on.
+pub(super) const CONTINUING_TARGETS: [&[u8]; 18] = [
+    b"LOG",
+    b"NFLOG",
+    b"MARK",
+    b"CONNMARK",
+    b"CT",
+    b"NOTRACK",
+    b"TRACE",
+    b"CLASSIFY",
+    b"DSCP",
+    b"TOS",
+    b"TCPMSS",
+    b"TTL",
+    b"HL",
+    b"SECMARK",
+    b"CONNSECMARK",
+    b"CHECKSUM",
+    b"AUDIT",
+    b"SET",
+];
+
+/// The verdicts that end evaluation but can only block.
+pub(super) const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
+
+/// One table of a save: its chains' policies and its rules, as printed.
+#[derive(Default)]
+pub(super) struct SavedTable {
+    /// `(chain, policy)` of each declared chain; `-` for a user chain.
+    pub(super) policies: Vec<(Vec<u8>, Vec<u8>)>,
+    /// `(chain, whole line from "-A")`.
+    pub(super) rules: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The tables of a save, by name, in order.
+pub(super) fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
+    let mut tables: Vec<(Vec<u8>, SavedTable)> = Vec::new();
+    for line in save.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(name) = line.strip_prefix(b"*") {
+            tables.push((name.to_vec(), SavedTable::default()));
+            continue;
+        }
+        let Some((_, table)) = tables.last_mut() else {
+            continue;
+        };
+        if let Some(declaration) = line.strip_prefix(b":") {
+            let mut fields = declaration.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty());
+            let chain = fields.next().unwrap_or_default().to_vec();
+            let policy = fields.next().unwrap_or(b"-").to_vec();
+            table.policies.push((chain, policy));
+            continue;
+        }
+        // `-c` saves print "[packets:bytes] -A ...".
+        let rule = match line.strip_prefix(b"[") {
+            Some(rest) => match rest.iter().position(|&b| b == b']') {
+                Some(end) => rest[end + 1..].trim_ascii_start(),
+                None => line,
+            },
+            None => line,
+        };
+        if let Some(body) = rule.strip_prefix(b"-A ") {
+            let chain = body.split(u8::is_ascii_whitespace).next().unwrap_or_default().to_vec();
+            table.rules.push((chain, rule.trim_ascii_end().to_vec()));
+        }
+    }
+    tables
+}
+
+/// The words of a rule as the save tool quotes them (`"..."` with `\"` and
+/// `\\` inside), and split at every blank: both, see the module's note.
+fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
+    let blank = rule
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let mut quoted = Vec::new();
+    let mut word = Vec::new();
+    let (mut in_quotes, mut escaped, mut started) = (false, false, false);
+    for &b in rule {
+        if escaped {
+            word.push(b);
+            escaped = false;
+        } else if b == b'\\' && in_quotes {
+            escaped = true;
+        } else if b == b'"' {
+            in_quotes = !in_quotes;
+            started = true;
+        } else if b.is_ascii_whitespace() && !in_quotes {
+            if started {
+                quoted.push(std::mem::take(&mut word));
+                started = false;
+            }
+        } else {
+            word.push(b);
+            started = true;
+        }
+    }
+    if started {
+        quoted.push(word);
+    }
+    [blank, quoted]
+}
+
+/// Every target a rule's `-j`/`-g` (or `--jump`/`--goto`) may name.
+pub(super) fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    for words in word_splits(rule) {
+        for pair in words.windows(2) {
+            if matches!(pair[0].as_slice(), b"-j" | b"-g" | b"--jump" | b"--goto") {
+                found.push(pair[1].clone());
+            }
+        }
+    }
+    found
+}
+
+impl SavedTable {
+    /// Whether `name` is a user chain declared in this table.
+    pub(super) fn is_user_chain(&self, name: &[u8]) -> bool {
+        self.policies
+            .iter()
+            .any(|(c, p)| c.as_slice() == name && p.as_slice() == b"-")
+    }
+
+    /// The rules of `chain`, in order, as printed.
+    pub(super) fn chain(&self, chain: &[u8]) -> Vec<&[u8]> {
+        self.rules
+            .iter()
+            .filter(|(c, _)| c.as_slice() == chain)
+            .map(|(_, line)| line.as_slice())
+            .collect()
+    }
+
+    /// The policy of `chain`, if declared.
+    pub(super) fn policy(&self, chain: &[u8]) -> Option<&[u8]> {
+        self.policies
+            .iter()
+            .find(|(c, _)| c.as_slice() == chain)
+            .map(|(_, p)| p.as_slice())
+    }
+
+    /// The user chains from which a filtering verdict is reached.
+    pub(super) fn filtering_chains(&self) -> HashSet<Vec<u8>> {
+        let mut filtering_chains: HashSet<Vec<u8>> = HashSet::new();
+        loop {
+            let before = filtering_chains.len();
+            for (chain, line) in &self.rules {
+                if self.filters(line, &filtering_chains) {
+                    filtering_chains.insert(chain.clone());
+                }
+            }
+            if filtering_chains.len() == before {
+                return filtering_chains;
+            }
+        }
+    }
+
+    /// Whether `rule` filters: a verdict not known not to filter, or a jump
+    /// to a user chain in `filtering_chains`.
+    pub(super) fn filters(&self, rule: &[u8], filtering_chains: &HashSet<Vec<u8>>) -> bool {
+        targets(rule).iter().any(|t| {
+            if self.is_user_chain(t) {
+                filtering_chains.contains(t)
+            } else {
+                !NON_FILTERING_TARGETS.contains(&t.as_slice())
+            }
+        })
+    }
+
+    /// The user chains whose rules can only go on, block or return to the
+    /// caller (never accept, queue or rewrite), to a fixed point.
+    pub(super) fn harmless_chains(&self) -> HashSet<Vec<u8>> {
+        let mut harmless: HashSet<Vec<u8>> = self
+            .policies
+            .iter()
+            .filter(|(_, p)| p.as_slice() == b"-")
+            .map(|(c, _)| c.clone())
+            .collect();
+        loop {
+            let before = harmless.len();
+            let unsure: Vec<Vec<u8>> = harmless
+                .iter()
+                .filter(|c| self.chain(c).iter().any(|r| !self.harmless(r, &harmless)))
+                .cloned()
+                .collect();
+            for c in unsure {
+                harmless.remove(&c);
+            }
+            if harmless.len() == before {
+                return harmless;
+            }
+        }
+    }
+
+    /// Whether `rule` cannot end its chain's evaluation other than by
+    /// blocking: every verdict in it goes on or blocks, or jumps to a user
+    /// chain in `harmless` (no `-j` at all goes on).
+    pub(super) fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
+        targets(rule).iter().all(|t| {
+            CONTINUING_TARGETS.contains(&t.as_slice())
+                || BLOCKING_TARGETS.contains(&t.as_slice())
+                || (self.is_user_chain(t) && harmless.contains(t))
+        })
+    }
+}
