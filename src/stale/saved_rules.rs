@@ -12,10 +12,11 @@ use std::collections::HashSet;
 /// The chains the kernel's hooks reach by name in iptables' tables.
 pub(super) const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
 
-/// The verdicts that do not filter: a rule with one of these (or no `-j`
-/// at all) is not a filtering item; any other verdict, one not known here
-/// included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
-pub(super) const NON_FILTERING_TARGETS: [&[u8]; 25] = [
+/// The verdicts that do not filter and end the chain's evaluation: with
+/// [`CONTINUING_TARGETS`], a rule with one of these (or no `-j` at all) is
+/// not a filtering item; any other verdict, one not known here included
+/// (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
+const ENDING_NON_FILTERING_TARGETS: [&[u8]; 7] = [
     b"ACCEPT",
     b"RETURN",
     b"DNAT",
@@ -23,25 +24,12 @@ pub(super) const NON_FILTERING_TARGETS: [&[u8]; 25] = [
     b"MASQUERADE",
     b"REDIRECT",
     b"NETMAP",
-    b"LOG",
-    b"NFLOG",
-    b"MARK",
-    b"CONNMARK",
-    b"CT",
-    b"NOTRACK",
-    b"TRACE",
-    b"CLASSIFY",
-    b"DSCP",
-    b"TOS",
-    b"TCPMSS",
-    b"TTL",
-    b"HL",
-    b"SECMARK",
-    b"CONNSECMARK",
-    b"CHECKSUM",
-    b"AUDIT",
-    b"SET",
 ];
+
+/// Whether `target` is a verdict known not to filter.
+fn is_non_filtering(target: &[u8]) -> bool {
+    ENDING_NON_FILTERING_TARGETS.contains(&target) || CONTINUING_TARGETS.contains(&target)
+}
 
 /// The verdicts after which the chain's evaluation goes on.
 pub(super) const CONTINUING_TARGETS: [&[u8]; 18] = [
@@ -209,7 +197,7 @@ impl SavedTable {
             if self.is_user_chain(t) {
                 filtering_chains.contains(t)
             } else {
-                !NON_FILTERING_TARGETS.contains(&t.as_slice())
+                !is_non_filtering(t)
             }
         })
     }
