@@ -142,19 +142,16 @@ impl Decision {
         let mut warnings: Vec<String> = self
             .disagreements()
             .map(|e| {
-                if contradicting.contains(&e) {
-                    return format!(
-                        "{} uses {} ({}); contradicting evidence for {}: {}: {} (`iptables-wrapper stale --remove` refuses this decision)",
-                        self.command,
-                        self.mode,
-                        self.reason,
-                        self.mode.other(),
-                        e.location,
-                        e.finding
-                    );
-                }
+                let (kind, refused) = if contradicting.contains(&e) {
+                    (
+                        "contradicting",
+                        " (`iptables-wrapper stale --remove` refuses this decision)",
+                    )
+                } else {
+                    ("disagreeing", "")
+                };
                 format!(
-                    "{} uses {} ({}); disagreeing evidence for {}: {}: {}",
+                    "{} uses {} ({}); {kind} evidence for {}: {}: {}{refused}",
                     self.command,
                     self.mode,
                     self.reason,
