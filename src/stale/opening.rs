@@ -3,7 +3,7 @@
 //!
 //! Filtering items are the rules whose verdict is not known not to filter
 //! (`DROP`, `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in
-//! [`super::saved_rules`]), jumps or gotos to a user chain that reaches
+//! `saved_rules`), jumps or gotos to a user chain that reaches
 //! one, and the built-in chains' policies other than `ACCEPT`. A rule is
 //! also enforced when the live chain of the same name holds it (compared
 //! as printed, counters aside) and the live chain reaches it for every
@@ -16,7 +16,7 @@
 //! stale chain. For nft, only iptables-nft's own tables and base chains
 //! count (a regular chain named `INPUT` is reached by no hook). Removing
 //! anything else cannot open a host the live backend still filters.
-//! How a rule's verdict is read: [`super::saved_rules`].
+//! How a rule's verdict is read: `saved_rules`.
 
 use super::find;
 use super::proof::Verdicts;
