@@ -467,3 +467,29 @@ fn a_host_link_that_exists_but_cannot_tell_is_refused() {
         &["usr/sbin/iptables", "cannot tell which backend"],
     );
 }
+
+#[test]
+fn a_live_rule_its_save_prints_as_another_does_not_enforce_it() {
+    let node = Node::new("cert-lossy-live");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    // In nft, a rule of two `tcp dport` matches (no packet has both), which
+    // iptables-nft-save prints as `--dport 8080 -j DROP`.
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j DROP
+iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
+iptables-nft -A INPUT -s 192.0.2.1 -j DROP
+nft add rule ip filter INPUT tcp dport 9999 tcp dport 8080 counter drop");
+    assert_held_open(
+        &node,
+        &["--remove"],
+        "its own table of that name was not counted: its save does not restore it exactly",
+    );
+    let shown = stale(&node, &["--json"]);
+    assert!(stdout(&shown).contains("\"would_open\":true"), "{}", stdout(&shown));
+    // The same rule written by iptables-nft: enforced, and removed.
+    node.sh("nft flush chain ip filter INPUT
+iptables-nft -A INPUT -s 192.0.2.1 -j DROP
+iptables-nft -A INPUT -p tcp --dport 8080 -j DROP");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("8080"));
+}

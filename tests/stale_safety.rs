@@ -295,7 +295,7 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
         report["removal"]["failed"][0]["error"]
             .as_str()
             .unwrap()
-            .contains("does not restore the table at all"),
+            .contains("the restore does not make the table at all"),
         "{report}"
     );
     assert_eq!(report["removal"]["emptied"][0]["table"], "filter", "{report}");

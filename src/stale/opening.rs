@@ -22,10 +22,13 @@ use super::find;
 use super::proof::Verdicts;
 use super::saved_rules::{parse, targets, SavedTable, BUILTIN_CHAINS};
 use crate::family::Family;
+use super::proof;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
+use crate::kernel::nft::{NftSocket, NftTableImage};
 use crate::mode::Mode;
 use std::collections::HashSet;
+use std::path::Path;
 
 /// Whether the user chains `rule` jumps to are the same in `stale` and
 /// `live`, rule for rule, and so on for the chains they jump to.
@@ -162,41 +165,148 @@ pub fn unenforced(
         .collect()
 }
 
-/// The live backend's save for `family`, read without creating anything:
-/// empty when legacy lists no table, or nf_tables is not in the kernel.
-pub fn live_save(live: Mode, family: Family) -> Result<Vec<u8>, String> {
-    let present = match live {
-        Mode::Legacy => legacy::listed_tables(family)?.is_some_and(|names| !names.is_empty()),
-        Mode::Nft => match modules::nf_tables() {
-            Presence::Present(_) | Presence::Askable(_) => true,
-            Presence::NotLoaded(_) | Presence::Missing(_) => false,
-            Presence::Unknown(why) => {
-                return Err(format!(
-                    "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-                ))
-            }
-        },
-    };
-    if !present {
-        return Ok(Vec::new());
+/// Readings of the live tables before one is given up as changing.
+const LIVE_TRIES: usize = 5;
+
+/// The live backend's save of a family, cut to the tables it restores
+/// exactly: only those say what the kernel enforces.
+#[derive(Debug, Default)]
+pub struct LiveSave {
+    /// The sections of the tables whose save restores exactly.
+    pub exact: Vec<u8>,
+    /// Per live table whose save does not: its name and why.
+    pub inexact: Vec<(String, String)>,
+    /// For nft: iptables-nft's own tables, each with its base chains.
+    pub own: Option<Vec<(&'static str, Vec<String>)>>,
+}
+
+/// The live backend's save of `tables` of `family`, each table kept only
+/// where its save, restored with `live`'s own tool into a scratch
+/// namespace, reads back as the live table does (as a backup is proven:
+/// [`proof::narrowed`]). A save can print what the kernel does not hold:
+/// `iptables-nft-save` prints the last of two `tcp dport` matches alone,
+/// so a rule that matches no packet would read as one that drops port
+/// 8080. Read without creating anything: empty when legacy lists no table,
+/// or nf_tables is not in the kernel. `private_lock` is the restore's
+/// xtables lock.
+pub fn proven_live_save(live: Mode, family: Family, tables: &[&str], private_lock: &Path) -> Result<LiveSave, String> {
+    for _ in 0..LIVE_TRIES {
+        let attempt = match live {
+            Mode::Legacy => proven_legacy(family, tables, private_lock)?,
+            Mode::Nft => proven_nft(family, tables, private_lock)?,
+        };
+        if let Some(save) = attempt {
+            return Ok(save);
+        }
     }
-    find::save(live, family).map(|save| save.stdout)
+    Err(format!(
+        "its tables changed while being read, in each of {LIVE_TRIES} readings"
+    ))
+}
+
+/// The live save of `names` kept where `verdicts` say it restores exactly.
+fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveSave {
+    let mut live = LiveSave::default();
+    let mut exact = Vec::new();
+    for (name, verdict) in names.iter().zip(verdicts) {
+        match verdict {
+            Ok(()) => exact.push(*name),
+            Err(why) => live.inexact.push((name.to_string(), why)),
+        }
+    }
+    live.exact = find::sections(save, &exact);
+    live
+}
+
+/// One reading of the live legacy tables (None: they changed meanwhile).
+fn proven_legacy(family: Family, tables: &[&str], private_lock: &Path) -> Result<Option<LiveSave>, String> {
+    let listed = legacy::listed_tables(family)?.unwrap_or_default();
+    let names: Vec<&str> = tables.iter().copied().filter(|t| listed.iter().any(|l| l == t)).collect();
+    if names.is_empty() {
+        return Ok(Some(LiveSave::default()));
+    }
+    let images = proof::legacy_images(family, &names)?;
+    let save = find::save(Mode::Legacy, family)?.stdout;
+    if proof::legacy_images(family, &names)? != images {
+        return Ok(None);
+    }
+    let restored_by = |input: &[u8], chosen: &[&str]| {
+        proof::in_scratch_namespace(|| {
+            proof::restore(Mode::Legacy, family, input, private_lock)
+                .map_err(|why| format!("its save does not restore: {why}"))?;
+            proof::legacy_images(family, chosen)
+        })
+    };
+    let (_, verdicts) = proof::narrowed("its save", &save, &names, &images, restored_by, proof::legacy_difference)?;
+    Ok(Some(kept(&save, &names, verdicts)))
+}
+
+/// One reading of the live nf_tables tables, all at one generation (None:
+/// it moved meanwhile).
+fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Option<LiveSave>, String> {
+    match modules::nf_tables() {
+        Presence::Present(_) | Presence::Askable(_) => {}
+        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Some(LiveSave::default())),
+        Presence::Unknown(why) => {
+            return Err(format!(
+                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
+            ))
+        }
+    }
+    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let generation = socket
+        .generation()
+        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let own = find::nft_own_base_chains(family)?;
+    let names: Vec<&str> = tables.iter().copied().filter(|t| own.iter().any(|(o, _)| o == t)).collect();
+    if names.is_empty() {
+        return Ok(Some(LiveSave {
+            own: Some(own),
+            ..LiveSave::default()
+        }));
+    }
+    let save = find::save(Mode::Nft, family)?.stdout;
+    let (images, at) = proof::nft_images(&socket, family, &names)?;
+    let now = socket
+        .generation()
+        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    if at != generation || now != generation {
+        return Ok(None);
+    }
+    let restored_by = |input: &[u8], chosen: &[&str]| {
+        proof::in_scratch_namespace(|| {
+            let scratch =
+                NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+            proof::restore(Mode::Nft, family, input, private_lock)
+                .map_err(|why| format!("its save does not restore: {why}"))?;
+            proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
+        })
+    };
+    let (_, verdicts) = proof::narrowed("its save", &save, &names, &images, restored_by, NftTableImage::difference)?;
+    let mut live = kept(&save, &names, verdicts);
+    live.own = Some(own);
+    Ok(Some(live))
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
 /// would open the host, or None when the host's backend `live` enforces
 /// every filtering item it holds.
-pub fn openings(stale_save: &[u8], live: Mode, family: Family, tables: &[&str]) -> Result<Vec<Option<String>>, String> {
-    let live_save = live_save(live, family).map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    let own = match live {
-        Mode::Nft if !live_save.is_empty() => {
-            Some(find::nft_own_base_chains(family).map_err(|why| format!("{live} {}: {why}", family.label()))?)
-        }
-        _ => None,
-    };
-    Ok(unenforced(stale_save, &live_save, own.as_deref(), tables)
+pub fn openings(
+    stale_save: &[u8],
+    live: Mode,
+    family: Family,
+    tables: &[&str],
+    private_lock: &Path,
+) -> Result<Vec<Option<String>>, String> {
+    let live_save =
+        proven_live_save(live, family, tables, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
+    Ok(unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), tables)
         .into_iter()
-        .map(|items| describe(&items, live))
+        .zip(tables)
+        .map(|(items, table)| {
+            let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
+            describe(&items, live, inexact.map(|(_, why)| why.as_str()))
+        })
         .collect())
 }
 
@@ -208,11 +318,12 @@ pub fn held_back(
     family: Family,
     names: &[&str],
     allow_opening: bool,
+    private_lock: &Path,
 ) -> Result<Vec<Option<String>>, String> {
     if allow_opening {
         return Ok(vec![None; names.len()]);
     }
-    openings(save, live, family, names)
+    openings(save, live, family, names, private_lock)
         .map_err(|why| format!("whether removing it would open the host is unknown: {why}; nothing removed"))
 }
 
@@ -231,8 +342,8 @@ pub fn held_open((save, mut verdicts): Verdicts, opens: Vec<Option<String>>) -> 
 const ITEMS_SHOWN: usize = 20;
 
 /// "removing it would open the host: 2 filtering items that nft does not
-/// enforce: ...".
-fn describe(items: &[Vec<u8>], live: Mode) -> Option<String> {
+/// enforce: ...", naming why the live table was not counted (`inexact`).
+fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<String> {
     if items.is_empty() {
         return None;
     }
@@ -243,9 +354,12 @@ fn describe(items: &[Vec<u8>], live: Mode) -> Option<String> {
         .collect();
     let more = items.len().saturating_sub(ITEMS_SHOWN);
     Some(format!(
-        "removing it would open the host: {} filtering item{} that {live} does not enforce: {}{}",
+        "removing it would open the host: {} filtering item{} that {live} does not enforce{}: {}{}",
         items.len(),
         if items.len() == 1 { "" } else { "s" },
+        inexact
+            .map(|why| format!(" (its own table of that name was not counted: {why})"))
+            .unwrap_or_default(),
         shown.join("; "),
         if more > 0 {
             format!("; and {more} more")

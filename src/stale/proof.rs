@@ -52,6 +52,29 @@ pub fn in_scratch_namespace<T: Send>(task: impl FnOnce() -> Result<T, String> + 
     })
 }
 
+/// An xtables lock that only the wrapper's own restores take: an anonymous
+/// file (memfd) that children inherit, named by its `/proc/self/fd` path.
+/// A command that only looks proves with it, so it neither waits for the
+/// host's writers nor creates `/run/xtables.lock`, which is evidence.
+pub struct AnonymousLock {
+    _file: std::os::fd::OwnedFd,
+    path: std::path::PathBuf,
+}
+
+impl AnonymousLock {
+    pub fn new() -> Result<AnonymousLock, String> {
+        use std::os::fd::AsRawFd as _;
+        let file = nix::sys::memfd::memfd_create(c"iptables-wrapper-lock", nix::sys::memfd::MemFdCreateFlag::empty())
+            .map_err(|errno| format!("no lock for the proof's restore can be made: memfd_create: {errno}"))?;
+        let path = format!("/proc/self/fd/{}", file.as_raw_fd()).into();
+        Ok(AnonymousLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Whether a scratch namespace can be made here at all.
 pub fn scratch_namespace_available() -> Result<(), String> {
     in_scratch_namespace(|| Ok(()))
@@ -139,7 +162,7 @@ pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result
 pub type Verdicts = (Vec<u8>, Vec<Result<(), String>>);
 
 /// Proves `save`'s sections of the tables `names` against their `live`
-/// images: `restored_by` restores an input into a new scratch namespace and
+/// images (`subject` names the save in a verdict: "the backup"): `restored_by` restores an input into a new scratch namespace and
 /// reads the chosen tables back. Tables that differ are dropped from the
 /// input, and the rest proven again, until every table in it restores
 /// exactly; a restore that fails for several tables is tried table by table.
@@ -147,6 +170,7 @@ pub type Verdicts = (Vec<u8>, Vec<Result<(), String>>);
 /// only what is removed (never a table left as it was, such as a native one
 /// the save cannot express).
 pub fn narrowed<I>(
+    subject: &str,
     save: &[u8],
     names: &[&str],
     live: &[I],
@@ -166,7 +190,7 @@ pub fn narrowed<I>(
                 let mut all_exact = true;
                 for (&index, restored) in candidates.iter().zip(&restored) {
                     if let Some(why) = difference(&live[index], restored) {
-                        verdicts[index] = Err(format!("the backup does not restore it exactly: {why}"));
+                        verdicts[index] = Err(format!("{subject} does not restore it exactly: {why}"));
                         all_exact = false;
                     }
                 }
@@ -191,8 +215,8 @@ pub fn narrowed<I>(
 pub fn legacy_difference(live: &Option<LegacyTableImage>, restored: &Option<LegacyTableImage>) -> Option<String> {
     match (live, restored) {
         (Some(live), Some(restored)) => live.difference(restored),
-        (Some(_), None) => Some("the backup does not restore the table at all".into()),
-        (None, Some(_)) => Some("the table is gone, but the backup restores one".into()),
+        (Some(_), None) => Some("the restore does not make the table at all".into()),
+        (None, Some(_)) => Some("the table is gone, but the restore makes one".into()),
         (None, None) => None,
     }
 }

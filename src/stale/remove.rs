@@ -405,8 +405,8 @@ fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> 
                 proof::legacy_images(family, chosen)
             })
         };
-        let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening)?;
-        return proof::narrowed(&save, &names, &live, restored_by, proof::legacy_difference)
+        let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
+        return proof::narrowed("the backup", &save, &names, &live, restored_by, proof::legacy_difference)
             .map(|proven| opening::held_open(proven, opens));
     }
     Err(format!(
@@ -464,9 +464,9 @@ fn prove_nft(
                 proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
             })
         };
-        let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening)?;
+        let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening, private_lock)?;
         let (save, verdicts) = opening::held_open(
-            proof::narrowed(&save, &names, &images, restored_by, NftTableImage::difference)?,
+            proof::narrowed("the backup", &save, &names, &images, restored_by, NftTableImage::difference)?,
             opens,
         );
         proven.push(Proven {

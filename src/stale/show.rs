@@ -5,6 +5,7 @@
 
 use super::find::{self, Finding};
 use super::opening;
+use super::proof;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::escape::{bytes_shown, printable, printable_bytes, string};
 use crate::standard_fds::say;
@@ -80,8 +81,10 @@ fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Openings {
                 return Vec::new();
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
-            let opens = find::save(f.backend, f.family)
-                .and_then(|save| opening::openings(&save.stdout, live, f.family, &names));
+            let opens = proof::AnonymousLock::new().and_then(|lock| {
+                find::save(f.backend, f.family)
+                    .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
+            });
             match opens {
                 Ok(opens) => opens.into_iter().map(Ok).collect(),
                 Err(why) => names.iter().map(|_| Err(why.clone())).collect(),

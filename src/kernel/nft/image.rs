@@ -124,7 +124,7 @@ impl NftTableImage {
             return Some(if other.exists {
                 "the table does not exist, the restored one does".into()
             } else {
-                "the backup does not restore the table at all".into()
+                "the restore does not make the table at all".into()
             });
         }
         if self.table != other.table {
