@@ -493,3 +493,53 @@ iptables-nft -A INPUT -p tcp --dport 8080 -j DROP");
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!legacy_saves(&node).contains("8080"));
 }
+
+#[test]
+fn each_familys_own_link_outranks_the_ipv4_one_read_for_it() {
+    // Debian switched one alternatives group at a time: iptables still
+    // legacy, ip6tables already nft.
+    let node = Node::new("cert-mid-switch");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT
+ip6tables-nft -A INPUT -s 2001:db8::1 -j ACCEPT
+iptables-nft -A INPUT -s 192.0.2.2 -j ACCEPT
+ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let (legacy, nft) = (legacy_saves(&node), nft_ruleset(&node));
+    assert!(legacy.contains("192.0.2.1") && !legacy.contains("2001:db8::2"), "{legacy}");
+    assert!(nft.contains("2001:db8::1") && !nft.contains("192.0.2.2"), "{nft}");
+}
+
+#[test]
+fn families_decided_apart_are_not_told_to_set_one_override_for_both() {
+    let node = Node::new("cert-apart");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT
+ip6tables-legacy -t mangle -N KUBE-IPTABLES-HINT
+ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
+    assert_refused(&node, &["--remove"], &["ipv6: legacy ipv6 mangle chain KUBE-IPTABLES-HINT"]);
+    let err = stderr(&stale(&node, &["--remove"]));
+    assert!(
+        err.contains("decided apart here: ipv4 legacy, ipv6 nft") && !err.contains("set IPTABLES_MODE="),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_native_table_left_alone_is_not_called_nothing_stale() {
+    let node = Node::new("cert-native-left");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh("nft add table ip filter
+nft add chain ip filter mine '{ type filter hook input priority 10; }'
+nft add rule ip filter mine counter drop");
+    let out = stale(&node, &[]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("left alone: nft ipv4 filter") && text.contains("the tables left alone above are not iptables-nft's own"),
+        "{text}"
+    );
+    assert!(!text.contains("\nnothing stale in"), "{text}");
+}

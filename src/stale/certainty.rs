@@ -4,8 +4,10 @@
 //! A decision by the override or the host link is contradicted by any host
 //! link candidate that exists and points to the other backend (all of them
 //! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
-//! NixOS's, k3s's `aux/` links) or exists and cannot tell (a regular
-//! file, a dangling link, a link to a name that is no backend), and by
+//! NixOS's, k3s's `aux/` links; for IPv6 the `ip6tables` ones, and the
+//! `iptables` ones only where no `ip6tables` one exists) or exists and
+//! cannot tell (a regular file, a dangling link, a link to a name that is
+//! no backend), and by
 //! kubelet's or kube-proxy's hint chains present in the family in the backend to be emptied, per writer,
 //! while the chosen one holds none of that writer's (kubelet writes
 //! `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`, either satisfies it;
@@ -46,7 +48,8 @@ pub fn contradictions(
     let mode = decision.mode;
     let mut lines = Vec::new();
     if let HostLinks::Found { link, later, .. } = host_link::read(&host_link::host_root(), family, true) {
-        for candidate in std::iter::once(&link).chain(&later) {
+        let candidates: Vec<&host_link::HostLink> = std::iter::once(&link).chain(&later).collect();
+        for candidate in own_names_first(family, candidates) {
             if let Err(why) = &candidate.answer {
                 lines.push(format!(
                     "host link {} {} exists but cannot tell which backend: {why}",
@@ -116,6 +119,20 @@ pub fn contradictions(
         }
     }
     lines
+}
+
+/// The candidates that speak for `family`: where one bears the family's
+/// own name (`ip6tables`), the `iptables` ones read for a layout that
+/// links only the IPv4 names do not (a Debian host switched one
+/// alternatives group at a time has `ip6tables -> ip6tables-nft` beside
+/// `iptables -> iptables-legacy`).
+fn own_names_first(family: Family, candidates: Vec<&host_link::HostLink>) -> Vec<&host_link::HostLink> {
+    let own = |c: &&host_link::HostLink| c.path.file_name().is_some_and(|n| n == family.program());
+    if candidates.iter().any(own) {
+        candidates.into_iter().filter(own).collect()
+    } else {
+        candidates
+    }
 }
 
 /// For a decision by a hint chain: why `mode` does not hold, in `family`,

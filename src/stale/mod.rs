@@ -35,7 +35,7 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
 use crate::escape::printable;
 use crate::family::Family;
-use crate::host_link::DEFAULT_HOST_ROOT;
+use crate::host_link::{self, HostLinks, DEFAULT_HOST_ROOT};
 use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::HOST_ROOT_VAR;
@@ -109,15 +109,23 @@ pub fn run(options: &Options) -> i32 {
 }
 
 /// What [`host_backends`] decided: each family's host backend, why the
-/// first family that is not certain is not, and the evidence contradicting
-/// the families' decisions, one line each.
+/// families that are not certain are not (with what to do), and the
+/// evidence contradicting the families' decisions, one line each.
 type Decided = (Vec<HostBackend>, Option<String>, Vec<String>);
 
+/// A family whose decision is not certain enough, and why.
+struct Doubt {
+    family: Family,
+    why: String,
+    /// Evidence contradicts it (rather than nothing deciding it firmly).
+    contradicted: bool,
+}
+
 /// Decides each family's host backend (Err: a setting is invalid), with
-/// why the first family that is not certain is not.
+/// why the families that are not certain are not.
 fn host_backends(options: &Options) -> Result<Decided, String> {
     let mut hosts = Vec::new();
-    let mut uncertain = None;
+    let mut doubts = Vec::new();
     let mut contradicted = Vec::new();
     let mut kernel = KernelReader::new();
     for family in Family::BOTH {
@@ -131,6 +139,7 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
                 .map_err(|invalid| invalid.to_string())?;
         }
         let mut certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family));
+        let mut against = false;
         if certain.is_ok() {
             let stale = find::find(decision.mode.other(), family);
             let lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
@@ -144,27 +153,80 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
                 }
             } else if !lines.is_empty() {
                 certain = Err(format!(
-                    "contradicted by {} piece{} of evidence: {}; if {} is right, set {OVERRIDE_VAR}={} and pass --despite-contradiction",
+                    "contradicted by {} piece{} of evidence: {}",
                     lines.len(),
                     if lines.len() == 1 { "" } else { "s" },
-                    lines.join("; "),
-                    decision.mode,
-                    decision.mode
+                    lines.join("; ")
                 ));
+                against = true;
                 contradicted.extend(lines.iter().map(|l| format!("{}: {l}", family.label())));
             }
         }
-        if let (Err(why), None) = (certain, &uncertain) {
-            uncertain = Some(format!(
-                "{} uses {} by {} ({why}), which is not certain enough to call the other backend's rules stale; mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is), or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy",
-                family.program(),
-                decision.mode,
-                decision.decided_by.key(),
-            ));
+        if let Err(why) = certain {
+            doubts.push(Doubt {
+                family,
+                why: format!("{} uses {} by {} ({why})", family.program(), decision.mode, decision.decided_by.key()),
+                contradicted: against,
+            });
         }
         hosts.push(HostBackend { family, decision });
     }
+    let uncertain = (!doubts.is_empty()).then(|| doubted(&doubts, &hosts));
     Ok((hosts, uncertain, contradicted))
+}
+
+/// Why the `doubts` stop a removal, and what would let it go ahead. The
+/// override decides both families, so it is offered only where both are
+/// decided alike; and the host root only where it is not there.
+fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
+    let whys: Vec<&str> = doubts.iter().map(|d| d.why.as_str()).collect();
+    let modes: Vec<Mode> = hosts.iter().map(|h| h.decision.mode).collect();
+    let alike = modes.windows(2).all(|pair| pair[0] == pair[1]);
+    let overridden = hosts.iter().all(|h| h.decision.decided_by == Source::Override);
+    let contradicted = doubts.iter().any(|d| d.contradicted);
+    let by_link = hosts.iter().any(|h| h.decision.decided_by == Source::HostLink);
+    let advice = if contradicted && overridden {
+        format!("if {OVERRIDE_VAR}={} is right, pass --despite-contradiction", modes[0])
+    } else if contradicted && by_link && alike {
+        format!(
+            "remove the contradicting evidence, or if {} is right for both families, set {OVERRIDE_VAR}={} and pass --despite-contradiction",
+            modes[0], modes[0]
+        )
+    } else if contradicted && by_link {
+        let decided: Vec<String> = hosts
+            .iter()
+            .map(|h| format!("{} {}", h.family.label(), h.decision.mode))
+            .collect();
+        format!(
+            "remove the contradicting evidence ({OVERRIDE_VAR} would decide both families, which are decided apart here: {})",
+            decided.join(", ")
+        )
+    } else {
+        let root = host_link::host_root();
+        let family = doubts[0].family;
+        let place = match host_link::read(&root, family, false) {
+            HostLinks::NoRoot(_) => format!(
+                "mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is)"
+            ),
+            _ => format!(
+                "the host's root at {} holds no iptables link that decides (such as {}; docs/node-os.md lists each place read)",
+                root.display(),
+                root.join(host_link::candidates(family)[0]).display()
+            ),
+        };
+        format!(
+            "{place}; or set {OVERRIDE_VAR}=nft or {OVERRIDE_VAR}=legacy{}",
+            if contradicted {
+                " (and pass --despite-contradiction if the evidence still contradicts it)"
+            } else {
+                ""
+            }
+        )
+    };
+    format!(
+        "{}, which is not certain enough to call the other backend's rules stale; {advice}",
+        whys.join("; ")
+    )
 }
 
 /// Whether a decision is certain enough to call the other backend stale:
