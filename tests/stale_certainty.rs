@@ -508,7 +508,10 @@ ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let (legacy, nft) = (legacy_saves(&node), nft_ruleset(&node));
-    assert!(legacy.contains("192.0.2.1") && !legacy.contains("2001:db8::2"), "{legacy}");
+    assert!(
+        legacy.contains("192.0.2.1") && !legacy.contains("2001:db8::2"),
+        "{legacy}"
+    );
     assert!(nft.contains("2001:db8::1") && !nft.contains("192.0.2.2"), "{nft}");
 }
 
@@ -520,7 +523,11 @@ fn families_decided_apart_are_not_told_to_set_one_override_for_both() {
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT
 ip6tables-legacy -t mangle -N KUBE-IPTABLES-HINT
 ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
-    assert_refused(&node, &["--remove"], &["ipv6: legacy ipv6 mangle chain KUBE-IPTABLES-HINT"]);
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["ipv6: legacy ipv6 mangle chain KUBE-IPTABLES-HINT"],
+    );
     let err = stderr(&stale(&node, &["--remove"]));
     assert!(
         err.contains("decided apart here: ipv4 legacy, ipv6 nft") && !err.contains("set IPTABLES_MODE="),
@@ -538,7 +545,8 @@ nft add rule ip filter mine counter drop");
     let out = stale(&node, &[]);
     let text = stdout(&out);
     assert!(
-        text.contains("left alone: nft ipv4 filter") && text.contains("the tables left alone above are not iptables-nft's own"),
+        text.contains("left alone: nft ipv4 filter")
+            && text.contains("the tables left alone above are not iptables-nft's own"),
         "{text}"
     );
     assert!(!text.contains("\nnothing stale in"), "{text}");

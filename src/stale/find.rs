@@ -341,23 +341,17 @@ pub fn nft_table_not_ours(table: &NftTable, chains: &[NftChain], sets: usize) ->
 /// (see [`nft_table_not_ours`]): its chains that are iptables-nft's base
 /// chains, with the hook, priority and type iptables-nft gives them. Only
 /// these filter packets the way the save prints them; a regular chain
-/// named `INPUT` is printed as `-A INPUT` too.
-pub fn nft_own_base_chains(family: Family) -> Result<Vec<(&'static str, Vec<String>)>, String> {
-    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let tables = socket
-        .tables(family)
-        .map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?;
-    let set_tables = socket
-        .set_tables(family)
-        .map_err(|e| format!("nf_tables {} sets cannot be read: {e}", family.nft_name()))?;
+/// named `INPUT` is printed as `-A INPUT` too. An error keeps its kind
+/// ([`crate::kernel::nft::DumpInterrupted`]: read again).
+pub fn nft_own_base_chains(socket: &NftSocket, family: Family) -> std::io::Result<Vec<(&'static str, Vec<String>)>> {
+    let tables = socket.tables(family)?;
+    let set_tables = socket.set_tables(family)?;
     let mut own = Vec::new();
     for table in tables {
         let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
             continue;
         };
-        let chains = socket
-            .chains(family, name)
-            .map_err(|e| format!("nf_tables table {} {name}: {e}", family.nft_name()))?;
+        let chains = socket.chains(family, name)?;
         let sets = set_tables.iter().filter(|t| *t == name).count();
         if nft_table_not_ours(&table, &chains, sets).is_some() {
             continue;

@@ -26,6 +26,7 @@ pub mod certainty;
 pub mod find;
 pub mod opening;
 pub mod proof;
+pub mod removal_report;
 pub mod remove;
 pub mod rotation;
 mod saved_rules;
@@ -165,7 +166,12 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
         if let Err(why) = certain {
             doubts.push(Doubt {
                 family,
-                why: format!("{} uses {} by {} ({why})", family.program(), decision.mode, decision.decided_by.key()),
+                why: format!(
+                    "{} uses {} by {} ({why})",
+                    family.program(),
+                    decision.mode,
+                    decision.decided_by.key()
+                ),
                 contradicted: against,
             });
         }

@@ -19,13 +19,13 @@
 //! How a rule's verdict is read: `saved_rules`.
 
 use super::find;
+use super::proof;
 use super::proof::Verdicts;
 use super::saved_rules::{parse, targets, SavedTable, BUILTIN_CHAINS};
 use crate::family::Family;
-use super::proof;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
-use crate::kernel::nft::{NftSocket, NftTableImage};
+use crate::kernel::nft::{DumpInterrupted, NftSocket};
 use crate::mode::Mode;
 use std::collections::HashSet;
 use std::path::Path;
@@ -165,8 +165,13 @@ pub fn unenforced(
         .collect()
 }
 
-/// Readings of the live tables before one is given up as changing.
-const LIVE_TRIES: usize = 5;
+/// Readings of the live tables before they are given up as changing: a
+/// live writer commits in bursts (kube-proxy's restores), and the proof
+/// needs a save and a reading of the same state.
+const LIVE_TRIES: u32 = 20;
+/// The wait before the next reading, times the readings so far (at most
+/// 3.8 s in all).
+const LIVE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The live backend's save of a family, cut to the tables it restores
 /// exactly: only those say what the kernel enforces.
@@ -183,14 +188,15 @@ pub struct LiveSave {
 /// The live backend's save of `tables` of `family`, each table kept only
 /// where its save, restored with `live`'s own tool into a scratch
 /// namespace, reads back as the live table does (as a backup is proven:
-/// [`proof::narrowed`]). A save can print what the kernel does not hold:
+/// `proof::prove_legacy`, `proof::prove_nft`). A save can print what the kernel does not hold:
 /// `iptables-nft-save` prints the last of two `tcp dport` matches alone,
 /// so a rule that matches no packet would read as one that drops port
 /// 8080. Read without creating anything: empty when legacy lists no table,
 /// or nf_tables is not in the kernel. `private_lock` is the restore's
 /// xtables lock.
 pub fn proven_live_save(live: Mode, family: Family, tables: &[&str], private_lock: &Path) -> Result<LiveSave, String> {
-    for _ in 0..LIVE_TRIES {
+    for reading in 0..LIVE_TRIES {
+        std::thread::sleep(LIVE_BACKOFF * reading);
         let attempt = match live {
             Mode::Legacy => proven_legacy(family, tables, private_lock)?,
             Mode::Nft => proven_nft(family, tables, private_lock)?,
@@ -200,7 +206,7 @@ pub fn proven_live_save(live: Mode, family: Family, tables: &[&str], private_loc
         }
     }
     Err(format!(
-        "its tables changed while being read, in each of {LIVE_TRIES} readings"
+        "its tables changed while being read, in each of {LIVE_TRIES} readings (something writes to them without a pause)"
     ))
 }
 
@@ -221,7 +227,11 @@ fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveS
 /// One reading of the live legacy tables (None: they changed meanwhile).
 fn proven_legacy(family: Family, tables: &[&str], private_lock: &Path) -> Result<Option<LiveSave>, String> {
     let listed = legacy::listed_tables(family)?.unwrap_or_default();
-    let names: Vec<&str> = tables.iter().copied().filter(|t| listed.iter().any(|l| l == t)).collect();
+    let names: Vec<&str> = tables
+        .iter()
+        .copied()
+        .filter(|t| listed.iter().any(|l| l == t))
+        .collect();
     if names.is_empty() {
         return Ok(Some(LiveSave::default()));
     }
@@ -230,14 +240,7 @@ fn proven_legacy(family: Family, tables: &[&str], private_lock: &Path) -> Result
     if proof::legacy_images(family, &names)? != images {
         return Ok(None);
     }
-    let restored_by = |input: &[u8], chosen: &[&str]| {
-        proof::in_scratch_namespace(|| {
-            proof::restore(Mode::Legacy, family, input, private_lock)
-                .map_err(|why| format!("its save does not restore: {why}"))?;
-            proof::legacy_images(family, chosen)
-        })
-    };
-    let (_, verdicts) = proof::narrowed("its save", &save, &names, &images, restored_by, proof::legacy_difference)?;
+    let (_, verdicts) = proof::prove_legacy("its save", family, &save, &names, &images, private_lock)?;
     Ok(Some(kept(&save, &names, verdicts)))
 }
 
@@ -257,8 +260,15 @@ fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Op
     let generation = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let own = find::nft_own_base_chains(family)?;
-    let names: Vec<&str> = tables.iter().copied().filter(|t| own.iter().any(|(o, _)| o == t)).collect();
+    let own = match find::nft_own_base_chains(&socket, family) {
+        Err(e) if DumpInterrupted::is(&e) => return Ok(None),
+        own => own.map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?,
+    };
+    let names: Vec<&str> = tables
+        .iter()
+        .copied()
+        .filter(|t| own.iter().any(|(o, _)| o == t))
+        .collect();
     if names.is_empty() {
         return Ok(Some(LiveSave {
             own: Some(own),
@@ -266,23 +276,24 @@ fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Op
         }));
     }
     let save = find::save(Mode::Nft, family)?.stdout;
-    let (images, at) = proof::nft_images(&socket, family, &names)?;
+    let mut images = Vec::new();
+    for table in &names {
+        let (image, at) = match socket.table_image(family, table) {
+            Err(e) if DumpInterrupted::is(&e) => return Ok(None),
+            image => image.map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?,
+        };
+        if at != generation {
+            return Ok(None);
+        }
+        images.push(image);
+    }
     let now = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    if at != generation || now != generation {
+    if now != generation {
         return Ok(None);
     }
-    let restored_by = |input: &[u8], chosen: &[&str]| {
-        proof::in_scratch_namespace(|| {
-            let scratch =
-                NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
-            proof::restore(Mode::Nft, family, input, private_lock)
-                .map_err(|why| format!("its save does not restore: {why}"))?;
-            proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
-        })
-    };
-    let (_, verdicts) = proof::narrowed("its save", &save, &names, &images, restored_by, NftTableImage::difference)?;
+    let (_, verdicts) = proof::prove_nft("its save", family, &save, &names, &images, private_lock)?;
     let mut live = kept(&save, &names, verdicts);
     live.own = Some(own);
     Ok(Some(live))
@@ -298,16 +309,18 @@ pub fn openings(
     tables: &[&str],
     private_lock: &Path,
 ) -> Result<Vec<Option<String>>, String> {
-    let live_save =
-        proven_live_save(live, family, tables, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    Ok(unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), tables)
-        .into_iter()
-        .zip(tables)
-        .map(|(items, table)| {
-            let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
-            describe(&items, live, inexact.map(|(_, why)| why.as_str()))
-        })
-        .collect())
+    let live_save = proven_live_save(live, family, tables, private_lock)
+        .map_err(|why| format!("{live} {}: {why}", family.label()))?;
+    Ok(
+        unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), tables)
+            .into_iter()
+            .zip(tables)
+            .map(|(items, table)| {
+                let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
+                describe(&items, live, inexact.map(|(_, why)| why.as_str()))
+            })
+            .collect(),
+    )
 }
 
 /// Per table of `names` in the stale `save`: why emptying it would open

@@ -162,14 +162,15 @@ pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result
 pub type Verdicts = (Vec<u8>, Vec<Result<(), String>>);
 
 /// Proves `save`'s sections of the tables `names` against their `live`
-/// images (`subject` names the save in a verdict: "the backup"): `restored_by` restores an input into a new scratch namespace and
+/// images (`subject` names the save in a verdict: "the backup"):
+/// `restored_by` restores an input into a new scratch namespace and
 /// reads the chosen tables back. Tables that differ are dropped from the
 /// input, and the rest proven again, until every table in it restores
 /// exactly; a restore that fails for several tables is tried table by table.
 /// The backup is then exactly what was last restored, so the undo restores
 /// only what is removed (never a table left as it was, such as a native one
 /// the save cannot express).
-pub fn narrowed<I>(
+fn narrowed<I>(
     subject: &str,
     save: &[u8],
     names: &[&str],
@@ -211,8 +212,49 @@ pub fn narrowed<I>(
     }
 }
 
+/// `narrowed` for legacy: `save` of `family` against the tables' `live`
+/// images, each restore with legacy's own tool in a new scratch namespace.
+pub fn prove_legacy(
+    subject: &str,
+    family: Family,
+    save: &[u8],
+    names: &[&str],
+    live: &[Option<LegacyTableImage>],
+    private_lock: &Path,
+) -> Result<Verdicts, String> {
+    let restored_by = |input: &[u8], chosen: &[&str]| {
+        in_scratch_namespace(|| {
+            restore(Mode::Legacy, family, input, private_lock)
+                .map_err(|why| format!("{subject} does not restore: {why}"))?;
+            legacy_images(family, chosen)
+        })
+    };
+    narrowed(subject, save, names, live, restored_by, legacy_difference)
+}
+
+/// `narrowed` for nf_tables: as [`prove_legacy`], with nft's own tool.
+pub fn prove_nft(
+    subject: &str,
+    family: Family,
+    save: &[u8],
+    names: &[&str],
+    live: &[NftTableImage],
+    private_lock: &Path,
+) -> Result<Verdicts, String> {
+    let restored_by = |input: &[u8], chosen: &[&str]| {
+        in_scratch_namespace(|| {
+            let scratch =
+                NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+            restore(Mode::Nft, family, input, private_lock)
+                .map_err(|why| format!("{subject} does not restore: {why}"))?;
+            nft_images(&scratch, family, chosen).map(|(images, _)| images)
+        })
+    };
+    narrowed(subject, save, names, live, restored_by, NftTableImage::difference)
+}
+
 /// `LegacyTableImage::difference` for tables that may be missing.
-pub fn legacy_difference(live: &Option<LegacyTableImage>, restored: &Option<LegacyTableImage>) -> Option<String> {
+fn legacy_difference(live: &Option<LegacyTableImage>, restored: &Option<LegacyTableImage>) -> Option<String> {
     match (live, restored) {
         (Some(live), Some(restored)) => live.difference(restored),
         (Some(_), None) => Some("the restore does not make the table at all".into()),

@@ -30,9 +30,10 @@ use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
 use super::opening;
 use super::proof;
+use super::removal_report::{removal_json, report, Removal};
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::escape::{printable, string};
+use crate::escape::printable;
 use crate::family::Family;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
@@ -40,7 +41,7 @@ use crate::standard_fds::say;
 use crate::xtables_lock::{self, HeldLock};
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// How long the removal waits for the xtables lock.
@@ -82,35 +83,6 @@ impl Proven {
 
 /// One nft attempt: the generation its proofs were read at, and the proofs.
 type NftAttempt = Option<(u32, Vec<Proven>)>;
-
-/// What the removal did, for the report.
-#[derive(Default)]
-struct Removal {
-    files: Vec<(PathBuf, String)>,
-    emptied: Vec<(Table, String)>,
-    failed: Vec<(Table, String)>,
-}
-
-impl Removal {
-    /// Every stale table of `findings` left, for `why`.
-    fn fail_all(&mut self, findings: &[&Finding], why: &str) {
-        for finding in findings {
-            for table in &finding.tables {
-                self.failed
-                    .push(((finding.backend, finding.family, table.name), why.to_string()));
-            }
-        }
-    }
-
-    fn record_verdicts(&mut self, proven: &Proven) {
-        for (table, verdict) in proven.finding.tables.iter().zip(&proven.verdicts) {
-            if let Err(why) = verdict {
-                self.failed
-                    .push(((proven.finding.backend, proven.finding.family, table.name), why.clone()));
-            }
-        }
-    }
-}
 
 /// Runs the removal; exit 0 when nothing stale remains.
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
@@ -283,7 +255,7 @@ fn remove(
         written.insert(name);
     }
     for proven in &legacy_proven {
-        removal.record_verdicts(proven);
+        removal.record_verdicts(&proven.finding, &proven.verdicts);
         for (_, table) in proven.proven_tables() {
             let what = (Mode::Legacy, proven.finding.family, table.name);
             match empty_legacy(proven.finding.family, table, private_lock) {
@@ -346,7 +318,7 @@ fn remove(
         match socket.empty_tables(generation, &to_empty) {
             Ok(Emptied::Done) => {
                 for proven in &proven {
-                    removal.record_verdicts(proven);
+                    removal.record_verdicts(&proven.finding, &proven.verdicts);
                     for (_, table) in proven.proven_tables() {
                         removal.emptied.push((
                             (Mode::Nft, proven.finding.family, table.name),
@@ -398,15 +370,8 @@ fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> 
         if proof::legacy_images(family, &names)? != live {
             continue;
         }
-        let restored_by = |input: &[u8], chosen: &[&str]| {
-            proof::in_scratch_namespace(|| {
-                proof::restore(Mode::Legacy, family, input, private_lock)
-                    .map_err(|why| format!("the backup does not restore: {why}"))?;
-                proof::legacy_images(family, chosen)
-            })
-        };
         let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
-        return proof::narrowed("the backup", &save, &names, &live, restored_by, proof::legacy_difference)
+        return proof::prove_legacy("the backup", family, &save, &names, &live, private_lock)
             .map(|proven| opening::held_open(proven, opens));
     }
     Err(format!(
@@ -455,18 +420,9 @@ fn prove_nft(
     let mut proven = Vec::new();
     for (finding, names, images, save) in read {
         let family = finding.family;
-        let restored_by = |input: &[u8], chosen: &[&str]| {
-            proof::in_scratch_namespace(|| {
-                let scratch =
-                    NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
-                proof::restore(Mode::Nft, family, input, private_lock)
-                    .map_err(|why| format!("the backup does not restore: {why}"))?;
-                proof::nft_images(&scratch, family, chosen).map(|(images, _)| images)
-            })
-        };
         let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening, private_lock)?;
         let (save, verdicts) = opening::held_open(
-            proof::narrowed("the backup", &save, &names, &images, restored_by, NftTableImage::difference)?,
+            proof::prove_nft("the backup", family, &save, &names, &images, private_lock)?,
             opens,
         );
         proven.push(Proven {
@@ -488,95 +444,4 @@ fn empty_legacy(family: Family, table: &StaleTable, private_lock: &Path) -> Resu
     }
     input.push_str("COMMIT\n");
     proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
-}
-
-/// The report after a removal; its exit status.
-fn report(hosts: &[HostBackend], options: &Options, dir: Option<&Path>, removal: &Removal, after: &[Finding]) -> i32 {
-    let status = if removal.failed.is_empty() {
-        show::status(after)
-    } else {
-        EXIT_STALE
-    };
-    let out = if options.json {
-        format!(
-            "{}\n",
-            show::json(hosts, after, &[], Some(removal_json(dir, removal, None)))
-        )
-    } else {
-        let mut out = match dir {
-            Some(dir) => format!("backup: {}\n", dir.display()),
-            None if removal.failed.is_empty() => "no backup written: nothing was proven, nothing removed\n".to_string(),
-            None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
-        };
-        for (file, tool) in &removal.files {
-            let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
-        }
-        for ((backend, family, table), summary) in &removal.emptied {
-            let _ = writeln!(out, "emptied: {backend} {} {table} (held {summary})", family.label());
-        }
-        for ((backend, family, table), why) in &removal.failed {
-            let _ = writeln!(
-                out,
-                "left as it was: {backend} {} {table}: {}",
-                family.label(),
-                printable(why)
-            );
-        }
-        out.push_str("after the removal:\n");
-        out.push_str(&show::text(hosts, after, &[]));
-        if status == EXIT_NOTHING_STALE {
-            out.push_str("nothing stale remains\n");
-        } else {
-            out.push_str("stale state remains (see above)\n");
-        }
-        out
-    };
-    match print_out(&out) {
-        Ok(()) => status,
-        Err(failed) => {
-            // The report is lost: where the backup is must not be.
-            if let Some(dir) = dir {
-                say(&format!("stale --remove: the backup is in {}", dir.display()));
-            }
-            failed
-        }
-    }
-}
-
-type Table = (Mode, Family, &'static str);
-
-/// The removal as JSON; `stopped`: why it stopped before changing anything.
-fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>) -> String {
-    let Removal { files, emptied, failed } = removal;
-    let table = |(backend, family, name): &Table| {
-        format!(
-            "\"backend\":{},\"family\":{},\"table\":{}",
-            string(backend.name()),
-            string(family.label()),
-            string(name)
-        )
-    };
-    let files: Vec<String> = files
-        .iter()
-        .map(|(file, tool)| {
-            format!(
-                "{{\"path\":{},\"undo\":{}}}",
-                string(&file.display().to_string()),
-                string(tool)
-            )
-        })
-        .collect();
-    let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
-    let failed: Vec<String> = failed
-        .iter()
-        .map(|(t, why)| format!("{{{},\"error\":{}}}", table(t), string(why)))
-        .collect();
-    format!(
-        "{{\"backup_dir\":{},\"backup_files\":[{}],\"emptied\":[{}],\"failed\":[{}],\"stopped\":{}}}",
-        dir.map_or("null".into(), |d| string(&d.display().to_string())),
-        files.join(","),
-        emptied.join(","),
-        failed.join(","),
-        stopped.map_or("null".into(), string)
-    )
 }

@@ -24,7 +24,7 @@ use super::netlink::{
     attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
     NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
-use super::{DumpEnd, DumpOutcome, NftSocket, NF_ACCEPT};
+use super::{DumpInterrupted, NftSocket, NF_ACCEPT};
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
 
@@ -214,19 +214,19 @@ fn first_difference<V: PartialEq>(
 impl NftSocket {
     /// The image of table `table` of `family` and the generation it belongs
     /// to (GETGEN before and after all its dumps agreed); read again while
-    /// the generation moves, an error after a few tries.
+    /// the generation moves, [`DumpInterrupted`] after a few tries.
     pub fn table_image(&self, family: Family, table: &str) -> io::Result<(NftTableImage, u32)> {
         for _ in 0..IMAGE_TRIES {
             let before = self.generation()?;
-            let image = self.read_image(family, table)?;
+            let image = match self.read_image(family, table) {
+                Err(e) if DumpInterrupted::is(&e) => continue,
+                image => image?,
+            };
             if self.generation()? == before {
                 return Ok((image, before));
             }
         }
-        Err(io::Error::other(format!(
-            "the nf_tables ruleset changed during each of {IMAGE_TRIES} readings of table {} {table}",
-            family.nft_name()
-        )))
+        Err(io::Error::other(DumpInterrupted))
     }
 
     fn read_image(&self, family: Family, table: &str) -> io::Result<NftTableImage> {
@@ -347,17 +347,11 @@ impl NftSocket {
     /// A dump read whole; one that stopped early or that the kernel flagged
     /// interrupted is an error.
     fn dump_all(&self, request: &Request, mut on_object: impl FnMut(&[u8])) -> io::Result<()> {
-        let outcome = self.dump(request, |payload| {
+        self.dump(request, |payload| {
             on_object(payload);
             ControlFlow::Continue(())
-        })?;
-        match outcome {
-            DumpOutcome {
-                end: DumpEnd::Done,
-                interrupted: false,
-            } => Ok(()),
-            _ => Err(io::Error::other("the nf_tables ruleset changed during a dump")),
-        }
+        })?
+        .complete()
     }
 }
 

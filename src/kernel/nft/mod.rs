@@ -374,6 +374,39 @@ enum DumpEnd {
     Stopped,
 }
 
+/// A dump that stopped early or that the kernel flagged interrupted: the
+/// ruleset changed while it was read, and reading again may succeed.
+#[derive(Debug)]
+pub struct DumpInterrupted;
+
+impl std::fmt::Display for DumpInterrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the nf_tables ruleset changed during a dump; read again")
+    }
+}
+
+impl std::error::Error for DumpInterrupted {}
+
+impl DumpInterrupted {
+    /// Whether `error` is this (rather than the kernel refusing the dump).
+    pub fn is(error: &io::Error) -> bool {
+        error.get_ref().is_some_and(|inner| inner.is::<DumpInterrupted>())
+    }
+}
+
+impl DumpOutcome {
+    /// Ok when the dump was read whole and not interrupted.
+    fn complete(&self) -> io::Result<()> {
+        match self {
+            DumpOutcome {
+                end: DumpEnd::Done,
+                interrupted: false,
+            } => Ok(()),
+            _ => Err(io::Error::other(DumpInterrupted)),
+        }
+    }
+}
+
 struct DumpOutcome {
     end: DumpEnd,
     /// The kernel flagged NLM_F_DUMP_INTR on a message: the generation moved

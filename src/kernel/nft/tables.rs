@@ -6,7 +6,7 @@
 //! Each dump is taken as the kernel sends it, with no generation bracket
 //! (unlike the counts of `count`): a ruleset committed between the chain
 //! dump and the rule dump can mix two states in one reading. A dump the
-//! kernel flags interrupted is refused (`dump_complete`).
+//! kernel flags interrupted is refused ([`super::DumpInterrupted`]).
 
 use std::io;
 use std::ops::ControlFlow;
@@ -15,7 +15,7 @@ use super::netlink::{
     attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
     NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
-use super::{DumpEnd, DumpOutcome, NftSocket};
+use super::NftSocket;
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
 
@@ -93,7 +93,7 @@ impl NftSocket {
             tables.push(table);
             ControlFlow::Continue(())
         })?;
-        dump_complete(end)?;
+        end.complete()?;
         Ok(tables)
     }
 
@@ -144,7 +144,7 @@ impl NftSocket {
             chains.push(chain);
             ControlFlow::Continue(())
         })?;
-        dump_complete(end)?;
+        end.complete()?;
         // One dump per chain: a dump of the whole table costs the square of
         // its rules (the kernel resumes each batch from the start).
         for chain in &mut chains {
@@ -167,7 +167,7 @@ impl NftSocket {
                 }
                 ControlFlow::Continue(())
             })?;
-            dump_complete(end)?;
+            end.complete()?;
         }
         Ok(chains)
     }
@@ -185,21 +185,7 @@ impl NftSocket {
             }
             ControlFlow::Continue(())
         })?;
-        dump_complete(end)?;
+        end.complete()?;
         Ok(tables)
-    }
-}
-
-/// A dump that stopped early, or that the kernel flagged interrupted, is no
-/// reading.
-fn dump_complete(outcome: DumpOutcome) -> io::Result<()> {
-    match outcome {
-        DumpOutcome {
-            end: DumpEnd::Done,
-            interrupted: false,
-        } => Ok(()),
-        _ => Err(io::Error::other(
-            "the nf_tables ruleset changed during the dump; read again",
-        )),
     }
 }

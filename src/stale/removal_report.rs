@@ -1,0 +1,140 @@
+//! What a removal did (the backups written, the tables emptied and those
+//! left, with why) and its report: in words, or as the `removal` member of
+//! `stale --json`'s object; its exit status.
+
+use super::find::Finding;
+use super::show::{self, print_out};
+use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
+use crate::escape::{printable, string};
+use crate::family::Family;
+use crate::mode::Mode;
+use crate::standard_fds::say;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What the removal did, for the report.
+#[derive(Default)]
+pub struct Removal {
+    pub files: Vec<(PathBuf, String)>,
+    pub emptied: Vec<(Table, String)>,
+    pub failed: Vec<(Table, String)>,
+}
+
+impl Removal {
+    /// Every stale table of `findings` left, for `why`.
+    pub fn fail_all(&mut self, findings: &[&Finding], why: &str) {
+        for finding in findings {
+            for table in &finding.tables {
+                self.failed
+                    .push(((finding.backend, finding.family, table.name), why.to_string()));
+            }
+        }
+    }
+
+    /// The tables of `finding` whose `verdicts` (one per table) failed.
+    pub fn record_verdicts(&mut self, finding: &Finding, verdicts: &[Result<(), String>]) {
+        for (table, verdict) in finding.tables.iter().zip(verdicts) {
+            if let Err(why) = verdict {
+                self.failed
+                    .push(((finding.backend, finding.family, table.name), why.clone()));
+            }
+        }
+    }
+}
+
+/// The report after a removal; its exit status.
+pub fn report(
+    hosts: &[HostBackend],
+    options: &Options,
+    dir: Option<&Path>,
+    removal: &Removal,
+    after: &[Finding],
+) -> i32 {
+    let status = if removal.failed.is_empty() {
+        show::status(after)
+    } else {
+        EXIT_STALE
+    };
+    let out = if options.json {
+        format!(
+            "{}\n",
+            show::json(hosts, after, &[], Some(removal_json(dir, removal, None)))
+        )
+    } else {
+        let mut out = match dir {
+            Some(dir) => format!("backup: {}\n", dir.display()),
+            None if removal.failed.is_empty() => "no backup written: nothing was proven, nothing removed\n".to_string(),
+            None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
+        };
+        for (file, tool) in &removal.files {
+            let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
+        }
+        for ((backend, family, table), summary) in &removal.emptied {
+            let _ = writeln!(out, "emptied: {backend} {} {table} (held {summary})", family.label());
+        }
+        for ((backend, family, table), why) in &removal.failed {
+            let _ = writeln!(
+                out,
+                "left as it was: {backend} {} {table}: {}",
+                family.label(),
+                printable(why)
+            );
+        }
+        out.push_str("after the removal:\n");
+        out.push_str(&show::text(hosts, after, &[]));
+        if status == EXIT_NOTHING_STALE {
+            out.push_str("nothing stale remains\n");
+        } else {
+            out.push_str("stale state remains (see above)\n");
+        }
+        out
+    };
+    match print_out(&out) {
+        Ok(()) => status,
+        Err(failed) => {
+            // The report is lost: where the backup is must not be.
+            if let Some(dir) = dir {
+                say(&format!("stale --remove: the backup is in {}", dir.display()));
+            }
+            failed
+        }
+    }
+}
+
+pub type Table = (Mode, Family, &'static str);
+
+/// The removal as JSON; `stopped`: why it stopped before changing anything.
+pub fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>) -> String {
+    let Removal { files, emptied, failed } = removal;
+    let table = |(backend, family, name): &Table| {
+        format!(
+            "\"backend\":{},\"family\":{},\"table\":{}",
+            string(backend.name()),
+            string(family.label()),
+            string(name)
+        )
+    };
+    let files: Vec<String> = files
+        .iter()
+        .map(|(file, tool)| {
+            format!(
+                "{{\"path\":{},\"undo\":{}}}",
+                string(&file.display().to_string()),
+                string(tool)
+            )
+        })
+        .collect();
+    let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
+    let failed: Vec<String> = failed
+        .iter()
+        .map(|(t, why)| format!("{{{},\"error\":{}}}", table(t), string(why)))
+        .collect();
+    format!(
+        "{{\"backup_dir\":{},\"backup_files\":[{}],\"emptied\":[{}],\"failed\":[{}],\"stopped\":{}}}",
+        dir.map_or("null".into(), |d| string(&d.display().to_string())),
+        files.join(","),
+        emptied.join(","),
+        failed.join(","),
+        stopped.map_or("null".into(), string)
+    )
+}
