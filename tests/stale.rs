@@ -17,8 +17,8 @@ fn listed_tables() -> String {
 
 /// The field report's state: stale legacy rules in several tables, a stale
 /// legacy hint chain, a FORWARD DROP policy, IPv6 too; the host's own rules
-/// (and its hint chain) in nft, the DROP rules and policy written again
-/// there (the upgrade: removing legacy's opens nothing).
+/// (and its hint chain) in nft, the DROP rules, policy and Service rule
+/// written again there (the upgrade: removing legacy's opens nothing).
 fn upgraded_node(name: &str) -> Node {
     let node = Node::new(name);
     node.sh("iptables-legacy-restore <<'EOF'
@@ -54,6 +54,9 @@ iptables-legacy -t raw -L -n >/dev/null
 iptables-nft -A INPUT -s 10.0.0.1/32 -j DROP
 iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT
 iptables-nft -P FORWARD DROP
+iptables-nft -t nat -N KUBE-SERVICES
+iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES
+iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
 ip6tables-nft -A INPUT -s 2001:db8::1 -j DROP
 iptables-nft -t mangle -N KUBE-IPTABLES-HINT
 nft add table ip kube-proxy
@@ -276,8 +279,8 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
     let out = stale(&node, &["--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert_eq!(json(&out)["findings"][0]["tables"], serde_json::json!([]));
-    // A DROP policy without rules is stale.
-    node.sh("iptables-legacy -P FORWARD DROP");
+    // A DROP policy without rules is stale (nft holds the host's rules).
+    node.sh("iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT; iptables-legacy -P FORWARD DROP");
     let out = stale(&node, &["--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let report = json(&out);
@@ -411,6 +414,7 @@ fn an_nft_removal_leaves_native_nftables_tables_and_legacy_alone() {
     // Kubelet's hint chain in legacy agrees with the host link (kube-proxy's
     // nftables table would contradict it: see stale_certainty.rs).
     node.sh("iptables-legacy -A INPUT -s 10.1.1.1 -j ACCEPT
+ip6tables-legacy -A INPUT -s 2001:db8::9 -j ACCEPT
 iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
 ip6tables-legacy -t mangle -N KUBE-IPTABLES-HINT
 iptables-nft -A INPUT -s 10.0.0.1/32 -j DROP

@@ -349,7 +349,9 @@ fn a_queue_or_unknown_verdict_counts_as_filtering() {
     for verdict in ["NFQUEUE --queue-num 3", "QUEUE"] {
         let node = Node::new("cert-queue");
         node.set_host_link("iptables", "/usr/sbin/iptables-nft");
-        node.sh(&format!("iptables-legacy -A INPUT -p tcp --dport 8080 -j {verdict}"));
+        node.sh(&format!(
+            "iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT; iptables-legacy -A INPUT -p tcp --dport 8080 -j {verdict}"
+        ));
         assert_held_open(
             &node,
             &["--remove"],
@@ -402,8 +404,16 @@ iptables-nft -t mangle -N KUBE-PROXY-CANARY",
             "ipv4: legacy ipv4 mangle chain KUBE-KUBELET-CANARY",
         ],
     );
-    // Kubelet's other hint chain in nft satisfies kubelet.
+    // One of kubelet's chains in nft does not stand for both.
     node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["ipv4: legacy ipv4 mangle chain KUBE-KUBELET-CANARY"],
+    );
+    // Both of kubelet's chains in nft, beside its rules: kubelet writes there.
+    node.sh("iptables-nft -t mangle -N KUBE-KUBELET-CANARY
+iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/16 -j MASQUERADE");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }
@@ -550,4 +560,99 @@ nft add rule ip filter mine counter drop");
         "{text}"
     );
     assert!(!text.contains("\nnothing stale in"), "{text}");
+}
+
+#[test]
+fn a_goto_or_return_ends_the_chain_for_what_follows() {
+    // A live `-g` to a chain that falls through ends INPUT at its policy:
+    // the live DROP behind it is never reached.
+    let node = Node::new("cert-goto");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
+iptables-nft -N EMPTY
+iptables-nft -A INPUT -g EMPTY
+iptables-nft -A INPUT -p tcp --dport 22 -j DROP");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 22 -j DROP");
+    // A stale RETURN (or -g) in a built-in chain takes packets to its DROP
+    // policy; the live chain, without it, accepts them.
+    for early in ["-p tcp --dport 22 -j RETURN", "-g EMPTY"] {
+        let node = Node::new("cert-return");
+        node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+        node.sh(&format!(
+            "iptables-legacy -N EMPTY
+iptables-legacy -A INPUT {early}
+iptables-legacy -A INPUT -p tcp --dport 22 -j ACCEPT
+iptables-legacy -P INPUT DROP
+iptables-nft -A INPUT -p tcp --dport 22 -j ACCEPT
+iptables-nft -P INPUT DROP"
+        ));
+        assert_held_open(&node, &["--remove"], ":INPUT DROP");
+    }
+}
+
+#[test]
+fn a_rule_that_changes_packets_counts_where_the_live_backend_filters() {
+    // Legacy marks port 22 in mangle; nft drops what is marked.
+    let node = Node::new("cert-mark");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-nft -A INPUT -m mark --mark 0x1 -j DROP
+iptables-legacy -t mangle -A PREROUTING -p tcp --dport 22 -j MARK --set-mark 0x1");
+    assert_held_open(
+        &node,
+        &["--remove"],
+        "-A PREROUTING -p tcp -m tcp --dport 22 -j MARK --set-xmark 0x1/0xffffffff",
+    );
+    // The same mark set in nft too: removed.
+    node.sh("iptables-nft -t mangle -A PREROUTING -p tcp --dport 22 -j MARK --set-mark 0x1");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    // A live mark before the same DROP changes what the DROP matches.
+    let node = Node::new("cert-livemark");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-nft -A INPUT -j MARK --set-mark 0x5
+iptables-nft -A INPUT -p tcp --dport 22 -m mark ! --mark 0x5 -j DROP
+iptables-legacy -A INPUT -p tcp --dport 22 -m mark ! --mark 0x5 -j DROP");
+    assert_held_open(&node, &["--remove"], "--mark 0x5 -j DROP");
+}
+
+#[test]
+fn a_user_chain_named_like_a_target_is_judged_as_the_chain() {
+    let node = Node::new("cert-chain-log");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
+printf '*filter\\n:INPUT ACCEPT [0:0]\\n:LOG - [0:0]\\n-A INPUT -j LOG\\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\\n-A LOG -j ACCEPT\\nCOMMIT\\n' | iptables-nft-restore");
+    assert_held_open(&node, &["--remove"], "-A INPUT -p tcp -m tcp --dport 22 -j DROP");
+}
+
+#[test]
+fn a_backend_holding_nothing_beside_the_others_rules_is_refused() {
+    // The host link says nft; nft holds nothing, legacy a working NAT:
+    // something wrote it since boot, and writes there.
+    let node = Node::new("cert-counts");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-legacy -t nat -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["ipv4: in ipv4 legacy holds 1 rule while nft holds none"],
+    );
+}
+
+#[test]
+fn the_backup_holds_only_the_tables_emptied() {
+    let node = Node::new("cert-held-backup");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
+iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
+iptables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80");
+    let out = stale(&node, &["--remove", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    let file = report["removal"]["backup_files"][0]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let backup = std::fs::read_to_string(&file).unwrap();
+    assert!(backup.contains("*nat") && !backup.contains("*filter"), "{backup}");
+    assert_eq!(report["removal"]["emptied"][0]["table"], "nat", "{report}");
 }

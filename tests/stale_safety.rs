@@ -824,10 +824,12 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-/// A node on nft whose legacy holds the field report's stale rules.
+/// A node on nft whose legacy holds the field report's stale rules (in
+/// each family, nft holds rules too: its writers moved there).
 fn upgraded(node: &Node) {
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-nft -A INPUT -j ACCEPT
+ip6tables-nft -A INPUT -j ACCEPT
 iptables-legacy -P FORWARD DROP
 iptables-legacy -A INPUT -s 10.0.0.1 -j DROP
 ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");

@@ -8,9 +8,9 @@
 //! `iptables` ones only where no `ip6tables` one exists) or exists and
 //! cannot tell (a regular file, a dangling link, a link to a name that is
 //! no backend), and by
-//! kubelet's or kube-proxy's hint chains present in the family in the backend to be emptied, per writer,
-//! while the chosen one holds none of that writer's (kubelet writes
-//! `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`, either satisfies it;
+//! kubelet's or kube-proxy's hint chains present in the family in the
+//! backend to be emptied and not in the chosen one, chain by chain
+//! (kubelet writes `KUBE-IPTABLES-HINT` and `KUBE-KUBELET-CANARY`,
 //! kube-proxy `KUBE-PROXY-CANARY`), and by kube-proxy's nftables table in
 //! nft when the decision is legacy: there, that writer still uses the
 //! other backend. Hint chains that cannot be read contradict too: nothing
@@ -32,8 +32,10 @@ use crate::kernel::{KernelReader, HINT_CHAINS};
 use crate::mode::Mode;
 
 /// The hint chains of each writer: kubelet writes two, kube-proxy one. A
-/// writer's chain in the backend to be emptied, and none of that writer's
-/// in the chosen one, says the writer still uses the other backend.
+/// writer's chain in the backend to be emptied and not in the chosen one
+/// says the writer still uses the other backend: a writer that moved
+/// writes all of its chains anew, and one stray empty chain (which any
+/// container can leave) does not stand for a writer's whole state.
 const WRITERS: [&[&str]; 2] = [&["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"], &["KUBE-PROXY-CANARY"]];
 
 /// The evidence contradicting `decision` for `family`, one line each
@@ -88,10 +90,10 @@ pub fn contradictions(
         )),
         (Ok(stale_hints), Ok(chosen_hints)) => {
             for writer in WRITERS {
-                if writer.iter().any(|c| chosen_hints.contains(c)) {
-                    continue;
-                }
-                for chain in stale_hints.iter().filter(|c| writer.contains(c)) {
+                let missing = stale_hints
+                    .iter()
+                    .filter(|c| writer.contains(c) && !chosen_hints.contains(c));
+                for chain in missing {
                     lines.push(format!(
                         "{} {} mangle chain {chain} (a hint chain kubelet or kube-proxy writes) is in {} only, the backend to be emptied",
                         mode.other(),

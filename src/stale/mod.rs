@@ -139,11 +139,18 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
             decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
                 .map_err(|invalid| invalid.to_string())?;
         }
-        let mut certain = certainty(&decision).and_then(|()| hint_in_family(&decision, family));
+        let by_hint = decision.decided_by == Source::HintChain;
+        let mut certain = certainty(&decision).and_then(|()| match family_state(&decision, family) {
+            Some(why) if by_hint => Err(why),
+            _ => Ok(()),
+        });
         let mut against = false;
         if certain.is_ok() {
             let stale = find::find(decision.mode.other(), family);
-            let lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
+            let mut lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
+            if !by_hint {
+                lines.extend(family_state(&decision, family));
+            }
             let overruled = decision.decided_by == Source::Override && options.despite_contradiction;
             if overruled {
                 for line in &lines {
@@ -262,13 +269,10 @@ pub fn certainty(decision: &Decision) -> Result<(), String> {
     }
 }
 
-/// For a decision by a hint chain: Err when `family`'s own state
-/// contradicts it (see [`family_contradiction`]), whichever family the
-/// chain is in.
-fn hint_in_family(decision: &Decision, family: Family) -> Result<(), String> {
-    if decision.decided_by != Source::HintChain {
-        return Ok(());
-    }
+/// Why `family`'s own state contradicts `decision` (see
+/// [`family_contradiction`]), whichever family a hint chain is in; None
+/// when it does not.
+fn family_state(decision: &Decision, family: Family) -> Option<String> {
     let mode = decision.mode;
     let state = |backend: Mode| {
         let finding = find::find(backend, family);
@@ -277,10 +281,7 @@ fn hint_in_family(decision: &Decision, family: Family) -> Result<(), String> {
             None => Ok(decisive_state(&finding.tables)),
         }
     };
-    match family_contradiction(mode, family, state(mode), state(mode.other())) {
-        Some(why) => Err(why),
-        None => Ok(()),
-    }
+    family_contradiction(mode, family, state(mode), state(mode.other()), decision.decided_by)
 }
 
 /// What in `tables` decides a packet's fate: their rules and non-ACCEPT
@@ -303,22 +304,36 @@ fn decisive_state(tables: &[find::StaleTable]) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// Why a hint chain of `mode` does not make `family`'s backend certain: in
+/// Why `family`'s state contradicts a decision for `mode` by `source`: in
 /// `family`, the other backend holds rules or non-ACCEPT policies
-/// (`other`) while `mode` holds neither (`chosen`), the same pattern as a
-/// stray empty chain, within one family; or either is unknown.
+/// (`other`) while `mode` holds neither (`chosen`), or either is unknown.
+/// Tables are empty at boot: what the other holds, something wrote there
+/// since, and nothing wrote to `mode` (for a hint chain: the pattern of a
+/// stray empty chain, within one family).
 fn family_contradiction(
     mode: Mode,
     family: Family,
     chosen: Result<Option<String>, String>,
     other: Result<Option<String>, String>,
+    source: Source,
 ) -> Option<String> {
     match (chosen, other) {
+        // A state that cannot be read stops a removal by itself, saying so.
+        (Err(_), _) | (_, Err(_)) if source != Source::HintChain => None,
         (Err(why), _) | (_, Err(why)) => Some(format!("{}'s state cannot be read: {why}", family.label())),
         (Ok(None), Ok(Some(held))) => Some(format!(
-            "in {} {} holds {held} while {mode} holds none: the hint chain may be a stray one",
+            "in {} {} holds {held} while {mode} holds none: {}",
             family.label(),
-            mode.other()
+            mode.other(),
+            if source == Source::HintChain {
+                "the hint chain may be a stray one".to_string()
+            } else {
+                format!(
+                    "what wrote them writes to {} (writers not restarted since the host switched, a program that runs iptables-{} by name)",
+                    mode.other(),
+                    mode.other()
+                )
+            }
         )),
         _ => None,
     }
@@ -380,13 +395,29 @@ mod tests {
     fn a_hint_chain_is_contradicted_by_its_familys_own_state() {
         let held = || Ok(Some("3 rules".to_string()));
         assert_eq!(
-            family_contradiction(Mode::Nft, Family::Ipv6, Ok(None), held()),
+            family_contradiction(Mode::Nft, Family::Ipv6, Ok(None), held(), Source::HintChain),
             Some("in ipv6 legacy holds 3 rules while nft holds none: the hint chain may be a stray one".to_string())
         );
-        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, held(), held()), None);
-        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None)), None);
         assert_eq!(
-            family_contradiction(Mode::Legacy, Family::Ipv6, Err("refused".into()), Ok(None)),
+            family_contradiction(Mode::Nft, Family::Ipv6, held(), held(), Source::HintChain),
+            None
+        );
+        assert_eq!(
+            family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None), Source::HostLink),
+            None
+        );
+        assert!(
+            family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), held(), Source::HostLink)
+                .is_some_and(|why| why.contains("what wrote them writes to legacy"))
+        );
+        assert_eq!(
+            family_contradiction(
+                Mode::Legacy,
+                Family::Ipv6,
+                Err("refused".into()),
+                Ok(None),
+                Source::HintChain
+            ),
             Some("ipv6's state cannot be read: refused".to_string())
         );
     }

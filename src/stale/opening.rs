@@ -26,6 +26,7 @@ use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::nft::{DumpInterrupted, NftSocket};
+use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
 use std::collections::HashSet;
 use std::path::Path;
@@ -51,49 +52,78 @@ fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut Ha
     true
 }
 
-/// Whether the live rules `before` (of one chain) let through to what
-/// follows every packet the stale chain's rules `stale_before` do: each
-/// that could end the evaluation other than by blocking is also among
-/// `stale_before`, and jumps to user chains that are the same in both.
+/// The rules of `rules` that could end the evaluation other than by
+/// blocking, or change what a later rule matches (see
+/// [`SavedTable::harmless`]).
+fn significant<'a>(rules: &[&'a [u8]], table: &SavedTable, harmless: &HashSet<Vec<u8>>) -> Vec<&'a [u8]> {
+    rules.iter().copied().filter(|r| !table.harmless(r, harmless)).collect()
+}
+
+/// Whether the live rules `before` (of one chain) bring to what follows
+/// every packet the stale chain's rules `stale_before` do, in the same
+/// state: the rules of each that could end the evaluation other than by
+/// blocking or change a packet are the same, in the same order, and the
+/// user chains they jump to are the same in both. Rules that only log or
+/// block may differ, and the stale chain may have more rules that only
+/// take packets out of it ([`SavedTable::exits`]): those packets never
+/// reach what follows there. `to_policy`: what follows is the policy.
 fn same_way_in(
     before: &[&[u8]],
     stale_before: &[&[u8]],
     stale: &SavedTable,
     live: &SavedTable,
-    harmless: &HashSet<Vec<u8>>,
+    harmless: &Harmless,
+    to_policy: bool,
 ) -> bool {
-    before.iter().all(|rule| {
-        live.harmless(rule, harmless)
-            || (stale_before.contains(rule) && same_chains(rule, stale, live, &mut HashSet::new()))
-    })
+    let live_significant = significant(before, live, &harmless.live);
+    let mut stale_significant = significant(stale_before, stale, &harmless.stale);
+    stale_significant.retain(|r| live_significant.contains(r) || !stale.exits(r, to_policy, &harmless.stale_exiting));
+    live_significant == stale_significant
+        && live_significant
+            .iter()
+            .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()))
+}
+
+/// The harmless user chains of each side (see [`SavedTable::harmless_chains`]),
+/// and the stale side's exiting ones ([`SavedTable::exiting_chains`]).
+struct Harmless {
+    stale: HashSet<Vec<u8>>,
+    live: HashSet<Vec<u8>>,
+    stale_exiting: HashSet<Vec<u8>>,
 }
 
 /// The filtering items of the stale `table` that `live` (the same table of
 /// the host's backend, if any) does not also enforce, as lines: each rule
-/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`.
+/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`. Where
+/// `live_filters` (the live backend filters anything in the family), a
+/// rule that changes a packet, its connection or a set is an item too:
+/// the live filters may match what it sets (a mark, a NAT address).
 ///
 /// A rule is enforced when the live chain of the same name holds it and
-/// every live rule before it that could end the evaluation other than by
-/// blocking also comes before it in the stale chain, with every user chain
-/// that one jumps to the same in both. A jump to a user chain is judged by
-/// what it reaches: the filtering rules of that chain are items of their
-/// own, checked the same way. A policy is enforced when the
-/// live chain has the same one and every live rule of that chain that
-/// could end the evaluation other than by blocking is also in the stale
-/// chain, with the same user chains behind it.
-fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8>> {
+/// the rules before it in both chains bring every packet to it in the same
+/// state ([`same_way_in`]). A jump to a user chain is judged by what it
+/// reaches: the filtering rules of that chain are items of their own,
+/// checked the same way. A policy is enforced when the live chain has the
+/// same one and its whole chain brings packets to it as the stale one
+/// does; a stale `RETURN` or `-g` in a built-in chain, which sends packets
+/// to its policy at once, is then in the live chain too.
+fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>, live_filters: bool) -> Vec<Vec<u8>> {
     let filtering_chains = table.filtering_chains();
+    let changing_chains = table.changing_chains();
     let empty = SavedTable::default();
     let live = live.unwrap_or(&empty);
-    let harmless = live.harmless_chains();
+    let harmless = Harmless {
+        stale: table.harmless_chains(),
+        live: live.harmless_chains(),
+        stale_exiting: table.exiting_chains(),
+    };
     let mut items = Vec::new();
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
             continue;
         }
-        let stale_rules = table.chain(chain);
         let enforced = live.policy(chain) == Some(policy.as_slice())
-            && same_way_in(&live.chain(chain), &stale_rules, table, live, &harmless);
+            && same_way_in(&live.chain(chain), &table.chain(chain), table, live, &harmless, true);
         if !enforced {
             items.push([b":".as_slice(), chain, b" ", policy].concat());
         }
@@ -110,7 +140,8 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8
                 0
             }
         };
-        if !table.filters(line, &filtering_chains) {
+        let item = table.filters(line, &filtering_chains) || (live_filters && table.changes(line, &changing_chains));
+        if !item {
             continue;
         }
         let stale_rules = table.chain(chain);
@@ -118,7 +149,7 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8
         let enforced = live_rules
             .iter()
             .position(|r| *r == line.as_slice())
-            .is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless));
+            .is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless, false));
         if !enforced {
             items.push(line.clone());
         }
@@ -136,6 +167,7 @@ pub fn unenforced(
     live_save: &[u8],
     own: Option<&[(&str, Vec<String>)]>,
     tables: &[&str],
+    live_unread: bool,
 ) -> Vec<Vec<Vec<u8>>> {
     let stale = parse(stale_save);
     let mut live = parse(live_save);
@@ -150,6 +182,7 @@ pub fn unenforced(
             true
         });
     }
+    let live_filters = live_unread || live.iter().any(|(_, table)| table.filters_anything());
     tables
         .iter()
         .map(|name| {
@@ -160,7 +193,7 @@ pub fn unenforced(
                 .iter()
                 .find(|(n, _)| n.as_slice() == name.as_bytes())
                 .map(|(_, t)| t);
-            unenforced_items(table, live_table)
+            unenforced_items(table, live_table, live_filters)
         })
         .collect()
 }
@@ -185,21 +218,22 @@ pub struct LiveSave {
     pub own: Option<Vec<(&'static str, Vec<String>)>>,
 }
 
-/// The live backend's save of `tables` of `family`, each table kept only
-/// where its save, restored with `live`'s own tool into a scratch
-/// namespace, reads back as the live table does (as a backup is proven:
-/// `proof::prove_legacy`, `proof::prove_nft`). A save can print what the kernel does not hold:
+/// The live backend's save of every iptables table of `family` (for nft,
+/// of iptables-nft's own), each table kept only where its save, restored
+/// with `live`'s own tool into a scratch namespace, reads back as the live
+/// table does (as a backup is proven: `proof::prove_legacy`,
+/// `proof::prove_nft`). A save can print what the kernel does not hold:
 /// `iptables-nft-save` prints the last of two `tcp dport` matches alone,
 /// so a rule that matches no packet would read as one that drops port
 /// 8080. Read without creating anything: empty when legacy lists no table,
 /// or nf_tables is not in the kernel. `private_lock` is the restore's
 /// xtables lock.
-pub fn proven_live_save(live: Mode, family: Family, tables: &[&str], private_lock: &Path) -> Result<LiveSave, String> {
+pub fn proven_live_save(live: Mode, family: Family, private_lock: &Path) -> Result<LiveSave, String> {
     for reading in 0..LIVE_TRIES {
         std::thread::sleep(LIVE_BACKOFF * reading);
         let attempt = match live {
-            Mode::Legacy => proven_legacy(family, tables, private_lock)?,
-            Mode::Nft => proven_nft(family, tables, private_lock)?,
+            Mode::Legacy => proven_legacy(family, private_lock)?,
+            Mode::Nft => proven_nft(family, private_lock)?,
         };
         if let Some(save) = attempt {
             return Ok(save);
@@ -225,9 +259,11 @@ fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveS
 }
 
 /// One reading of the live legacy tables (None: they changed meanwhile).
-fn proven_legacy(family: Family, tables: &[&str], private_lock: &Path) -> Result<Option<LiveSave>, String> {
+fn proven_legacy(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, String> {
     let listed = legacy::listed_tables(family)?.unwrap_or_default();
-    let names: Vec<&str> = tables
+    // Every table, not only those to be emptied: whether the live backend
+    // filters anything at all decides what counts as an item.
+    let names: Vec<&str> = IPTABLES_TABLES
         .iter()
         .copied()
         .filter(|t| listed.iter().any(|l| l == t))
@@ -240,13 +276,14 @@ fn proven_legacy(family: Family, tables: &[&str], private_lock: &Path) -> Result
     if proof::legacy_images(family, &names)? != images {
         return Ok(None);
     }
+    proof::scratch_namespace_available()?;
     let (_, verdicts) = proof::prove_legacy("its save", family, &save, &names, &images, private_lock)?;
     Ok(Some(kept(&save, &names, verdicts)))
 }
 
 /// One reading of the live nf_tables tables, all at one generation (None:
 /// it moved meanwhile).
-fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Option<LiveSave>, String> {
+fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, String> {
     match modules::nf_tables() {
         Presence::Present(_) | Presence::Askable(_) => {}
         Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Some(LiveSave::default())),
@@ -264,11 +301,7 @@ fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Op
         Err(e) if DumpInterrupted::is(&e) => return Ok(None),
         own => own.map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?,
     };
-    let names: Vec<&str> = tables
-        .iter()
-        .copied()
-        .filter(|t| own.iter().any(|(o, _)| o == t))
-        .collect();
+    let names: Vec<&str> = own.iter().map(|(name, _)| *name).collect();
     if names.is_empty() {
         return Ok(Some(LiveSave {
             own: Some(own),
@@ -293,6 +326,7 @@ fn proven_nft(family: Family, tables: &[&str], private_lock: &Path) -> Result<Op
     if now != generation {
         return Ok(None);
     }
+    proof::scratch_namespace_available()?;
     let (_, verdicts) = proof::prove_nft("its save", family, &save, &names, &images, private_lock)?;
     let mut live = kept(&save, &names, verdicts);
     live.own = Some(own);
@@ -309,18 +343,22 @@ pub fn openings(
     tables: &[&str],
     private_lock: &Path,
 ) -> Result<Vec<Option<String>>, String> {
-    let live_save = proven_live_save(live, family, tables, private_lock)
-        .map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    Ok(
-        unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), tables)
-            .into_iter()
-            .zip(tables)
-            .map(|(items, table)| {
-                let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
-                describe(&items, live, inexact.map(|(_, why)| why.as_str()))
-            })
-            .collect(),
+    let live_save =
+        proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
+    Ok(unenforced(
+        stale_save,
+        &live_save.exact,
+        live_save.own.as_deref(),
+        tables,
+        !live_save.inexact.is_empty(),
     )
+    .into_iter()
+    .zip(tables)
+    .map(|(items, table)| {
+        let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
+        describe(&items, live, inexact.map(|(_, why)| why.as_str()))
+    })
+    .collect())
 }
 
 /// Per table of `names` in the stale `save`: why emptying it would open
@@ -340,15 +378,23 @@ pub fn held_back(
         .map_err(|why| format!("whether removing it would open the host is unknown: {why}; nothing removed"))
 }
 
-/// A proof's verdicts, with each table that would open the host left as
-/// it was ("... (--allow-opening removes it anyway)").
-pub fn held_open((save, mut verdicts): Verdicts, opens: Vec<Option<String>>) -> Verdicts {
+/// A proof's verdicts for the tables `names`, with each table that would
+/// open the host left as it was ("... (--allow-opening removes it
+/// anyway)"), and the backup cut to the tables still to be emptied: an undo
+/// never replaces a table the removal left alone.
+pub fn held_open((save, mut verdicts): Verdicts, opens: Vec<Option<String>>, names: &[&str]) -> Verdicts {
     for (verdict, open) in verdicts.iter_mut().zip(opens) {
         if let (Ok(()), Some(why)) = (&verdict, open) {
             *verdict = Err(format!("{why} (--allow-opening removes it anyway)"));
         }
     }
-    (save, verdicts)
+    let emptied: Vec<&str> = names
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, verdict)| verdict.is_ok())
+        .map(|(name, _)| *name)
+        .collect();
+    (find::sections(&save, &emptied), verdicts)
 }
 
 /// Items shown at most in one line.
@@ -398,7 +444,7 @@ mod tests {
     #[test]
     fn drops_rejects_chains_leading_to_them_and_policies_are_filtering() {
         assert_eq!(
-            shown(unenforced(FERM, b"", None, &["filter", "nat", "raw"])),
+            shown(unenforced(FERM, b"", None, &["filter", "nat", "raw"], false)),
             [
                 vec![
                     ":INPUT DROP",
@@ -415,17 +461,20 @@ mod tests {
     #[test]
     fn the_same_items_in_the_live_backend_enforce_them() {
         let live = b"# Generated by iptables-nft-save\n*filter\n:INPUT DROP [5:300]\n:blocked - [0:0]\n[3:120] -A INPUT -s 192.0.2.0/24 -j blocked\n-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable\n-A blocked -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, live, None, &["filter"])), [Vec::<String>::new()]);
+        assert_eq!(
+            shown(unenforced(FERM, live, None, &["filter"], false)),
+            [Vec::<String>::new()]
+        );
         // In another table, or another chain, it is not the same item.
         let elsewhere = b"*mangle\n:INPUT DROP [0:0]\n-A INPUT -s 192.0.2.0/24 -j blocked\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, elsewhere, None, &["filter"]))[0].len(), 4);
+        assert_eq!(shown(unenforced(FERM, elsewhere, None, &["filter"], false))[0].len(), 4);
     }
 
     #[test]
     fn a_comment_cannot_hide_a_verdict() {
         let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP\n-A INPUT -m comment --comment \"-j DROP\" -j ACCEPT\nCOMMIT\n";
         assert_eq!(
-            shown(unenforced(save, b"", None, &["filter"]))[0],
+            shown(unenforced(save, b"", None, &["filter"], false))[0],
             ["-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP"]
         );
     }
@@ -434,7 +483,7 @@ mod tests {
     fn verdicts_not_known_not_to_filter_are_filtering() {
         let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j NFQUEUE --queue-num 3\n-A INPUT -j QUEUE\n-A INPUT -j SOMETHING\n-A INPUT -j LOG\n-A INPUT -p tcp\n-A INPUT -j ACCEPT\nCOMMIT\n";
         assert_eq!(
-            shown(unenforced(save, b"", None, &["filter"]))[0],
+            shown(unenforced(save, b"", None, &["filter"], false))[0],
             [
                 "-A INPUT -j NFQUEUE --queue-num 3",
                 "-A INPUT -j QUEUE",
@@ -448,21 +497,21 @@ mod tests {
         let stale = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
         let behind =
             b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, behind, None, &["filter"]))[0].len(), 1);
+        assert_eq!(shown(unenforced(stale, behind, None, &["filter"], false))[0].len(), 1);
         // Behind a LOG, a DROP or a chain that only drops, it is.
         let harmless = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j LOG\n-A INPUT -s 192.0.2.1/32 -j DROP\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -s 192.0.2.2/32 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, harmless, None, &["filter"]))[0].len(), 0);
+        assert_eq!(shown(unenforced(stale, harmless, None, &["filter"], false))[0].len(), 0);
         // A jump to a chain that may accept, not in the stale chain: not.
         let jump = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -j RETURN\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, jump, None, &["filter"]))[0].len(), 1);
+        assert_eq!(shown(unenforced(stale, jump, None, &["filter"], false))[0].len(), 1);
         // A policy behind a live ACCEPT the stale chain lacks: not.
         let policy = b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
         let accepting = b"*filter\n:FORWARD DROP [0:0]\n-A FORWARD -j ACCEPT\nCOMMIT\n";
         assert_eq!(
-            shown(unenforced(policy, accepting, None, &["filter"]))[0],
+            shown(unenforced(policy, accepting, None, &["filter"], false))[0],
             [":FORWARD DROP"]
         );
-        assert_eq!(shown(unenforced(policy, policy, None, &["filter"]))[0].len(), 0);
+        assert_eq!(shown(unenforced(policy, policy, None, &["filter"], false))[0].len(), 0);
     }
 
     #[test]
@@ -471,9 +520,9 @@ mod tests {
         let returning =
             b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";
         assert_eq!(
-            shown(unenforced(stale, returning, None, &["filter"]))[0],
+            shown(unenforced(stale, returning, None, &["filter"], false))[0],
             ["-A x -j DROP"]
         );
-        assert_eq!(shown(unenforced(stale, stale, None, &["filter"]))[0].len(), 0);
+        assert_eq!(shown(unenforced(stale, stale, None, &["filter"], false))[0].len(), 0);
     }
 }

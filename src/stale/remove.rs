@@ -372,7 +372,7 @@ fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> 
         }
         let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
         return proof::prove_legacy("the backup", family, &save, &names, &live, private_lock)
-            .map(|proven| opening::held_open(proven, opens));
+            .map(|proven| opening::held_open(proven, opens, &names));
     }
     Err(format!(
         "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
@@ -424,6 +424,7 @@ fn prove_nft(
         let (save, verdicts) = opening::held_open(
             proof::prove_nft("the backup", family, &save, &names, &images, private_lock)?,
             opens,
+            &names,
         );
         proven.push(Proven {
             finding,

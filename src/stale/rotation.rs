@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 /// The start of every backup directory's name.
 pub const PREFIX: &str = "stale-backup-";
 
-/// Digits of the sequence number: names then sort as they count.
+/// Digits of the sequence number, at least: names then sort as they count
+/// up to 999999; past it, the order is the number's, not the name's.
 const SEQUENCE_DIGITS: usize = 6;
 
 /// A backup directory's place in the order: its sequence number (0 when it
@@ -24,11 +25,9 @@ const SEQUENCE_DIGITS: usize = 6;
 fn rank(name: &str) -> Option<(u64, String)> {
     let rest = name.strip_prefix(PREFIX)?;
     let digits = rest.split('-').next().unwrap_or_default();
-    let sequence = if digits.len() == SEQUENCE_DIGITS && rest.len() > SEQUENCE_DIGITS {
-        digits.parse().unwrap_or(0)
-    } else {
-        0
-    };
+    let numbered =
+        digits.len() >= SEQUENCE_DIGITS && rest.len() > digits.len() && digits.bytes().all(|b| b.is_ascii_digit());
+    let sequence = if numbered { digits.parse().unwrap_or(0) } else { 0 };
     Some((sequence, name.to_string()))
 }
 
@@ -76,6 +75,14 @@ pub fn prune(dir: &Path, keep: usize) -> Result<Vec<PathBuf>, String> {
 #[cfg(test)]
 mod tests {
     use super::rank;
+
+    #[test]
+    fn a_sequence_past_six_digits_is_still_the_newest() {
+        assert!(
+            super::rank("stale-backup-1000000-20261202T120000Z") > super::rank("stale-backup-999999-20261202T120000Z")
+        );
+        assert_eq!(super::rank("stale-backup-20261202T120000Z").map(|r| r.0), Some(0));
+    }
 
     #[test]
     fn the_sequence_orders_not_the_time() {

@@ -13,9 +13,9 @@ use std::collections::HashSet;
 pub(super) const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
 
 /// The verdicts that do not filter and end the chain's evaluation: with
-/// [`CONTINUING_TARGETS`], a rule with one of these (or no `-j` at all) is
-/// not a filtering item; any other verdict, one not known here included
-/// (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
+/// [`NEUTRAL_TARGETS`] and [`CHANGING_TARGETS`], a rule with one of these
+/// (or no `-j` at all) is not a filtering item; any other verdict, one not
+/// known here included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
 const ENDING_NON_FILTERING_TARGETS: [&[u8]; 7] = [
     b"ACCEPT",
     b"RETURN",
@@ -26,20 +26,21 @@ const ENDING_NON_FILTERING_TARGETS: [&[u8]; 7] = [
     b"NETMAP",
 ];
 
-/// Whether `target` is a verdict known not to filter.
-fn is_non_filtering(target: &[u8]) -> bool {
-    ENDING_NON_FILTERING_TARGETS.contains(&target) || CONTINUING_TARGETS.contains(&target)
-}
+/// The verdicts that rewrite a packet's addresses or ports.
+const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"REDIRECT", b"NETMAP"];
 
-/// The verdicts after which the chain's evaluation goes on.
-pub(super) const CONTINUING_TARGETS: [&[u8]; 18] = [
-    b"LOG",
-    b"NFLOG",
+/// The verdicts after which the chain's evaluation goes on and that change
+/// nothing a later rule can match: logging and tracing.
+const NEUTRAL_TARGETS: [&[u8]; 4] = [b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
+
+/// The verdicts after which the chain's evaluation goes on, having changed
+/// the packet, its connection or a set: a later rule, of either backend,
+/// may match what they set (`-m mark`, `-m connmark`, `-m set`, ...).
+const CHANGING_TARGETS: [&[u8]; 14] = [
     b"MARK",
     b"CONNMARK",
     b"CT",
     b"NOTRACK",
-    b"TRACE",
     b"CLASSIFY",
     b"DSCP",
     b"TOS",
@@ -49,12 +50,26 @@ pub(super) const CONTINUING_TARGETS: [&[u8]; 18] = [
     b"SECMARK",
     b"CONNSECMARK",
     b"CHECKSUM",
-    b"AUDIT",
     b"SET",
 ];
 
+/// Whether `target` is a verdict known not to filter.
+fn is_non_filtering(target: &[u8]) -> bool {
+    ENDING_NON_FILTERING_TARGETS.contains(&target)
+        || NEUTRAL_TARGETS.contains(&target)
+        || CHANGING_TARGETS.contains(&target)
+}
+
+/// Whether `target` changes a packet, its connection or a set before a
+/// filter may see it. Source NAT (`SNAT`, `MASQUERADE`) is done at
+/// `POSTROUTING`, after every filtering hook: removing it cannot let a
+/// packet through that a filter would stop.
+fn is_changing(target: &[u8]) -> bool {
+    CHANGING_TARGETS.contains(&target) || matches!(target, b"DNAT" | b"REDIRECT" | b"NETMAP")
+}
+
 /// The verdicts that end evaluation but can only block.
-pub(super) const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
+const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
 
 /// One table of a save: its chains' policies and its rules, as printed.
 #[derive(Default)]
@@ -136,6 +151,15 @@ fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
     [blank, quoted]
 }
 
+/// Whether a rule may go to a chain (`-g`, `--goto`): that ends its own
+/// chain's evaluation when the chain gone to falls through (in a built-in
+/// chain, at its policy).
+fn goes_to(rule: &[u8]) -> bool {
+    word_splits(rule)
+        .iter()
+        .any(|words| words.iter().any(|w| matches!(w.as_slice(), b"-g" | b"--goto")))
+}
+
 /// Every target a rule's `-j`/`-g` (or `--jump`/`--goto`) may name.
 pub(super) fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
     let mut found = Vec::new();
@@ -174,36 +198,71 @@ impl SavedTable {
             .map(|(_, p)| p.as_slice())
     }
 
-    /// The user chains from which a filtering verdict is reached.
-    pub(super) fn filtering_chains(&self) -> HashSet<Vec<u8>> {
-        let mut filtering_chains: HashSet<Vec<u8>> = HashSet::new();
+    /// The user chains from which a verdict `wanted` holds for is reached
+    /// (a user chain's name is never taken for a target of that name).
+    fn chains_reaching(&self, wanted: fn(&[u8]) -> bool) -> HashSet<Vec<u8>> {
+        let mut reaching: HashSet<Vec<u8>> = HashSet::new();
         loop {
-            let before = filtering_chains.len();
+            let before = reaching.len();
             for (chain, line) in &self.rules {
-                if self.filters(line, &filtering_chains) {
-                    filtering_chains.insert(chain.clone());
+                if self.reaches(line, &reaching, wanted) {
+                    reaching.insert(chain.clone());
                 }
             }
-            if filtering_chains.len() == before {
-                return filtering_chains;
+            if reaching.len() == before {
+                return reaching;
             }
         }
+    }
+
+    /// Whether `rule` has a verdict `wanted` holds for, or jumps to a user
+    /// chain in `reaching`.
+    fn reaches(&self, rule: &[u8], reaching: &HashSet<Vec<u8>>, wanted: fn(&[u8]) -> bool) -> bool {
+        targets(rule).iter().any(|t| {
+            if self.is_user_chain(t) {
+                reaching.contains(t)
+            } else {
+                wanted(t)
+            }
+        })
+    }
+
+    /// The user chains from which a filtering verdict is reached.
+    pub(super) fn filtering_chains(&self) -> HashSet<Vec<u8>> {
+        self.chains_reaching(|t| !is_non_filtering(t))
     }
 
     /// Whether `rule` filters: a verdict not known not to filter, or a jump
     /// to a user chain in `filtering_chains`.
     pub(super) fn filters(&self, rule: &[u8], filtering_chains: &HashSet<Vec<u8>>) -> bool {
-        targets(rule).iter().any(|t| {
-            if self.is_user_chain(t) {
-                filtering_chains.contains(t)
-            } else {
-                !is_non_filtering(t)
-            }
-        })
+        self.reaches(rule, filtering_chains, |t| !is_non_filtering(t))
     }
 
-    /// The user chains whose rules can only go on, block or return to the
-    /// caller (never accept, queue or rewrite), to a fixed point.
+    /// The user chains from which a verdict that changes a packet, its
+    /// connection or a set is reached.
+    pub(super) fn changing_chains(&self) -> HashSet<Vec<u8>> {
+        self.chains_reaching(is_changing)
+    }
+
+    /// Whether `rule` changes a packet, its connection or a set, itself or
+    /// through a user chain in `changing_chains`.
+    pub(super) fn changes(&self, rule: &[u8], changing_chains: &HashSet<Vec<u8>>) -> bool {
+        self.reaches(rule, changing_chains, is_changing)
+    }
+
+    /// Whether anything in the table filters: a filtering rule, or a
+    /// built-in chain's policy other than `ACCEPT`.
+    pub(super) fn filters_anything(&self) -> bool {
+        let filtering_chains = self.filtering_chains();
+        self.policies
+            .iter()
+            .any(|(_, p)| p.as_slice() != b"-" && p.as_slice() != b"ACCEPT")
+            || self.rules.iter().any(|(_, line)| self.filters(line, &filtering_chains))
+    }
+
+    /// The user chains whose rules can only log, block or return to the
+    /// caller at their end (never accept, return early, go to a chain,
+    /// queue or change a packet), to a fixed point.
     pub(super) fn harmless_chains(&self) -> HashSet<Vec<u8>> {
         let mut harmless: HashSet<Vec<u8>> = self
             .policies
@@ -227,14 +286,82 @@ impl SavedTable {
         }
     }
 
-    /// Whether `rule` cannot end its chain's evaluation other than by
-    /// blocking: every verdict in it goes on or blocks, or jumps to a user
-    /// chain in `harmless` (no `-j` at all goes on).
+    /// Whether `rule` only takes some packets out of its chain's
+    /// evaluation and lets the rest go on unchanged: `ACCEPT`, a NAT
+    /// verdict, a jump to a user chain in `exiting`, and, except where what
+    /// is judged is the chain's policy (`to_policy`), `RETURN` and `-g`
+    /// (which in a built-in chain take a packet to the policy).
+    pub(super) fn exits(&self, rule: &[u8], to_policy: bool, exiting: &HashSet<Vec<u8>>) -> bool {
+        if goes_to(rule) {
+            return !to_policy;
+        }
+        let targets = targets(rule);
+        !targets.is_empty()
+            && targets.iter().all(|t| {
+                if self.is_user_chain(t) {
+                    exiting.contains(t)
+                } else {
+                    t.as_slice() == b"ACCEPT"
+                        || NAT_TARGETS.contains(&t.as_slice())
+                        || (t.as_slice() == b"RETURN" && !to_policy)
+                }
+            })
+    }
+
+    /// The user chains that, jumped to, take some packets out (accept or
+    /// NAT them), block or log, and return the rest to the caller
+    /// unchanged: no verdict in them changes a packet before it returns,
+    /// goes to a chain or is unknown, to a fixed point.
+    pub(super) fn exiting_chains(&self) -> HashSet<Vec<u8>> {
+        let mut exiting: HashSet<Vec<u8>> = self
+            .policies
+            .iter()
+            .filter(|(_, p)| p.as_slice() == b"-")
+            .map(|(c, _)| c.clone())
+            .collect();
+        loop {
+            let before = exiting.len();
+            let unsure: Vec<Vec<u8>> = exiting
+                .iter()
+                .filter(|c| {
+                    self.chain(c).iter().any(|r| {
+                        goes_to(r)
+                            || !targets(r).iter().all(|t| {
+                                if self.is_user_chain(t) {
+                                    exiting.contains(t)
+                                } else {
+                                    NEUTRAL_TARGETS.contains(&t.as_slice())
+                                        || BLOCKING_TARGETS.contains(&t.as_slice())
+                                        || NAT_TARGETS.contains(&t.as_slice())
+                                        || matches!(t.as_slice(), b"ACCEPT" | b"RETURN")
+                                }
+                            })
+                    })
+                })
+                .cloned()
+                .collect();
+            for c in unsure {
+                exiting.remove(&c);
+            }
+            if exiting.len() == before {
+                return exiting;
+            }
+        }
+    }
+
+    /// Whether `rule` can neither end its chain's evaluation other than by
+    /// blocking nor change what a later rule matches: every verdict in it
+    /// logs or blocks, or jumps (not goes) to a user chain in `harmless`;
+    /// no `-j` at all goes on. A user chain named like a target (`LOG`,
+    /// which the restore tools accept) is judged as the chain.
     pub(super) fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
-        targets(rule).iter().all(|t| {
-            CONTINUING_TARGETS.contains(&t.as_slice())
-                || BLOCKING_TARGETS.contains(&t.as_slice())
-                || (self.is_user_chain(t) && harmless.contains(t))
-        })
+        !goes_to(rule)
+            && targets(rule).iter().all(|t| {
+                if self.is_user_chain(t) {
+                    harmless.contains(t)
+                } else {
+                    NEUTRAL_TARGETS.contains(&t.as_slice()) || BLOCKING_TARGETS.contains(&t.as_slice())
+                }
+            })
     }
 }
