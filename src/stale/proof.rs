@@ -24,7 +24,7 @@ use crate::backend;
 use crate::command::WrappedCommand;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
-use crate::kernel::nft::{NftSocket, NftTableImage};
+use crate::kernel::nft::{DumpInterrupted, NftSocket, NftTableImage};
 use crate::mode::Mode;
 use crate::xtables_lock::LOCKFILE_VAR;
 use std::io::Write as _;
@@ -140,21 +140,27 @@ pub fn legacy_images(family: Family, tables: &[&str]) -> Result<Vec<Option<Legac
 }
 
 /// The images of `tables` of `family` in this thread's namespace, all read
-/// at one generation, which is returned with them.
-pub fn nft_images(socket: &NftSocket, family: Family, tables: &[&str]) -> Result<(Vec<NftTableImage>, u32), String> {
+/// at one generation, which is returned with them; None when the ruleset
+/// kept changing while they were read (read again later).
+pub fn nft_images(
+    socket: &NftSocket,
+    family: Family,
+    tables: &[&str],
+) -> Result<Option<(Vec<NftTableImage>, u32)>, String> {
     let mut images = Vec::new();
     let mut generation = None;
     for table in tables {
-        let (image, at) = socket
-            .table_image(family, table)
-            .map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?;
+        let (image, at) = match socket.table_image(family, table) {
+            Err(e) if DumpInterrupted::is(&e) => return Ok(None),
+            read => read.map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?,
+        };
         if generation.is_some_and(|g| g != at) {
-            return Err("the nf_tables ruleset changed between two tables' readings".into());
+            return Ok(None);
         }
         generation = Some(at);
         images.push(image);
     }
-    Ok((images, generation.unwrap_or_default()))
+    Ok(Some((images, generation.unwrap_or_default())))
 }
 
 /// The backup proven (the save's sections of the tables that passed,
@@ -247,7 +253,10 @@ pub fn prove_nft(
                 NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
             restore(Mode::Nft, family, input, private_lock)
                 .map_err(|why| format!("{subject} does not restore: {why}"))?;
-            nft_images(&scratch, family, chosen).map(|(images, _)| images)
+            match nft_images(&scratch, family, chosen)? {
+                Some((images, _)) => Ok(images),
+                None => Err("the scratch namespace's nf_tables ruleset changed while it was read".into()),
+            }
         })
     };
     narrowed(subject, save, names, live, restored_by, NftTableImage::difference)

@@ -404,7 +404,9 @@ fn prove_nft(
             continue; // emptied meanwhile (by another removal)
         }
         let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
-        let (images, at) = proof::nft_images(socket, family, &names)?;
+        let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
+            return Ok(None);
+        };
         if at != generation {
             return Ok(None);
         }

@@ -218,6 +218,7 @@ fn summary(findings: &[Finding], uncertain: bool) -> String {
     match (found, unknown, uncertain) {
         (true, _, true) => "state found in the backends above; which is stale is not certain, so `iptables-wrapper stale --remove` refuses until it is\n".to_string(),
         (true, _, false) => "stale state found: `iptables-wrapper stale -v` shows the rules, `iptables-wrapper stale --remove` removes them after a backup\n".to_string(),
+        (false, true, _) if nix::unistd::geteuid().is_root() => "whether anything is stale is unknown (see above)\n".to_string(),
         (false, true, _) => "whether anything is stale is unknown (see above): reading the tables needs root, or CAP_NET_ADMIN and CAP_NET_RAW\n".to_string(),
         (false, false, _) if findings.iter().any(|f| !f.left.is_empty()) => format!(
             "nothing stale that `iptables-wrapper stale --remove` would remove in {}; the tables left alone above are not iptables-nft's own, and only their owner can say whether they are stale\n",

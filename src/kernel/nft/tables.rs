@@ -15,7 +15,7 @@ use super::netlink::{
     attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
     NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
-use super::NftSocket;
+use super::{DumpInterrupted, NftSocket};
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
 
@@ -71,6 +71,10 @@ pub const NF_ACCEPT: u32 = 1;
 impl NftSocket {
     /// Every table of `family` (a GETTABLE dump).
     pub fn tables(&self, family: Family) -> io::Result<Vec<NftTable>> {
+        read_again_while_interrupted(|| self.read_tables(family))
+    }
+
+    fn read_tables(&self, family: Family) -> io::Result<Vec<NftTable>> {
         let mut tables = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETTABLE, family);
         let end = self.dump(&request, |payload| {
@@ -103,6 +107,10 @@ impl NftSocket {
     /// dump per chain (one of the whole table would cost the square of its
     /// rules: the kernel resumes each batch from the start).
     pub fn chains(&self, family: Family, table: &'static str) -> io::Result<Vec<NftChain>> {
+        read_again_while_interrupted(|| self.read_chains(family, table))
+    }
+
+    fn read_chains(&self, family: Family, table: &'static str) -> io::Result<Vec<NftChain>> {
         let mut chains = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
         let end = self.dump(&request, |payload| {
@@ -178,6 +186,10 @@ impl NftSocket {
     /// set (a GETSET dump: the table's `use` count leaves anonymous sets
     /// out).
     pub fn set_tables(&self, family: Family) -> io::Result<Vec<String>> {
+        read_again_while_interrupted(|| self.read_set_tables(family))
+    }
+
+    fn read_set_tables(&self, family: Family) -> io::Result<Vec<String>> {
         let mut tables = Vec::new();
         let end = self.dump(&Request::new(libc::NFT_MSG_GETSET, family), |payload| {
             if let Some((_, table)) = attributes(payload).find(|&(kind, _)| kind == NFTA_SET_TABLE) {
@@ -187,5 +199,20 @@ impl NftSocket {
         })?;
         end.complete()?;
         Ok(tables)
+    }
+}
+
+/// Readings of one dump before an interrupted one is given up.
+const DUMP_TRIES: usize = 5;
+
+/// `read`, again while the kernel says the ruleset changed during its
+/// dumps ([`DumpInterrupted`], after the last try too).
+fn read_again_while_interrupted<T>(mut read: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut tries = 1;
+    loop {
+        match read() {
+            Err(e) if DumpInterrupted::is(&e) && tries < DUMP_TRIES => tries += 1,
+            result => return result,
+        }
     }
 }
