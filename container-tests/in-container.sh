@@ -310,7 +310,8 @@ saves() {
 
 # stale-remove: the host now says nft and legacy holds the state the upgrade
 # left, while the new Docker and kube-proxy wrote the same filtering (the
-# FORWARD DROP policy, the IPv6 DROP) into nft, as an upgrade does: so
+# FORWARD DROP policy, the IPv6 DROP) and the same Service rule into nft,
+# as an upgrade does: so
 # removing legacy opens nothing. `stale` shows it (exit 1); `stale --remove` saves legacy into a
 # backup directory, empties the stale tables (exit 0); the next calls go to
 # nft, legacy holds nothing, nft is what it was, a second removal has
@@ -318,6 +319,9 @@ saves() {
 cmd_stale_remove() {
   local rc=0 dir
   backend nft iptables -w -P FORWARD DROP
+  backend nft iptables -w -t nat -N KUBE-SERVICES
+  backend nft iptables -w -t nat -A PREROUTING -j KUBE-SERVICES
+  backend nft iptables -w -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
   backend nft ip6tables -w -A INPUT -s 2001:db8::1/128 -j DROP
   iptables-wrapper stale >"$WORK/show" 2>"$WORK/err" || rc=$?
   [ "$rc" -eq 1 ] || fail "stale exited $rc, expected 1: $(cat "$WORK/show" "$WORK/err")"

@@ -52,19 +52,14 @@ pub fn contradictions(
     if let HostLinks::Found { link, later, .. } = host_link::read(&host_link::host_root(), family, true) {
         let candidates: Vec<&host_link::HostLink> = std::iter::once(&link).chain(&later).collect();
         for candidate in own_names_first(family, candidates) {
+            let shown = match candidate.shown_chain() {
+                chain if chain.is_empty() => candidate.path.display().to_string(),
+                chain => format!("{} {chain}", candidate.path.display()),
+            };
             if let Err(why) = &candidate.answer {
-                lines.push(format!(
-                    "host link {} {} exists but cannot tell which backend: {why}",
-                    candidate.path.display(),
-                    candidate.shown_chain()
-                ));
+                lines.push(format!("host link {shown} exists but cannot tell which backend: {why}"));
             } else if candidate.answer == Ok(mode.other()) {
-                lines.push(format!(
-                    "host link {} {} points to {}",
-                    candidate.path.display(),
-                    candidate.shown_chain(),
-                    mode.other()
-                ));
+                lines.push(format!("host link {shown} points to {}", mode.other()));
             }
         }
     }

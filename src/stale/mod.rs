@@ -36,7 +36,7 @@ use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
 use crate::escape::printable;
 use crate::family::Family;
-use crate::host_link::{self, HostLinks, DEFAULT_HOST_ROOT};
+use crate::host_link::{self, HostLinks};
 use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::HOST_ROOT_VAR;
@@ -219,7 +219,9 @@ fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
         let family = doubts[0].family;
         let place = match host_link::read(&root, family, false) {
             HostLinks::NoRoot(_) => format!(
-                "mount the host's root at {DEFAULT_HOST_ROOT} (or at least its /etc/alternatives at {DEFAULT_HOST_ROOT}/etc/alternatives; {HOST_ROOT_VAR} says where it is)"
+                "mount the host's root at {} (or at least its /etc/alternatives at {}/etc/alternatives; {HOST_ROOT_VAR} says where it is)",
+                root.display(),
+                root.display()
             ),
             _ => format!(
                 "the host's root at {} holds no iptables link that decides (such as {}; docs/node-os.md lists each place read)",
