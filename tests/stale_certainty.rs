@@ -543,6 +543,18 @@ ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
         err.contains("decided apart here: ipv4 legacy, ipv6 nft") && !err.contains("set IPTABLES_MODE="),
         "{err}"
     );
+    // The refusal's JSON carries both families' decisions.
+    let report = json(&stale(&node, &["--remove", "--json"]));
+    assert_eq!(report["certain"], false, "{report}");
+    assert_eq!(report["hosts"][0]["mode"], "legacy", "{report}");
+    assert_eq!(report["hosts"][1]["mode"], "nft", "{report}");
+    assert!(
+        report["contradicted_by"][0]
+            .as_str()
+            .unwrap()
+            .contains("KUBE-IPTABLES-HINT"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -85,7 +85,7 @@ pub fn run(options: &Options) -> i32 {
         Ok(decided) => decided,
         Err(invalid) => {
             if options.json {
-                show::print_json_refusal(&invalid, &[]);
+                show::print_json_refusal(&[], &invalid, &[]);
             }
             say(&printable(&invalid));
             return EXIT_REFUSED;
@@ -98,7 +98,7 @@ pub fn run(options: &Options) -> i32 {
         (Some(why), true) => {
             let refusal = format!("stale --remove: refused: {why}");
             if options.json {
-                show::print_json_refusal(&refusal, &contradicted);
+                show::print_json_refusal(&hosts, &refusal, &contradicted);
             }
             say(&printable(&refusal));
             for line in &contradicted {

@@ -366,13 +366,16 @@ fn json_report(
     )
 }
 
-/// A refusal as the JSON object a script reads.
-pub fn print_json_refusal(refusal: &str, contradicted: &[String]) {
+/// A refusal as the JSON object a script reads: `hosts` the decisions, if
+/// any were made (none for an invalid setting), and `certain` false.
+pub fn print_json_refusal(hosts: &[HostBackend], refusal: &str, contradicted: &[String]) {
     let contradicted: Vec<String> = contradicted.iter().map(|line| string(line)).collect();
+    let report = json_report(hosts, Some(refusal), &[], &[], &Vec::new(), None);
     let _ = print_out(&format!(
-        "{{\"refused\":{},\"contradicted_by\":[{}],\"hosts\":[],\"findings\":[],\"removal\":null}}\n",
+        "{{\"refused\":{},\"contradicted_by\":[{}],{}\n",
         string(refusal),
-        contradicted.join(",")
+        contradicted.join(","),
+        report.strip_prefix("{\"refused\":null,").unwrap_or(&report)
     ));
 }
 
