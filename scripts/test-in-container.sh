@@ -97,8 +97,11 @@ mkdir -p /src
 tar -C /repo --exclude=./target --exclude=./dist --exclude=./container-tests/.cache -cf - . | tar -C /src -xf -
 cd /src
 env "$@" bash scripts/test.sh'
+# /dev/fuse for fuse-overlayfs; /dev/net/tun for the clients scenario's
+# wireguard-go, whose containers the inner engine gives it.
 device=()
-[[ -e /dev/fuse ]] && device=(--device /dev/fuse)
+[[ -e /dev/fuse ]] && device+=(--device /dev/fuse)
+[[ -e /dev/net/tun ]] && device+=(--device /dev/net/tun)
 log "running scripts/test.sh in $CONTAINER ($SUITE_IMAGE)"
 rc=0
 read -r -a run_opts <<<"${IPTW_SUITE_RUN_OPTS:-}"
