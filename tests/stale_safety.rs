@@ -834,3 +834,21 @@ iptables-legacy -P FORWARD DROP
 iptables-legacy -A INPUT -s 10.0.0.1 -j DROP
 ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");
 }
+
+#[test]
+fn session_affinity_in_nft_is_removed_and_restored_too() {
+    // The same `recent` match, in nft (iptables-nft's compat match holds
+    // the same struct): the live save's 4-byte mask restores what the
+    // kernel reads.
+    let node = Node::new("affinity-nft");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1 -j ACCEPT
+ip6tables-legacy -A INPUT -s 2001:db8::1 -j ACCEPT
+iptables-nft -t nat -N KUBE-SEP-AFF
+iptables-nft -t nat -A KUBE-SEP-AFF -p tcp -m recent --set --name KUBE-SEP-AFF --rsource -j DNAT --to-destination 10.0.0.2:80
+iptables-nft -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 3 -j REJECT");
+    let out = stale(&node, &["--remove", "--allow-opening"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("emptied: nft ipv4 nat"), "{}", stdout(&out));
+    assert!(!nft_ruleset(&node).contains("recent"), "{}", nft_ruleset(&node));
+}

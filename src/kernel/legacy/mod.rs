@@ -24,6 +24,7 @@
 
 mod abi;
 mod unread;
+pub(crate) use unread::ipv4_unread_mask;
 mod walk;
 
 use crate::family::Family;

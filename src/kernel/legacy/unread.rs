@@ -33,6 +33,17 @@ const IPV4_MASKS: [(&[u8], u8, usize); 2] = [
     (b"connlimit", 0, 0),
 ];
 
+/// Where, in the data of match `name` of `revision` in an IPv4 rule, lie
+/// the bytes the kernel never reads (the IPv6 part of its mask); None for
+/// any other match. The data is the same `struct` in an nf_tables rule's
+/// `match` expression (iptables-nft's compat), so both proofs use this.
+pub(crate) fn ipv4_unread_mask(name: &[u8], revision: u32) -> Option<std::ops::Range<usize>> {
+    IPV4_MASKS
+        .iter()
+        .find(|(match_name, first_revision, _)| name == *match_name && revision >= u32::from(*first_revision))
+        .map(|(_, _, mask_at)| mask_at + IPV4_ADDRESS_LEN..mask_at + ADDRESS_LEN)
+}
+
 /// Zeroes the bytes the kernel never reads in `entry`, one entry of a
 /// `family` table's blob (a malformed match ends the walk: what is left is
 /// compared whole).
@@ -52,11 +63,8 @@ pub(super) fn zero_unread(family: Family, layout: &Layout, entry: &mut [u8]) {
         }
         let name = until_nul(&entry[at + NAME_AT..at + REVISION_AT]);
         let revision = entry[at + REVISION_AT];
-        let masked = IPV4_MASKS
-            .iter()
-            .find(|(match_name, first_revision, _)| name == *match_name && revision >= *first_revision);
-        if let Some((_, _, mask_at)) = masked {
-            let unread = at + MATCH_HEADER + mask_at + IPV4_ADDRESS_LEN..at + MATCH_HEADER + mask_at + ADDRESS_LEN;
+        if let Some(unread) = ipv4_unread_mask(name, u32::from(revision)) {
+            let unread = at + MATCH_HEADER + unread.start..at + MATCH_HEADER + unread.end;
             if unread.end <= at + size {
                 entry[unread].fill(0);
             }

@@ -287,7 +287,7 @@ impl NftSocket {
                     .rules
                     .entry(chain.to_vec())
                     .or_default()
-                    .push(rule_without_state(payload));
+                    .push(rule_without_state(payload, family));
             })?;
         }
         let mut sets = Vec::new();
@@ -365,9 +365,37 @@ fn without(payload: &[u8], dropped: &[u16]) -> Vec<u8> {
     encode(attributes(payload).filter(|(kind, _)| !dropped.contains(kind)))
 }
 
+/// The attributes of a `match` expression (iptables-nft's compat matches).
+const NFTA_MATCH_NAME: u16 = 1;
+const NFTA_MATCH_REV: u16 = 2;
+const NFTA_MATCH_INFO: u16 = 3;
+
+/// A `match` expression's data with the bytes an IPv4 rule never reads
+/// zeroed (see [`crate::kernel::legacy::ipv4_unread_mask`]): kube-proxy's
+/// `-m recent --set` without `--mask` fills 16 mask bytes, its save's
+/// `--mask 255.255.255.255` restores 4.
+fn match_without_unread(data: &[u8]) -> Vec<u8> {
+    let find = |wanted: u16| nested(data).find(|&(kind, _)| kind == wanted).map(|(_, value)| value);
+    let name = find(NFTA_MATCH_NAME).map(until_nul).unwrap_or_default();
+    let revision = find(NFTA_MATCH_REV).and_then(be_u32).unwrap_or(0);
+    let Some(unread) = crate::kernel::legacy::ipv4_unread_mask(name, revision) else {
+        return data.to_vec();
+    };
+    let kept: Vec<(u16, Vec<u8>)> = nested(data)
+        .map(|(kind, value)| {
+            let mut value = value.to_vec();
+            if kind == NFTA_MATCH_INFO && unread.end <= value.len() {
+                value[unread.clone()].fill(0);
+            }
+            (kind, value)
+        })
+        .collect();
+    encode(kept.iter().map(|(kind, value)| (*kind, value.as_slice())))
+}
+
 /// A rule's attributes without its handle, position and ids, and without
 /// the packets and bytes its `counter` expressions hold.
-fn rule_without_state(payload: &[u8]) -> Vec<u8> {
+fn rule_without_state(payload: &[u8], family: Family) -> Vec<u8> {
     let mut out = Vec::new();
     for (kind, value) in attributes(payload) {
         match kind {
@@ -375,10 +403,18 @@ fn rule_without_state(payload: &[u8]) -> Vec<u8> {
             | NFTA_RULE_ID => {}
             NFTA_RULE_EXPRESSIONS => {
                 let expressions = nested(value).map(|(kind, expression)| {
-                    let is_counter =
-                        nested(expression).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter");
-                    let kept = encode(nested(expression).filter(|&(kind, _)| !(is_counter && kind == NFTA_EXPR_DATA)));
-                    (kind, kept)
+                    let named = |wanted: &[u8]| {
+                        nested(expression).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == wanted)
+                    };
+                    let (is_counter, is_ipv4_match) = (named(b"counter"), family == Family::Ipv4 && named(b"match"));
+                    let parts: Vec<(u16, Vec<u8>)> = nested(expression)
+                        .filter(|&(kind, _)| !(is_counter && kind == NFTA_EXPR_DATA))
+                        .map(|(kind, data)| match kind {
+                            NFTA_EXPR_DATA if is_ipv4_match => (kind, match_without_unread(data)),
+                            _ => (kind, data.to_vec()),
+                        })
+                        .collect();
+                    (kind, encode(parts.iter().map(|(kind, data)| (*kind, data.as_slice()))))
                 });
                 let expressions: Vec<(u16, Vec<u8>)> = expressions.collect();
                 push(
