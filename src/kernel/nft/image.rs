@@ -6,8 +6,10 @@
 //! expressions, each set with its elements, each stateful object and each
 //! flowtable. Only what differs between two identical tables in two
 //! namespaces is left out: handles and ids (the kernel numbers objects as
-//! they are made), counters (a base chain's, a `counter` expression's) and
-//! a set element's time left. Chains, sets, elements, objects and
+//! they are made), counters (a base chain's, a `counter` expression's), a
+//! set element's time left, and in an IPv4 rule the IPv6 part of a compat
+//! `recent` or `connlimit` match's mask, which the kernel never reads
+//! there. Chains, sets, elements, objects and
 //! flowtables are kept sorted (their order means nothing); rules keep their
 //! order within their chain (it is what they mean). Anything a tool cannot
 //! express or bytes it would change therefore show as a difference.
