@@ -456,8 +456,15 @@ iptables-nft -N KUBE-TEST; iptables-nft -A KUBE-TEST -j RETURN",
     node.sh("iptables-nft -t nat -N KUBE-SERVICES
 iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443");
     assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
-    // Reached from PREROUTING: kube-proxy's, and the removal goes ahead.
+    // Reached from PREROUTING: kube-proxy's, and with Docker's chain in nft
+    // too (Docker moved there), the removal goes ahead.
     node.sh("iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["legacy ipv4 holds Docker's chains (DOCKER) and nft none of them"],
+    );
+    node.sh("iptables-nft -N DOCKER");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }
@@ -667,4 +674,53 @@ iptables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80
     let backup = std::fs::read_to_string(&file).unwrap();
     assert!(backup.contains("*nat") && !backup.contains("*filter"), "{backup}");
     assert_eq!(report["removal"]["emptied"][0]["table"], "nat", "{report}");
+}
+
+#[test]
+fn a_writers_chains_in_the_stale_backend_alone_contradict_one_stray_rule() {
+    // Docker's whole state in legacy; nft holds one MASQUERADE (a CNI
+    // plugin's), the host link says nft.
+    let node = Node::new("cert-docker-stray");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "iptables-legacy -N DOCKER; iptables-legacy -A FORWARD -o docker0 -j DOCKER
+iptables-legacy -t nat -N DOCKER; iptables-legacy -t nat -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+iptables-legacy -t nat -A DOCKER ! -i docker0 -p tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80
+iptables-legacy -t nat -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
+iptables-nft -t nat -A POSTROUTING -s 10.88.0.0/16 -j MASQUERADE",
+    );
+    assert_refused(
+        &node,
+        &["--remove"],
+        &["ipv4: legacy ipv4 holds Docker's chains (DOCKER) and nft none of them"],
+    );
+}
+
+#[test]
+fn a_native_nftables_filter_counts_what_it_may_read() {
+    // The host filters in a native inet table that drops marked packets;
+    // legacy's mangle marks port 8080.
+    let node = Node::new("cert-native-mark");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh("nft add table inet fw
+nft add chain inet fw input '{ type filter hook input priority 0; }'
+nft add rule inet fw input tcp dport 8080 meta mark 0x1 drop
+iptables-nft -t nat -A POSTROUTING -s 10.88.0.0/16 -j MASQUERADE
+iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0x1");
+    assert_held_open(
+        &node,
+        &["--remove"],
+        "nftables tables this check does not read filter too",
+    );
+}
+
+#[test]
+fn a_stateful_match_without_a_verdict_counts_where_the_live_backend_reads_it() {
+    let node = Node::new("cert-recent-set");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "iptables-nft -A INPUT -p tcp --dport 8081 -m recent --name BAD --rcheck --seconds 2 -j DROP
+iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8081 -m recent --name BAD --set",
+    );
+    assert_held_open(&node, &["--remove"], "-m recent --set --name BAD");
 }

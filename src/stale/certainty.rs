@@ -100,6 +100,7 @@ pub fn contradictions(
         }
         _ => {}
     }
+    lines.extend(writer_chains_only_in(stale, mode, family));
     if mode == Mode::Legacy {
         if let Ok(reading) = kernel.nft_lookups() {
             if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
@@ -116,6 +117,67 @@ pub fn contradictions(
         }
     }
     lines
+}
+
+/// Firewall writers known by the names of the user chains they make, and
+/// those prefixes. A writer that moved to the chosen backend made its
+/// chains there; a writer's chains in the backend to be emptied and none of
+/// them in the chosen one say it still writes to the other (a Docker not
+/// restarted since the host switched, beside one stray nft rule).
+const WRITER_CHAIN_PREFIXES: [(&str, &[&str]); 7] = [
+    ("Docker", &["DOCKER"]),
+    ("Calico", &["cali-"]),
+    ("Cilium", &["CILIUM_"]),
+    ("flannel", &["FLANNEL-"]),
+    ("ufw", &["ufw-", "ufw6-"]),
+    ("netavark", &["NETAVARK"]),
+    ("CNI plugins", &["CNI-"]),
+];
+
+/// One line per writer whose user chains `stale` holds in `family` while
+/// `mode` holds none of them.
+fn writer_chains_only_in(stale: &find::Finding, mode: Mode, family: Family) -> Vec<String> {
+    let user_chains = |finding: &find::Finding| -> Vec<String> {
+        finding
+            .tables
+            .iter()
+            .flat_map(|t| t.chains.iter().filter(|c| !c.builtin).map(|c| c.name.clone()))
+            .collect()
+    };
+    let in_stale = user_chains(stale);
+    let writers: Vec<&(&str, &[&str])> = WRITER_CHAIN_PREFIXES
+        .iter()
+        .filter(|(_, prefixes)| in_stale.iter().any(|c| prefixes.iter().any(|p| c.starts_with(p))))
+        .collect();
+    if writers.is_empty() {
+        return Vec::new();
+    }
+    let chosen = find::find(mode, family);
+    if chosen.unknown.is_some() {
+        return Vec::new(); // the removal stops on that by itself
+    }
+    let in_chosen = user_chains(&chosen);
+    writers
+        .into_iter()
+        .filter(|(_, prefixes)| !in_chosen.iter().any(|c| prefixes.iter().any(|p| c.starts_with(p))))
+        .map(|(writer, prefixes)| {
+            let mut theirs: Vec<&str> = in_stale
+                .iter()
+                .filter(|c| prefixes.iter().any(|p| c.starts_with(p)))
+                .map(String::as_str)
+                .collect();
+            theirs.sort_unstable();
+            theirs.dedup();
+            theirs.truncate(3);
+            format!(
+                "{} {} holds {writer}'s chains ({}) and {mode} none of them: {writer} still writes to {}",
+                mode.other(),
+                family.label(),
+                theirs.join(", "),
+                mode.other()
+            )
+        })
+        .collect()
 }
 
 /// The candidates that speak for `family`: where one bears the family's

@@ -21,7 +21,7 @@
 use super::find;
 use super::proof;
 use super::proof::Verdicts;
-use super::saved_rules::{parse, targets, SavedTable, BUILTIN_CHAINS};
+use super::saved_rules::{parse, sets_what_is_read, targets, SavedTable, BUILTIN_CHAINS, SET_AND_READ_ALL};
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules::{self, Presence};
@@ -94,22 +94,24 @@ struct Harmless {
 
 /// The filtering items of the stale `table` that `live` (the same table of
 /// the host's backend, if any) does not also enforce, as lines: each rule
-/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`. Where
-/// `live_filters` (the live backend filters anything in the family), a
-/// rule that changes a packet, its connection or a set is an item too:
-/// the live filters may match what it sets (a mark, a NAT address).
+/// as printed and each non-ACCEPT policy as `:CHAIN POLICY`. A rule whose
+/// own verdict or stateful match sets what one of `live_reads` reads (the
+/// match modules the live backend's rules load outside `nat`: a mark, a
+/// conntrack state, a recent list) is an item too: the live filters may
+/// depend on it.
 ///
-/// A rule is enforced when the live chain of the same name holds it and
-/// the rules before it in both chains bring every packet to it in the same
-/// state ([`same_way_in`]). A jump to a user chain is judged by what it
+/// Rules of a user chain that no built-in chain reaches are no items.
+/// A filtering rule is enforced when the live chain of the same name holds
+/// it and the rules before it in both chains bring every packet to it in
+/// the same state ([`same_way_in`]); a rule that only changes packets, when
+/// the live chain holds it with the same user chains behind it. A jump to a user chain is judged by what it
 /// reaches: the filtering rules of that chain are items of their own,
 /// checked the same way. A policy is enforced when the live chain has the
 /// same one and its whole chain brings packets to it as the stale one
 /// does; a stale `RETURN` or `-g` in a built-in chain, which sends packets
 /// to its policy at once, is then in the live chain too.
-fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>, live_filters: bool) -> Vec<Vec<u8>> {
+fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>, live_reads: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
     let filtering_chains = table.filtering_chains();
-    let changing_chains = table.changing_chains();
     let empty = SavedTable::default();
     let live = live.unwrap_or(&empty);
     let harmless = Harmless {
@@ -128,6 +130,7 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>, live_filters:
             items.push([b":".as_slice(), chain, b" ", policy].concat());
         }
     }
+    let reachable = table.reachable_chains();
     let mut index: Vec<(Vec<u8>, usize)> = Vec::new();
     for (chain, line) in &table.rules {
         let at = match index.iter_mut().find(|(c, _)| c == chain) {
@@ -140,16 +143,24 @@ fn unenforced_items(table: &SavedTable, live: Option<&SavedTable>, live_filters:
                 0
             }
         };
-        let item = table.filters(line, &filtering_chains) || (live_filters && table.changes(line, &changing_chains));
-        if !item {
+        if !reachable.contains(chain) {
+            continue;
+        }
+        let filtering = table.filters(line, &filtering_chains);
+        if !filtering && !sets_what_is_read(line, live_reads) {
             continue;
         }
         let stale_rules = table.chain(chain);
         let live_rules = live.chain(chain);
-        let enforced = live_rules
-            .iter()
-            .position(|r| *r == line.as_slice())
-            .is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless, false));
+        let at_live = live_rules.iter().position(|r| *r == line.as_slice());
+        let enforced = if filtering {
+            at_live.is_some_and(|i| same_way_in(&live_rules[..i], &stale_rules[..at], table, live, &harmless, false))
+        } else {
+            // A rule that only changes packets: the live chain does the
+            // same change, to the same chains; kube-proxy writes its nat
+            // rules in another order on each start.
+            at_live.is_some() && same_chains(line, table, live, &mut HashSet::new())
+        };
         if !enforced {
             items.push(line.clone());
         }
@@ -182,7 +193,13 @@ pub fn unenforced(
             true
         });
     }
-    let live_filters = live_unread || live.iter().any(|(_, table)| table.filters_anything());
+    // What the live backend's rules read (marks, conntrack state, sets);
+    // a live table not read exactly may read anything.
+    let live_reads: HashSet<Vec<u8>> = if live_unread {
+        SET_AND_READ_ALL.iter().map(|m| m.to_vec()).collect()
+    } else {
+        live.iter().flat_map(|(name, table)| table.modules_read(name)).collect()
+    };
     tables
         .iter()
         .map(|name| {
@@ -193,7 +210,7 @@ pub fn unenforced(
                 .iter()
                 .find(|(n, _)| n.as_slice() == name.as_bytes())
                 .map(|(_, t)| t);
-            unenforced_items(table, live_table, live_filters)
+            unenforced_items(table, live_table, &live_reads)
         })
         .collect()
 }
@@ -333,6 +350,41 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
     Ok(Some(live))
 }
 
+/// The nf_tables tables that filter `family`'s packets beside the
+/// iptables tables this check reads: `ip`/`ip6` tables that are not
+/// iptables-nft's own, and every `inet` table (firewalld's, an
+/// nftables.service ruleset's), as "family name". Empty when nf_tables is
+/// not in the kernel.
+fn native_tables(family: Family) -> Result<Vec<String>, String> {
+    match modules::nf_tables() {
+        Presence::Present(_) | Presence::Askable(_) => {}
+        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Vec::new()),
+        Presence::Unknown(why) => {
+            return Err(format!(
+                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
+            ))
+        }
+    }
+    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+    let unread = |e: std::io::Error| format!("nf_tables tables cannot be read: {e}");
+    let own = find::nft_own_base_chains(&socket, family).map_err(unread)?;
+    let mut native: Vec<String> = socket
+        .tables(family)
+        .map_err(unread)?
+        .into_iter()
+        .filter(|t| !own.iter().any(|(name, _)| *name == t.name))
+        .map(|t| format!("{} {}", family.nft_name(), t.name))
+        .collect();
+    native.extend(
+        socket
+            .inet_table_names()
+            .map_err(unread)?
+            .into_iter()
+            .map(|name| format!("inet {name}")),
+    );
+    Ok(native)
+}
+
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
 /// would open the host, or None when the host's backend `live` enforces
 /// every filtering item it holds.
@@ -345,18 +397,21 @@ pub fn openings(
 ) -> Result<Vec<Option<String>>, String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
+    // Native nftables tables filter too, and are not read here: what they
+    // match is taken as unknown.
+    let native = native_tables(family)?;
     Ok(unenforced(
         stale_save,
         &live_save.exact,
         live_save.own.as_deref(),
         tables,
-        !live_save.inexact.is_empty(),
+        !live_save.inexact.is_empty() || !native.is_empty(),
     )
     .into_iter()
     .zip(tables)
     .map(|(items, table)| {
         let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
-        describe(&items, live, inexact.map(|(_, why)| why.as_str()))
+        describe(&items, live, inexact.map(|(_, why)| why.as_str()), &native)
     })
     .collect())
 }
@@ -402,7 +457,7 @@ const ITEMS_SHOWN: usize = 20;
 
 /// "removing it would open the host: 2 filtering items that nft does not
 /// enforce: ...", naming why the live table was not counted (`inexact`).
-fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<String> {
+fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>, native: &[String]) -> Option<String> {
     if items.is_empty() {
         return None;
     }
@@ -418,7 +473,14 @@ fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<Stri
         if items.len() == 1 { "" } else { "s" },
         inexact
             .map(|why| format!(" (its own table of that name was not counted: {why})"))
-            .unwrap_or_default(),
+            .into_iter()
+            .chain((!native.is_empty()).then(|| {
+                format!(
+                    " (nftables tables this check does not read filter too, so what they match counts as read: {})",
+                    native.join(", ")
+                )
+            }))
+            .collect::<String>(),
         shown.join("; "),
         if more > 0 {
             format!("; and {more} more")
@@ -512,6 +574,12 @@ mod tests {
             [":FORWARD DROP"]
         );
         assert_eq!(shown(unenforced(policy, policy, None, &["filter"], false))[0].len(), 0);
+    }
+
+    #[test]
+    fn a_user_chain_nothing_reaches_filters_nothing() {
+        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -s 192.0.2.1/32 -j DROP\nCOMMIT\n";
+        assert_eq!(shown(unenforced(stale, b"", None, &["filter"], false))[0].len(), 0);
     }
 
     #[test]

@@ -60,12 +60,79 @@ fn is_non_filtering(target: &[u8]) -> bool {
         || CHANGING_TARGETS.contains(&target)
 }
 
-/// Whether `target` changes a packet, its connection or a set before a
-/// filter may see it. Source NAT (`SNAT`, `MASQUERADE`) is done at
-/// `POSTROUTING`, after every filtering hook: removing it cannot let a
-/// packet through that a filter would stop.
-fn is_changing(target: &[u8]) -> bool {
-    CHANGING_TARGETS.contains(&target) || matches!(target, b"DNAT" | b"REDIRECT" | b"NETMAP")
+/// What a verdict sets that a later rule can match, and the match modules
+/// that read it (`-m mark`): a live filter reading a mark that a stale rule
+/// sets depends on that rule. NAT is not here: kube-proxy's stale DNATs to
+/// endpoints long gone are what an upgrade leaves, and removing a
+/// rewrite lets the live backend's own apply.
+const SET_AND_READ: [(&[u8], &[&[u8]]); 11] = [
+    (b"MARK", &[b"mark"]),
+    (b"CONNMARK", &[b"connmark", b"mark"]),
+    (b"CT", &[b"conntrack", b"state", b"helper"]),
+    (b"NOTRACK", &[b"conntrack", b"state"]),
+    (b"SET", &[b"set"]),
+    (b"TOS", &[b"tos"]),
+    (b"DSCP", &[b"dscp"]),
+    (b"TTL", &[b"ttl"]),
+    (b"HL", &[b"hl"]),
+    (b"TCPMSS", &[b"tcpmss"]),
+    (b"CLASSIFY", &[b"classify"]),
+];
+
+/// Matches that keep state in the kernel, shared by name between rules of
+/// both backends (`-m recent --set`, a named hashlimit): a rule loading
+/// one changes what another such rule reads, whatever its verdict.
+const STATEFUL_MATCHES: [&[u8]; 3] = [b"recent", b"hashlimit", b"quota2"];
+
+/// Every match module some verdict or stateful match sets state for: what
+/// a live backend not read exactly may read.
+pub(super) const SET_AND_READ_ALL: [&[u8]; 15] = [
+    b"mark",
+    b"connmark",
+    b"conntrack",
+    b"state",
+    b"helper",
+    b"set",
+    b"tos",
+    b"dscp",
+    b"ttl",
+    b"hl",
+    b"tcpmss",
+    b"classify",
+    b"recent",
+    b"hashlimit",
+    b"quota2",
+];
+
+/// The match modules a rule loads (`-m NAME`, `--match NAME`).
+pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    for words in word_splits(rule) {
+        for pair in words.windows(2) {
+            if matches!(pair[0].as_slice(), b"-m" | b"--match") {
+                found.push(pair[1].clone());
+            }
+        }
+    }
+    found
+}
+
+/// Whether `rule`'s own verdict sets something one of the match modules
+/// in `read` reads.
+pub(super) fn sets_what_is_read(rule: &[u8], read: &HashSet<Vec<u8>>) -> bool {
+    targets(rule).iter().any(|t| {
+        SET_AND_READ
+            .iter()
+            .any(|(target, readers)| target == t && readers.iter().any(|m| read.contains(*m)))
+    }) || keeps_state_read(rule, read)
+}
+
+/// Whether `rule` loads a stateful match (see [`STATEFUL_MATCHES`]) that
+/// `read` holds (None: any).
+fn keeps_state_read(rule: &[u8], read: &HashSet<Vec<u8>>) -> bool {
+    match_modules(rule)
+        .iter()
+        .any(|m| STATEFUL_MATCHES.contains(&m.as_slice()) && read.contains(m))
 }
 
 /// The verdicts that end evaluation but can only block.
@@ -238,26 +305,36 @@ impl SavedTable {
         self.reaches(rule, filtering_chains, |t| !is_non_filtering(t))
     }
 
-    /// The user chains from which a verdict that changes a packet, its
-    /// connection or a set is reached.
-    pub(super) fn changing_chains(&self) -> HashSet<Vec<u8>> {
-        self.chains_reaching(is_changing)
-    }
-
-    /// Whether `rule` changes a packet, its connection or a set, itself or
-    /// through a user chain in `changing_chains`.
-    pub(super) fn changes(&self, rule: &[u8], changing_chains: &HashSet<Vec<u8>>) -> bool {
-        self.reaches(rule, changing_chains, is_changing)
-    }
-
-    /// Whether anything in the table filters: a filtering rule, or a
-    /// built-in chain's policy other than `ACCEPT`.
-    pub(super) fn filters_anything(&self) -> bool {
-        let filtering_chains = self.filtering_chains();
-        self.policies
+    /// The chains a packet can reach: the built-in ones, and the user
+    /// chains a reachable chain jumps or goes to. A user chain nothing
+    /// reaches filters nothing.
+    pub(super) fn reachable_chains(&self) -> HashSet<Vec<u8>> {
+        let mut reached: HashSet<Vec<u8>> = self
+            .policies
             .iter()
-            .any(|(_, p)| p.as_slice() != b"-" && p.as_slice() != b"ACCEPT")
-            || self.rules.iter().any(|(_, line)| self.filters(line, &filtering_chains))
+            .filter(|(_, p)| p.as_slice() != b"-")
+            .map(|(c, _)| c.clone())
+            .collect();
+        loop {
+            let before = reached.len();
+            for (chain, line) in &self.rules {
+                if reached.contains(chain) {
+                    reached.extend(targets(line).into_iter().filter(|t| self.is_user_chain(t)));
+                }
+            }
+            if reached.len() == before {
+                return reached;
+            }
+        }
+    }
+
+    /// The match modules the table's rules load, outside `nat` (where no
+    /// rule can filter): what its filters and exits may read.
+    pub(super) fn modules_read(&self, name: &[u8]) -> HashSet<Vec<u8>> {
+        if name == b"nat" {
+            return HashSet::new();
+        }
+        self.rules.iter().flat_map(|(_, line)| match_modules(line)).collect()
     }
 
     /// The user chains whose rules can only log, block or return to the
@@ -356,6 +433,9 @@ impl SavedTable {
     /// which the restore tools accept) is judged as the chain.
     pub(super) fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
         !goes_to(rule)
+            && !match_modules(rule)
+                .iter()
+                .any(|m| STATEFUL_MATCHES.contains(&m.as_slice()))
             && targets(rule).iter().all(|t| {
                 if self.is_user_chain(t) {
                     harmless.contains(t)

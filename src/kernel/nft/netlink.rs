@@ -41,7 +41,8 @@ pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
 /// terminated, or a big-endian u32).
 pub(super) struct Request {
     message_type: u16,
-    family: Family,
+    /// `nfgenmsg`'s family: `NFPROTO_IPV4`, `NFPROTO_IPV6` or `NFPROTO_INET`.
+    nfproto: u8,
     /// The attributes, already in their wire form (each header, value and
     /// padding): one buffer, not one per attribute.
     attributes: Vec<u8>,
@@ -53,9 +54,22 @@ pub(super) struct Request {
 
 impl Request {
     pub(super) fn new(nft_msg: c_int, family: Family) -> Request {
+        let nfproto = match family {
+            Family::Ipv4 => libc::NFPROTO_IPV4,
+            Family::Ipv6 => libc::NFPROTO_IPV6,
+        };
+        Request::for_nfproto(nft_msg, nfproto as u8)
+    }
+
+    /// A request for the `inet` family's objects (tables that hold both).
+    pub(super) fn inet(nft_msg: c_int) -> Request {
+        Request::for_nfproto(nft_msg, libc::NFPROTO_INET as u8)
+    }
+
+    fn for_nfproto(nft_msg: c_int, nfproto: u8) -> Request {
         Request {
             message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,
-            family,
+            nfproto,
             attributes: Vec::new(),
             batch: false,
             generation: None,
@@ -67,7 +81,7 @@ impl Request {
     pub(super) fn batch(kind: c_int, generation: Option<u32>) -> Request {
         Request {
             message_type: kind as u16,
-            family: Family::Ipv4, // not sent: a batch message says AF_UNSPEC
+            nfproto: 0, // not sent: a batch message says AF_UNSPEC
             attributes: Vec::new(),
             batch: true,
             generation,
@@ -113,15 +127,12 @@ impl Request {
         datagram.extend_from_slice(&(flags as u16).to_ne_bytes());
         datagram.extend_from_slice(&seq.to_ne_bytes());
         datagram.extend_from_slice(&0u32.to_ne_bytes()); // nlmsg_pid: the kernel fills it in
-        let family = match self.family {
-            Family::Ipv4 => libc::NFPROTO_IPV4,
-            Family::Ipv6 => libc::NFPROTO_IPV6,
-        };
+        let family = self.nfproto;
         if self.batch {
             let res_id = (libc::NFNL_SUBSYS_NFTABLES as u16).to_be_bytes();
             datagram.extend_from_slice(&[libc::AF_UNSPEC as u8, libc::NFNETLINK_V0 as u8, res_id[0], res_id[1]]);
         } else {
-            datagram.extend_from_slice(&[family as u8, libc::NFNETLINK_V0 as u8, 0, 0]);
+            datagram.extend_from_slice(&[family, libc::NFNETLINK_V0 as u8, 0, 0]);
         }
         if let Some(generation) = self.generation {
             datagram.extend_from_slice(&((NLA_HEADER_LEN + 4) as u16).to_ne_bytes());
