@@ -24,6 +24,7 @@
 pub mod backup;
 pub mod certainty;
 pub mod find;
+pub mod live_save;
 pub mod opening;
 pub mod proof;
 pub mod removal_report;

@@ -1,32 +1,29 @@
-//! Whether emptying a stale table would open the host: which of its
-//! filtering items the backend the host uses does not also enforce.
+//! Whether emptying a stale table would open the host: which of its items
+//! the backend the host uses does not also enforce.
 //!
-//! Filtering items are the rules whose verdict is not known not to filter
-//! (`DROP`, `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in
-//! `saved_rules`), jumps or gotos to a user chain that reaches
-//! one, and the built-in chains' policies other than `ACCEPT`. A rule is
-//! also enforced when the live chain of the same name holds it (compared
-//! as printed, counters aside) and the live chain reaches it for every
-//! packet the stale one does: each live rule before it that could end the
-//! chain other than by blocking (an `ACCEPT`, a `RETURN`, a NAT or queue
-//! verdict, an unknown one, a jump to a user chain that may do so) also
-//! comes before it in the stale chain, and the user chains such a jump
-//! goes to are the same in both. A policy is enforced when the live chain
-//! has the same one and each such live rule of the chain is also in the
-//! stale chain. For nft, only iptables-nft's own tables and base chains
-//! count (a regular chain named `INPUT` is reached by no hook). Removing
-//! anything else cannot open a host the live backend still filters.
-//! How a rule's verdict is read: `saved_rules`.
+//! Items are the rules whose verdict is not known not to filter (`DROP`,
+//! `REJECT`, `NFQUEUE`, `QUEUE`, any target not listed in `saved_rules`),
+//! jumps or gotos to a user chain that reaches one, the built-in chains'
+//! policies other than `ACCEPT`, and the rules that set what a live rule
+//! reads (a mark, a conntrack state, a recent list), in chains a packet
+//! can reach. A filtering item is enforced when the live chain of the same
+//! name holds it (compared as printed, counters aside) and the rules before
+//! it bring every packet to it in the same state: the rules that could end
+//! the chain other than by blocking, or change a packet, are the same in
+//! both, in order, with the same user chains behind them (the stale chain
+//! may have more that only take packets out). A policy likewise, over its
+//! whole chain. A rule that only sets what is read is enforced where the
+//! live chain holds it, in any order. The live side is what
+//! [`super::live_save`] proves it holds; for nft only iptables-nft's own
+//! tables and base chains count, and native tables beside them make every
+//! read count as read. Removing anything else cannot open a host the live
+//! backend still filters.
 
 use super::find;
-use super::proof;
+use super::live_save::{native_tables, proven_live_save};
 use super::proof::Verdicts;
 use super::saved_rules::{parse, sets_what_is_read, targets, SavedTable, BUILTIN_CHAINS, SET_AND_READ_ALL};
 use crate::family::Family;
-use crate::kernel::legacy;
-use crate::kernel::modules::{self, Presence};
-use crate::kernel::nft::{DumpInterrupted, NftSocket};
-use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
 use std::collections::HashSet;
 use std::path::Path;
@@ -213,176 +210,6 @@ pub fn unenforced(
             unenforced_items(table, live_table, &live_reads)
         })
         .collect()
-}
-
-/// Readings of the live tables before they are given up as changing: a
-/// live writer commits in bursts (kube-proxy's restores), and the proof
-/// needs a save and a reading of the same state.
-const LIVE_TRIES: u32 = 20;
-/// The wait before the next reading, times the readings so far (at most
-/// 3.8 s in all).
-const LIVE_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// The live backend's save of a family, cut to the tables it restores
-/// exactly: only those say what the kernel enforces.
-#[derive(Debug, Default)]
-pub struct LiveSave {
-    /// The sections of the tables whose save restores exactly.
-    pub exact: Vec<u8>,
-    /// Per live table whose save does not: its name and why.
-    pub inexact: Vec<(String, String)>,
-    /// For nft: iptables-nft's own tables, each with its base chains.
-    pub own: Option<Vec<(&'static str, Vec<String>)>>,
-}
-
-/// The live backend's save of every iptables table of `family` (for nft,
-/// of iptables-nft's own), each table kept only where its save, restored
-/// with `live`'s own tool into a scratch namespace, reads back as the live
-/// table does (as a backup is proven: `proof::prove_legacy`,
-/// `proof::prove_nft`). A save can print what the kernel does not hold:
-/// `iptables-nft-save` prints the last of two `tcp dport` matches alone,
-/// so a rule that matches no packet would read as one that drops port
-/// 8080. Read without creating anything: empty when legacy lists no table,
-/// or nf_tables is not in the kernel. `private_lock` is the restore's
-/// xtables lock.
-pub fn proven_live_save(live: Mode, family: Family, private_lock: &Path) -> Result<LiveSave, String> {
-    for reading in 0..LIVE_TRIES {
-        std::thread::sleep(LIVE_BACKOFF * reading);
-        let attempt = match live {
-            Mode::Legacy => proven_legacy(family, private_lock)?,
-            Mode::Nft => proven_nft(family, private_lock)?,
-        };
-        if let Some(save) = attempt {
-            return Ok(save);
-        }
-    }
-    Err(format!(
-        "its tables changed while being read, in each of {LIVE_TRIES} readings (something writes to them without a pause)"
-    ))
-}
-
-/// The live save of `names` kept where `verdicts` say it restores exactly.
-fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveSave {
-    let mut live = LiveSave::default();
-    let mut exact = Vec::new();
-    for (name, verdict) in names.iter().zip(verdicts) {
-        match verdict {
-            Ok(()) => exact.push(*name),
-            Err(why) => live.inexact.push((name.to_string(), why)),
-        }
-    }
-    live.exact = find::sections(save, &exact);
-    live
-}
-
-/// One reading of the live legacy tables (None: they changed meanwhile).
-fn proven_legacy(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, String> {
-    let listed = legacy::listed_tables(family)?.unwrap_or_default();
-    // Every table, not only those to be emptied: whether the live backend
-    // filters anything at all decides what counts as an item.
-    let names: Vec<&str> = IPTABLES_TABLES
-        .iter()
-        .copied()
-        .filter(|t| listed.iter().any(|l| l == t))
-        .collect();
-    if names.is_empty() {
-        return Ok(Some(LiveSave::default()));
-    }
-    let images = proof::legacy_images(family, &names)?;
-    let save = find::save(Mode::Legacy, family)?.stdout;
-    if proof::legacy_images(family, &names)? != images {
-        return Ok(None);
-    }
-    proof::scratch_namespace_available()?;
-    let (_, verdicts) = proof::prove_legacy("its save", family, &save, &names, &images, private_lock)?;
-    Ok(Some(kept(&save, &names, verdicts)))
-}
-
-/// One reading of the live nf_tables tables, all at one generation (None:
-/// it moved meanwhile).
-fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, String> {
-    match modules::nf_tables() {
-        Presence::Present(_) | Presence::Askable(_) => {}
-        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Some(LiveSave::default())),
-        Presence::Unknown(why) => {
-            return Err(format!(
-                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-            ))
-        }
-    }
-    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let generation = socket
-        .generation()
-        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let own = match find::nft_own_base_chains(&socket, family) {
-        Err(e) if DumpInterrupted::is(&e) => return Ok(None),
-        own => own.map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?,
-    };
-    let names: Vec<&str> = own.iter().map(|(name, _)| *name).collect();
-    if names.is_empty() {
-        return Ok(Some(LiveSave {
-            own: Some(own),
-            ..LiveSave::default()
-        }));
-    }
-    let save = find::save(Mode::Nft, family)?.stdout;
-    let mut images = Vec::new();
-    for table in &names {
-        let (image, at) = match socket.table_image(family, table) {
-            Err(e) if DumpInterrupted::is(&e) => return Ok(None),
-            image => image.map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?,
-        };
-        if at != generation {
-            return Ok(None);
-        }
-        images.push(image);
-    }
-    let now = socket
-        .generation()
-        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    if now != generation {
-        return Ok(None);
-    }
-    proof::scratch_namespace_available()?;
-    let (_, verdicts) = proof::prove_nft("its save", family, &save, &names, &images, private_lock)?;
-    let mut live = kept(&save, &names, verdicts);
-    live.own = Some(own);
-    Ok(Some(live))
-}
-
-/// The nf_tables tables that filter `family`'s packets beside the
-/// iptables tables this check reads: `ip`/`ip6` tables that are not
-/// iptables-nft's own, and every `inet` table (firewalld's, an
-/// nftables.service ruleset's), as "family name". Empty when nf_tables is
-/// not in the kernel.
-fn native_tables(family: Family) -> Result<Vec<String>, String> {
-    match modules::nf_tables() {
-        Presence::Present(_) | Presence::Askable(_) => {}
-        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Vec::new()),
-        Presence::Unknown(why) => {
-            return Err(format!(
-                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-            ))
-        }
-    }
-    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let unread = |e: std::io::Error| format!("nf_tables tables cannot be read: {e}");
-    let own = find::nft_own_base_chains(&socket, family).map_err(unread)?;
-    let mut native: Vec<String> = socket
-        .tables(family)
-        .map_err(unread)?
-        .into_iter()
-        .filter(|t| !own.iter().any(|(name, _)| *name == t.name))
-        .map(|t| format!("{} {}", family.nft_name(), t.name))
-        .collect();
-    native.extend(
-        socket
-            .inet_table_names()
-            .map_err(unread)?
-            .into_iter()
-            .map(|name| format!("inet {name}")),
-    );
-    Ok(native)
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
