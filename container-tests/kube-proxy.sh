@@ -46,7 +46,8 @@
 # --wrong-backend sets IPTABLES_MODE=legacy for the wrapped runs (a wrapper
 # that picks the wrong backend): the checks must then fail, and this script
 # exits 1. Prints one "PASS"/"FAIL" line per check and a summary; exit 0 only
-# if all pass. Needs root (namespaces), strace, etcd-server, openssl, curl.
+# if all pass. Needs root (namespaces), strace, etcd-server, openssl, curl,
+# dpkg-dev (installed when missing).
 #
 # SAFETY: every iptables, nft and kube-proxy call happens inside the
 # namespaces made here; the host's network namespace is only ever read.
@@ -140,7 +141,7 @@ while (($#)); do
 done
 [[ $EUID -eq 0 ]] || { echo "kube-proxy.sh: needs root (network namespaces)" >&2; exit 2; }
 # What the runs need, from Debian's packages when missing.
-bash "$REPO/scripts/apt-install.sh" kube-proxy.sh strace etcd-server openssl curl util-linux nftables python3 iproute2
+bash "$REPO/scripts/apt-install.sh" kube-proxy.sh strace etcd-server openssl curl util-linux nftables python3 iproute2 dpkg-dev xz-utils
 
 KUBE_BIN="${IPTW_KUBE_BIN:-$(bash "$HERE/kube-proxy-build.sh" | tail -n1)}" # IPTW_KUBE_BIN: a directory with the three binaries
 WRAPPER="${IPTW_WRAPPER:-$(bash "$REPO/scripts/build-static.sh" | tail -n1)}"

@@ -33,7 +33,8 @@
 #     scripts/qemu-smoke.sh); mmdebstrap (container-tests/build-base.sh, for
 #     the container bases); etcd-server (with its init script,
 #     /etc/default/etcd and the etcd system user), openssl, curl, iproute2,
-#     python3 (container-tests/kube-proxy.sh);
+#     python3, dpkg-dev and xz-utils (dpkg-source unpacks the kubernetes
+#     source) (container-tests/kube-proxy.sh);
 #   - /etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources, a
 #     deb-src entry for bookworm, when apt knows no kubernetes source package
 #     (container-tests/kube-proxy-build.sh);
