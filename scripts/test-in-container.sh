@@ -102,6 +102,9 @@ env "$@" bash scripts/test.sh'
 device=()
 [[ -e /dev/fuse ]] && device+=(--device /dev/fuse)
 [[ -e /dev/net/tun ]] && device+=(--device /dev/net/tun)
+# /proc/sys writable: the real kube-proxy sets route_localnet in the
+# namespaces kube-proxy.sh makes (read-only there, it stops at once).
+device+=(--security-opt systempaths=unconfined)
 log "running scripts/test.sh in $CONTAINER ($SUITE_IMAGE)"
 rc=0
 read -r -a run_opts <<<"${IPTW_SUITE_RUN_OPTS:-}"
