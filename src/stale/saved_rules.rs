@@ -337,30 +337,36 @@ impl SavedTable {
         self.rules.iter().flat_map(|(_, line)| match_modules(line)).collect()
     }
 
-    /// The user chains whose rules can only log, block or return to the
-    /// caller at their end (never accept, return early, go to a chain,
-    /// queue or change a packet), to a fixed point.
-    pub(super) fn harmless_chains(&self) -> HashSet<Vec<u8>> {
-        let mut harmless: HashSet<Vec<u8>> = self
+    /// The user chains all of whose rules `keeps` holds for, given the
+    /// chains kept so far (a jump to one of them may be kept), to a fixed
+    /// point from every user chain.
+    fn user_chains_where(&self, keeps: impl Fn(&[u8], &HashSet<Vec<u8>>) -> bool) -> HashSet<Vec<u8>> {
+        let mut kept: HashSet<Vec<u8>> = self
             .policies
             .iter()
             .filter(|(_, p)| p.as_slice() == b"-")
             .map(|(c, _)| c.clone())
             .collect();
         loop {
-            let before = harmless.len();
-            let unsure: Vec<Vec<u8>> = harmless
+            let unsure: Vec<Vec<u8>> = kept
                 .iter()
-                .filter(|c| self.chain(c).iter().any(|r| !self.harmless(r, &harmless)))
+                .filter(|c| self.chain(c).iter().any(|r| !keeps(r, &kept)))
                 .cloned()
                 .collect();
-            for c in unsure {
-                harmless.remove(&c);
+            if unsure.is_empty() {
+                return kept;
             }
-            if harmless.len() == before {
-                return harmless;
+            for c in unsure {
+                kept.remove(&c);
             }
         }
+    }
+
+    /// The user chains whose rules can only log, block or return to the
+    /// caller at their end (never accept, return early, go to a chain,
+    /// queue or change a packet), to a fixed point.
+    pub(super) fn harmless_chains(&self) -> HashSet<Vec<u8>> {
+        self.user_chains_where(|rule, harmless| self.harmless(rule, harmless))
     }
 
     /// Whether `rule` only takes some packets out of its chain's
@@ -390,40 +396,19 @@ impl SavedTable {
     /// unchanged: no verdict in them changes a packet before it returns,
     /// goes to a chain or is unknown, to a fixed point.
     pub(super) fn exiting_chains(&self) -> HashSet<Vec<u8>> {
-        let mut exiting: HashSet<Vec<u8>> = self
-            .policies
-            .iter()
-            .filter(|(_, p)| p.as_slice() == b"-")
-            .map(|(c, _)| c.clone())
-            .collect();
-        loop {
-            let before = exiting.len();
-            let unsure: Vec<Vec<u8>> = exiting
-                .iter()
-                .filter(|c| {
-                    self.chain(c).iter().any(|r| {
-                        goes_to(r)
-                            || !targets(r).iter().all(|t| {
-                                if self.is_user_chain(t) {
-                                    exiting.contains(t)
-                                } else {
-                                    NEUTRAL_TARGETS.contains(&t.as_slice())
-                                        || BLOCKING_TARGETS.contains(&t.as_slice())
-                                        || NAT_TARGETS.contains(&t.as_slice())
-                                        || matches!(t.as_slice(), b"ACCEPT" | b"RETURN")
-                                }
-                            })
-                    })
+        self.user_chains_where(|rule, exiting| {
+            !goes_to(rule)
+                && targets(rule).iter().all(|t| {
+                    if self.is_user_chain(t) {
+                        exiting.contains(t)
+                    } else {
+                        NEUTRAL_TARGETS.contains(&t.as_slice())
+                            || BLOCKING_TARGETS.contains(&t.as_slice())
+                            || NAT_TARGETS.contains(&t.as_slice())
+                            || matches!(t.as_slice(), b"ACCEPT" | b"RETURN")
+                    }
                 })
-                .cloned()
-                .collect();
-            for c in unsure {
-                exiting.remove(&c);
-            }
-            if exiting.len() == before {
-                return exiting;
-            }
-        }
+        })
     }
 
     /// Whether `rule` can neither end its chain's evaluation other than by
