@@ -102,7 +102,12 @@ kp_start() {
 
 kp_stop() {
     # Under strace, kp_pid is strace and kube-proxy its child: signal both.
-    pkill -TERM -P "$kp_pid" 2>/dev/null || true
+    # Its children from /proc (pkill is procps's, which a minimal machine,
+    # such as the suite's own container, lacks).
+    local child
+    for child in $(cat /proc/"$kp_pid"/task/*/children 2>/dev/null || true); do
+        kill -TERM "$child" 2>/dev/null || true
+    done
     kill -TERM "$kp_pid" 2>/dev/null || true
     wait "$kp_pid" 2>/dev/null || true
     kp_pid=""
