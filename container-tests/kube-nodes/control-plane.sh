@@ -50,6 +50,7 @@ wait_for 120 kube-apiserver curl -sfk -H "Authorization: Bearer $KN_TOKEN" https
 "$KUBE_BIN/kube-controller-manager" --kubeconfig="$WORK/kubeconfig" --leader-elect=false \
     --bind-address=127.0.0.1 --port=0 --service-account-private-key-file="$CP/sa.key" \
     --use-service-account-credentials=false --controllers='*,-csrsigning' \
+    --flex-volume-plugin-dir="$CP/flex-volume" \
     >"$CP/controller-manager.log" 2>&1 &
 PIDS+=($!)
 "$KUBE_BIN/kube-scheduler" --kubeconfig="$WORK/kubeconfig" --leader-elect=false \

@@ -14,7 +14,8 @@
 # (the textfile collector on the node's /run/node-exporter/textfile) and the
 # kubelet (cgroup root WORK's cgroup name, given by kube-nodes.sh). What the
 # node writes on the machine's file system it writes in WORK/node-N: /run is
-# a tmpfs of its own, /var/log a bind of WORK/node-N/log, and the six kernel
+# a tmpfs of its own, /var/log a bind of WORK/node-N/log, /var/lib and
+# /usr/libexec overlays writing into WORK/node-N, and the six kernel
 # settings the kubelet would set for the whole machine (vm.overcommit_memory,
 # kernel.panic, ...) are files of WORK/node-N bind-mounted over their
 # /proc/sys entries. WORK/node-N/ready appears when the kubelet runs.
@@ -38,6 +39,14 @@ for v in iptables ip6tables; do
 done
 mount --bind "$ND/alternatives" /etc/alternatives
 mount --bind "$ND/log" /var/log
+# The kubelet makes /var/lib/kubelet/device-plugins whatever --root-dir
+# says (a fixed path in 1.20): /var/lib and /usr/libexec as the node sees
+# them are overlays whose writes land in WORK/node-N.
+for d in /var/lib /usr/libexec; do
+    name=${d//\//-}
+    mkdir -p "$ND/overlay$name/upper" "$ND/overlay$name/work"
+    mount -t overlay overlay -o "lowerdir=$d,upperdir=$ND/overlay$name/upper,workdir=$ND/overlay$name/work" "$d"
+done
 for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops \
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
     copy="$ND/sysctl/${f//\//.}"
