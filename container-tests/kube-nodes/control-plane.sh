@@ -19,11 +19,6 @@ ip addr add 192.0.2.1/24 dev br0
 ip link set br0 up
 
 PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
 trap stop_all EXIT
 trap 'exit 0' TERM INT
 

@@ -101,11 +101,6 @@ echo '{"cniVersion": "0.4.0", "name": "loopback-only", "plugins": [{"type": "loo
     >"$ND/cni/10-loopback.conflist"
 
 PIDS=()
-stop_all() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
 trap stop_all EXIT
 trap 'exit 0' TERM INT
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

@@ -20,6 +20,9 @@
 # Addresses: loopback only; the Service and Pod ranges are reserved
 # documentation/benchmark ranges written into rules, never sent to.
 
+# wait_for, from the two-node cluster's helpers.
+# shellcheck source=../kube-nodes/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../kube-nodes/common.sh"
 NODE_PIDS=()
 kp_pid=""
 NODE_TOKEN=iptw-test-token
@@ -146,15 +149,4 @@ save_rules() {
     iptables-legacy-save >"$dir/legacy4.rules" # without -t: reads only the existing tables' names
     ip6tables-legacy-save >"$dir/legacy6.rules"
     cat /proc/net/ip_tables_names /proc/net/ip6_tables_names 2>/dev/null | sort -u >"$dir/legacy-tables.txt" || true
-}
-
-wait_for() {
-    local secs="$1" what="$2" i
-    shift 2
-    for ((i = 0; i < secs * 5; i++)); do
-        "$@" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "$what did not answer in ${secs}s" >&2
-    return 1
 }
