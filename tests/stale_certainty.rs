@@ -204,26 +204,32 @@ COMMIT
 EOF
 iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT");
     let before = legacy_saves(&node);
-    // Shown: filter would open the host, nat would not.
+    // Shown: filter would open the host, and nat, which goes only with it
+    // (its port forwards feed filter), is left with it.
     let shown = json(&stale(&node, &["--json"]));
     let tables = shown["findings"][0]["tables"].as_array().unwrap().clone();
     let table = |name: &str| tables.iter().find(|t| t["table"] == name).unwrap().clone();
     assert_eq!(table("filter")["would_open"], true, "{shown}");
-    assert_eq!(table("nat")["would_open"], false, "{shown}");
+    assert_eq!(table("nat")["would_open"], true, "{shown}");
+    assert!(
+        table("nat")["opening"]
+            .as_str()
+            .unwrap()
+            .contains("left with the filter table of its family"),
+        "{shown}"
+    );
     let out = stale(&node, &["--remove"]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
-        text.contains("left as it was: legacy ipv4 filter: removing it would open the host: 4 filtering items that nft does not enforce: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP (--allow-opening removes it anyway)"),
+        text.contains("left as it was: legacy ipv4 filter: removing it would open the host: 4 items that nft holds no twin of: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP (--allow-opening removes it anyway)"),
         "{text}"
     );
-    assert!(text.contains("emptied: legacy ipv4 nat"), "{text}");
-    let after = legacy_saves(&node);
-    assert_eq!(
-        after.split("*nat").next(),
-        before.split("*nat").next(),
-        "filter as it was"
+    assert!(
+        text.contains("left as it was: legacy ipv4 nat: left with the filter table of its family"),
+        "{text}"
     );
+    assert_eq!(legacy_saves(&node), before, "filter and nat as they were");
     let out = stale(&node, &["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!legacy_saves(&node).contains("DROP"), "{}", legacy_saves(&node));
@@ -355,7 +361,7 @@ fn a_queue_or_unknown_verdict_counts_as_filtering() {
         assert_held_open(
             &node,
             &["--remove"],
-            &format!("removing it would open the host: 1 filtering item that nft does not enforce: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
+            &format!("removing it would open the host: 1 item that nft holds no twin of: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
         );
     }
 }
@@ -462,7 +468,7 @@ iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT 
     assert_refused(
         &node,
         &["--remove"],
-        &["legacy ipv4 holds Docker's chains (DOCKER) and nft none of them"],
+        &["legacy ipv4 holds Docker's chains that nft does not hold alike (filter DOCKER)"],
     );
     node.sh("iptables-nft -N DOCKER");
     let out = stale(&node, &["--remove"]);
@@ -658,22 +664,30 @@ fn a_backend_holding_nothing_beside_the_others_rules_is_refused() {
 }
 
 #[test]
-fn the_backup_holds_only_the_tables_emptied() {
+fn the_backup_holds_only_the_families_emptied() {
+    // ipv4's filter is held, and its nat with it; ipv6's nat goes.
     let node = Node::new("cert-held-backup");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     node.sh("iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
+ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT
 iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
-iptables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80");
+iptables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80
+ip6tables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80");
     let out = stale(&node, &["--remove", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let report = json(&out);
-    let file = report["removal"]["backup_files"][0]["path"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let files = report["removal"]["backup_files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{report}");
+    let file = files[0]["path"].as_str().unwrap().to_string();
+    assert!(file.ends_with("ip6tables-legacy.rules"), "{report}");
     let backup = std::fs::read_to_string(&file).unwrap();
     assert!(backup.contains("*nat") && !backup.contains("*filter"), "{backup}");
-    assert_eq!(report["removal"]["emptied"][0]["table"], "nat", "{report}");
+    assert_eq!(
+        report["removal"]["emptied"],
+        serde_json::json!([{"backend": "legacy", "family": "ipv6", "table": "nat"}]),
+        "{report}"
+    );
 }
 
 #[test]
@@ -692,12 +706,12 @@ iptables-nft -t nat -A POSTROUTING -s 10.88.0.0/16 -j MASQUERADE",
     assert_refused(
         &node,
         &["--remove"],
-        &["ipv4: legacy ipv4 holds Docker's chains (DOCKER) and nft none of them"],
+        &["ipv4: legacy ipv4 holds Docker's chains that nft does not hold alike (filter DOCKER, nat DOCKER with 1 rule)"],
     );
 }
 
 #[test]
-fn a_native_nftables_filter_counts_what_it_may_read() {
+fn a_mark_a_native_nftables_filter_reads_needs_its_twin() {
     // The host filters in a native inet table that drops marked packets;
     // legacy's mangle marks port 8080.
     let node = Node::new("cert-native-mark");
@@ -710,7 +724,7 @@ iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0
     assert_held_open(
         &node,
         &["--remove"],
-        "nftables tables this check does not read filter too",
+        "1 item that nft holds no twin of: -A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff",
     );
 }
 

@@ -14,7 +14,10 @@
 //! kube-proxy `KUBE-PROXY-CANARY`), and by kube-proxy's nftables table in
 //! nft when the decision is legacy: there, that writer still uses the
 //! other backend. Hint chains that cannot be read contradict too: nothing
-//! shows they are absent.
+//! shows they are absent. So do a known firewall writer's chains (Docker,
+//! Calico, Cilium, flannel, ufw, netavark, the CNI plugins) in the backend
+//! to be emptied that the chosen one does not hold alike, chain by chain,
+//! with rules where they have rules.
 //!
 //! A decision by a hint chain alone counts only when the chosen backend
 //! holds, in the family, the hint chain in one of its own tables (for nft:
@@ -120,10 +123,13 @@ pub fn contradictions(
 }
 
 /// Firewall writers known by the names of the user chains they make, and
-/// those prefixes. A writer that moved to the chosen backend made its
-/// chains there; a writer's chains in the backend to be emptied and none of
-/// them in the chosen one say it still writes to the other (a Docker not
-/// restarted since the host switched, beside one stray nft rule).
+/// those prefixes. A writer that moved to the chosen backend wrote each of
+/// its chains there anew, with its rules: each of its chains holding rules
+/// in the backend to be emptied must be in the chosen one too, in the same
+/// table, holding rules (an empty chain is what anybody can make: an
+/// admin's `iptables -N DOCKER-USER` does not stand for Docker's state),
+/// and each of its empty chains must be there too, empty or not (Docker
+/// with no published port leaves its `DOCKER` chain empty in both).
 const WRITER_CHAIN_PREFIXES: [(&str, &[&str]); 7] = [
     ("Docker", &["DOCKER"]),
     ("Calico", &["cali-"]),
@@ -134,50 +140,63 @@ const WRITER_CHAIN_PREFIXES: [(&str, &[&str]); 7] = [
     ("CNI plugins", &["CNI-"]),
 ];
 
-/// One line per writer whose user chains `stale` holds in `family` while
-/// `mode` holds none of them.
+/// One line per writer whose user chains in `stale` (`family`) `mode`
+/// does not hold alike: chain by chain, in the same table, with rules
+/// where the stale one has rules.
 fn writer_chains_only_in(stale: &find::Finding, mode: Mode, family: Family) -> Vec<String> {
-    let user_chains = |finding: &find::Finding| -> Vec<String> {
+    let writer_chains = |finding: &find::Finding, prefixes: &[&str]| -> Vec<(&'static str, String, u64)> {
         finding
             .tables
             .iter()
-            .flat_map(|t| t.chains.iter().filter(|c| !c.builtin).map(|c| c.name.clone()))
+            .flat_map(|t| {
+                t.chains
+                    .iter()
+                    .filter(|c| !c.builtin && prefixes.iter().any(|p| c.name.starts_with(p)))
+                    .map(move |c| (t.name, c.name.clone(), c.rules))
+            })
             .collect()
     };
-    let in_stale = user_chains(stale);
-    let writers: Vec<&(&str, &[&str])> = WRITER_CHAIN_PREFIXES
-        .iter()
-        .filter(|(_, prefixes)| in_stale.iter().any(|c| prefixes.iter().any(|p| c.starts_with(p))))
-        .collect();
-    if writers.is_empty() {
-        return Vec::new();
+    let mut chosen: Option<find::Finding> = None;
+    let mut lines = Vec::new();
+    for (writer, prefixes) in WRITER_CHAIN_PREFIXES {
+        let chains = writer_chains(stale, prefixes);
+        if chains.is_empty() {
+            continue;
+        }
+        let chosen = chosen.get_or_insert_with(|| find::find(mode, family));
+        if chosen.unknown.is_some() {
+            return Vec::new(); // the removal stops on that by itself
+        }
+        let in_chosen = writer_chains(chosen, prefixes);
+        let mut missing: Vec<String> = chains
+            .iter()
+            .filter(|(table, name, rules)| {
+                !in_chosen
+                    .iter()
+                    .any(|(t, n, r)| t == table && n == name && (*rules == 0 || *r > 0))
+            })
+            .map(|(table, name, rules)| match rules {
+                0 => format!("{table} {name}"),
+                1 => format!("{table} {name} with 1 rule"),
+                n => format!("{table} {name} with {n} rules"),
+            })
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        missing.sort_unstable();
+        let more = missing.len().saturating_sub(3);
+        missing.truncate(3);
+        lines.push(format!(
+            "{} {} holds {writer}'s chains that {mode} does not hold alike ({}{}): {writer} still writes to {} (a writer that moved wrote each of its chains anew, with its rules; an empty chain is what anybody can make)",
+            mode.other(),
+            family.label(),
+            missing.join(", "),
+            if more > 0 { format!(", and {more} more") } else { String::new() },
+            mode.other()
+        ));
     }
-    let chosen = find::find(mode, family);
-    if chosen.unknown.is_some() {
-        return Vec::new(); // the removal stops on that by itself
-    }
-    let in_chosen = user_chains(&chosen);
-    writers
-        .into_iter()
-        .filter(|(_, prefixes)| !in_chosen.iter().any(|c| prefixes.iter().any(|p| c.starts_with(p))))
-        .map(|(writer, prefixes)| {
-            let mut theirs: Vec<&str> = in_stale
-                .iter()
-                .filter(|c| prefixes.iter().any(|p| c.starts_with(p)))
-                .map(String::as_str)
-                .collect();
-            theirs.sort_unstable();
-            theirs.dedup();
-            theirs.truncate(3);
-            format!(
-                "{} {} holds {writer}'s chains ({}) and {mode} none of them: {writer} still writes to {}",
-                mode.other(),
-                family.label(),
-                theirs.join(", "),
-                mode.other()
-            )
-        })
-        .collect()
+    lines
 }
 
 /// The candidates that speak for `family`: where one bears the family's

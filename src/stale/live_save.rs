@@ -1,8 +1,7 @@
 //! What the host's own backend holds, read so that it can be trusted: its
 //! save, kept per table only where that save restores exactly what the
-//! kernel holds (proven as a backup is), and the native nftables tables
-//! that filter beside the iptables ones. The opening check ([`super::opening`])
-//! weighs the stale tables against this.
+//! kernel holds (proven as a backup is). The opening check
+//! ([`super::opening`]) looks there for the stale rules' twins.
 
 use super::find;
 use super::proof;
@@ -147,39 +146,4 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
     let mut live = kept(&save, &names, verdicts);
     live.own = Some(own);
     Ok(Some(live))
-}
-
-/// The nf_tables tables that filter `family`'s packets beside the
-/// iptables tables this check reads: `ip`/`ip6` tables that are not
-/// iptables-nft's own, and every `inet` table (firewalld's, an
-/// nftables.service ruleset's), as "family name". Empty when nf_tables is
-/// not in the kernel.
-pub fn native_tables(family: Family) -> Result<Vec<String>, String> {
-    match modules::nf_tables() {
-        Presence::Present(_) | Presence::Askable(_) => {}
-        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Vec::new()),
-        Presence::Unknown(why) => {
-            return Err(format!(
-                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-            ))
-        }
-    }
-    let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let unread = |e: std::io::Error| format!("nf_tables tables cannot be read: {e}");
-    let own = find::nft_own_base_chains(&socket, family).map_err(unread)?;
-    let mut native: Vec<String> = socket
-        .tables(family)
-        .map_err(unread)?
-        .into_iter()
-        .filter(|t| !own.iter().any(|(name, _)| *name == t.name))
-        .map(|t| format!("{} {}", family.nft_name(), t.name))
-        .collect();
-    native.extend(
-        socket
-            .inet_table_names()
-            .map_err(unread)?
-            .into_iter()
-            .map(|name| format!("inet {name}")),
-    );
-    Ok(native)
 }

@@ -17,13 +17,16 @@
 //! only when listed, nf_tables is asked only once files show it is in the
 //! kernel. Removing first saves the stale backend's full ruleset per family
 //! into a backup directory ([`backup`]), proves that the backup restores
-//! each stale table exactly ([`proof`]), then empties each proven table,
-//! holding writers off meanwhile, then reads again ([`remove`]). A write
+//! each stale table exactly ([`proof`]), judges each family as one whole
+//! ([`judge`]: what may go without a twin in the host's backend,
+//! [`opening`]), then empties each family that may go, holding writers off
+//! meanwhile, then reads again ([`remove`]). A write
 //! after the removal shows in the final read and on the next run.
 
 pub mod backup;
 pub mod certainty;
 pub mod find;
+pub mod judge;
 pub mod live_save;
 pub mod opening;
 pub mod proof;

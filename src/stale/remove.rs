@@ -6,8 +6,9 @@
 //! stale table (its own save tool, never with `-t`), byte for byte,
 //! `iptables-<backend>.rules` and `ip6tables-<backend>.rules` in the backup
 //! directory ([`BackupDir`]). A table is emptied only when restoring that
-//! save into a scratch namespace gives the same table ([`proof`]); one that
-//! fails is left as it is, with the reason, and the exit status says
+//! save into a scratch namespace gives the same table ([`proof`]) and the
+//! rest of its family may go with it ([`judge`]); a family with a table
+//! that fails is left as it is, with the reasons, and the exit status says
 //! something stale remains. Every backup is written before anything is
 //! emptied: a backup that cannot be written stops the removal before
 //! anything changes.
@@ -28,7 +29,7 @@
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
-use super::opening;
+use super::judge;
 use super::proof;
 use super::removal_report::{removal_json, report, Removal};
 use super::show::{self, print_out};
@@ -370,9 +371,9 @@ fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> 
         if proof::legacy_images(family, &names)? != live {
             continue;
         }
-        let opens = opening::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
+        let opens = judge::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
         return proof::prove_legacy("the backup", family, &save, &names, &live, private_lock)
-            .map(|proven| opening::held_open(proven, opens, &names));
+            .map(|proven| judge::as_one(proven, opens, &names));
     }
     Err(format!(
         "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
@@ -422,8 +423,8 @@ fn prove_nft(
     let mut proven = Vec::new();
     for (finding, names, images, save) in read {
         let family = finding.family;
-        let opens = opening::held_back(&save, Mode::Legacy, family, &names, allow_opening, private_lock)?;
-        let (save, verdicts) = opening::held_open(
+        let opens = judge::held_back(&save, Mode::Legacy, family, &names, allow_opening, private_lock)?;
+        let (save, verdicts) = judge::as_one(
             proof::prove_nft("the backup", family, &save, &names, &images, private_lock)?,
             opens,
             &names,

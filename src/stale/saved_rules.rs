@@ -12,31 +12,24 @@ use std::collections::HashSet;
 /// The chains the kernel's hooks reach by name in iptables' tables.
 pub(super) const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
 
-/// The verdicts that do not filter and end the chain's evaluation: with
-/// [`NEUTRAL_TARGETS`] and [`CHANGING_TARGETS`], a rule with one of these
-/// (or no `-j` at all) is not a filtering item; any other verdict, one not
-/// known here included (`NFQUEUE`, `QUEUE`, `TARPIT`, `SYNPROXY`), is.
-const ENDING_NON_FILTERING_TARGETS: [&[u8]; 7] = [
-    b"ACCEPT",
-    b"RETURN",
-    b"DNAT",
-    b"SNAT",
-    b"MASQUERADE",
-    b"REDIRECT",
-    b"NETMAP",
-];
+/// The verdicts that change nothing any reader can see: a stale rule with
+/// one of these (and matches of [`SHARELESS_MATCHES`] only) may go without
+/// a twin in the live backend.
+pub(super) const SEEN_BY_NONE_TARGETS: [&[u8]; 6] = [b"ACCEPT", b"RETURN", b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
 
-/// The verdicts that rewrite a packet's addresses or ports.
-const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"REDIRECT", b"NETMAP"];
+/// The verdicts that rewrite a packet's addresses or ports: in the nat
+/// table, what may go without a twin too (kube-proxy's stale DNATs).
+pub(super) const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"REDIRECT", b"NETMAP"];
 
 /// The verdicts after which the chain's evaluation goes on and that change
 /// nothing a later rule can match: logging and tracing.
 const NEUTRAL_TARGETS: [&[u8]; 4] = [b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
 
 /// The verdicts after which the chain's evaluation goes on, having changed
-/// the packet, its connection or a set: a later rule, of either backend,
-/// may match what they set (`-m mark`, `-m connmark`, `-m set`, ...).
-const CHANGING_TARGETS: [&[u8]; 14] = [
+/// the packet, its connection, its route or a set: what they change stays
+/// with the packet, so the live backend must make the same change, in any
+/// order (kube-proxy reorders its rules on each start).
+pub(super) const CHANGING_TARGETS: [&[u8]; 14] = [
     b"MARK",
     b"CONNMARK",
     b"CT",
@@ -53,56 +46,72 @@ const CHANGING_TARGETS: [&[u8]; 14] = [
     b"SET",
 ];
 
-/// Whether `target` is a verdict known not to filter.
-fn is_non_filtering(target: &[u8]) -> bool {
-    ENDING_NON_FILTERING_TARGETS.contains(&target)
-        || NEUTRAL_TARGETS.contains(&target)
-        || CHANGING_TARGETS.contains(&target)
-}
-
-/// What a verdict sets that a later rule can match, and the match modules
-/// that read it (`-m mark`): a live filter reading a mark that a stale rule
-/// sets depends on that rule. NAT is not here: kube-proxy's stale DNATs to
-/// endpoints long gone are what an upgrade leaves, and removing a
-/// rewrite lets the live backend's own apply.
-const SET_AND_READ: [(&[u8], &[&[u8]]); 11] = [
-    (b"MARK", &[b"mark"]),
-    (b"CONNMARK", &[b"connmark", b"mark"]),
-    (b"CT", &[b"conntrack", b"state", b"helper"]),
-    (b"NOTRACK", &[b"conntrack", b"state"]),
-    (b"SET", &[b"set"]),
-    (b"TOS", &[b"tos"]),
-    (b"DSCP", &[b"dscp"]),
-    (b"TTL", &[b"ttl"]),
-    (b"HL", &[b"hl"]),
-    (b"TCPMSS", &[b"tcpmss"]),
-    (b"CLASSIFY", &[b"classify"]),
-];
-
-/// Matches that keep state in the kernel, shared by name between rules of
-/// both backends (`-m recent --set`, a named hashlimit): a rule loading
-/// one changes what another such rule reads, whatever its verdict.
-const STATEFUL_MATCHES: [&[u8]; 3] = [b"recent", b"hashlimit", b"quota2"];
-
-/// Every match module some verdict or stateful match sets state for: what
-/// a live backend not read exactly may read.
-pub(super) const SET_AND_READ_ALL: [&[u8]; 15] = [
-    b"mark",
-    b"connmark",
+/// The match modules known to keep no state another rule can read: they
+/// read the packet, its connection, a mark or a set, or keep state of the
+/// rule's own (`limit`, `statistic`, `connlimit`). Any other module
+/// (`recent`, `hashlimit`, `quota`, `quota2`, `nfacct`, `bpf`, one not
+/// known here) may keep state another rule reads, so a rule loading one
+/// needs a twin whatever its verdict.
+const SHARELESS_MATCHES: [&[u8]; 50] = [
+    b"tcp",
+    b"udp",
+    b"udplite",
+    b"icmp",
+    b"icmp6",
+    b"icmpv6",
+    b"sctp",
+    b"dccp",
+    b"multiport",
     b"conntrack",
     b"state",
-    b"helper",
-    b"set",
-    b"tos",
-    b"dscp",
+    b"mark",
+    b"connmark",
+    b"connlabel",
+    b"comment",
+    b"addrtype",
+    b"iprange",
+    b"physdev",
+    b"pkttype",
+    b"mac",
+    b"length",
     b"ttl",
     b"hl",
+    b"tos",
+    b"dscp",
+    b"ecn",
+    b"devgroup",
+    b"set",
+    b"limit",
+    b"statistic",
+    b"connlimit",
+    b"connbytes",
+    b"helper",
+    b"owner",
+    b"policy",
+    b"realm",
+    b"cgroup",
+    b"socket",
+    b"cpu",
+    b"rpfilter",
+    b"string",
+    b"u32",
+    b"time",
     b"tcpmss",
-    b"classify",
-    b"recent",
-    b"hashlimit",
-    b"quota2",
+    b"ipv6header",
+    b"frag",
+    b"hbh",
+    b"dst",
+    b"rt",
+    b"esp",
 ];
+
+/// Whether every match module `rule` loads keeps no state another rule
+/// can read (see [`SHARELESS_MATCHES`]).
+pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
+    match_modules(rule)
+        .iter()
+        .all(|m| SHARELESS_MATCHES.contains(&m.as_slice()))
+}
 
 /// The match modules a rule loads (`-m NAME`, `--match NAME`).
 pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
@@ -115,24 +124,6 @@ pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
         }
     }
     found
-}
-
-/// Whether `rule`'s own verdict sets something one of the match modules
-/// in `read` reads.
-pub(super) fn sets_what_is_read(rule: &[u8], read: &HashSet<Vec<u8>>) -> bool {
-    targets(rule).iter().any(|t| {
-        SET_AND_READ
-            .iter()
-            .any(|(target, readers)| target == t && readers.iter().any(|m| read.contains(*m)))
-    }) || keeps_state_read(rule, read)
-}
-
-/// Whether `rule` loads a stateful match (see [`STATEFUL_MATCHES`]) that
-/// `read` holds (None: any).
-fn keeps_state_read(rule: &[u8], read: &HashSet<Vec<u8>>) -> bool {
-    match_modules(rule)
-        .iter()
-        .any(|m| STATEFUL_MATCHES.contains(&m.as_slice()) && read.contains(m))
 }
 
 /// The verdicts that end evaluation but can only block.
@@ -221,7 +212,7 @@ fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
 /// Whether a rule may go to a chain (`-g`, `--goto`): that ends its own
 /// chain's evaluation when the chain gone to falls through (in a built-in
 /// chain, at its policy).
-fn goes_to(rule: &[u8]) -> bool {
+pub(super) fn goes_to(rule: &[u8]) -> bool {
     word_splits(rule)
         .iter()
         .any(|words| words.iter().any(|w| matches!(w.as_slice(), b"-g" | b"--goto")))
@@ -265,46 +256,6 @@ impl SavedTable {
             .map(|(_, p)| p.as_slice())
     }
 
-    /// The user chains from which a verdict `wanted` holds for is reached
-    /// (a user chain's name is never taken for a target of that name).
-    fn chains_reaching(&self, wanted: fn(&[u8]) -> bool) -> HashSet<Vec<u8>> {
-        let mut reaching: HashSet<Vec<u8>> = HashSet::new();
-        loop {
-            let before = reaching.len();
-            for (chain, line) in &self.rules {
-                if self.reaches(line, &reaching, wanted) {
-                    reaching.insert(chain.clone());
-                }
-            }
-            if reaching.len() == before {
-                return reaching;
-            }
-        }
-    }
-
-    /// Whether `rule` has a verdict `wanted` holds for, or jumps to a user
-    /// chain in `reaching`.
-    fn reaches(&self, rule: &[u8], reaching: &HashSet<Vec<u8>>, wanted: fn(&[u8]) -> bool) -> bool {
-        targets(rule).iter().any(|t| {
-            if self.is_user_chain(t) {
-                reaching.contains(t)
-            } else {
-                wanted(t)
-            }
-        })
-    }
-
-    /// The user chains from which a filtering verdict is reached.
-    pub(super) fn filtering_chains(&self) -> HashSet<Vec<u8>> {
-        self.chains_reaching(|t| !is_non_filtering(t))
-    }
-
-    /// Whether `rule` filters: a verdict not known not to filter, or a jump
-    /// to a user chain in `filtering_chains`.
-    pub(super) fn filters(&self, rule: &[u8], filtering_chains: &HashSet<Vec<u8>>) -> bool {
-        self.reaches(rule, filtering_chains, |t| !is_non_filtering(t))
-    }
-
     /// The chains a packet can reach: the built-in ones, and the user
     /// chains a reachable chain jumps or goes to. A user chain nothing
     /// reaches filters nothing.
@@ -328,19 +279,10 @@ impl SavedTable {
         }
     }
 
-    /// The match modules the table's rules load, outside `nat` (where no
-    /// rule can filter): what its filters and exits may read.
-    pub(super) fn modules_read(&self, name: &[u8]) -> HashSet<Vec<u8>> {
-        if name == b"nat" {
-            return HashSet::new();
-        }
-        self.rules.iter().flat_map(|(_, line)| match_modules(line)).collect()
-    }
-
     /// The user chains all of whose rules `keeps` holds for, given the
     /// chains kept so far (a jump to one of them may be kept), to a fixed
     /// point from every user chain.
-    fn user_chains_where(&self, keeps: impl Fn(&[u8], &HashSet<Vec<u8>>) -> bool) -> HashSet<Vec<u8>> {
+    pub(super) fn user_chains_where(&self, keeps: impl Fn(&[u8], &HashSet<Vec<u8>>) -> bool) -> HashSet<Vec<u8>> {
         let mut kept: HashSet<Vec<u8>> = self
             .policies
             .iter()
@@ -418,9 +360,7 @@ impl SavedTable {
     /// which the restore tools accept) is judged as the chain.
     pub(super) fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
         !goes_to(rule)
-            && !match_modules(rule)
-                .iter()
-                .any(|m| STATEFUL_MATCHES.contains(&m.as_slice()))
+            && keeps_no_shared_state(rule)
             && targets(rule).iter().all(|t| {
                 if self.is_user_chain(t) {
                     harmless.contains(t)

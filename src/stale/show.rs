@@ -4,6 +4,7 @@
 //! kernel is shown through `printable` (chain names are anyone's).
 
 use super::find::{self, Finding};
+use super::judge;
 use super::opening;
 use super::proof;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
@@ -85,10 +86,11 @@ fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Openings {
                 find::save(f.backend, f.family)
                     .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
             });
-            match opens {
+            let opens = match opens {
                 Ok(opens) => opens.into_iter().map(Ok).collect(),
                 Err(why) => names.iter().map(|_| Err(why.clone())).collect(),
-            }
+            };
+            judge::shown_as_one(opens, &names)
         })
         .collect()
 }
@@ -155,7 +157,7 @@ fn text_with(
                 Some(Ok(None)) => {
                     let _ = writeln!(
                         out,
-                        "  removing it opens nothing: {} enforces each DROP/REJECT rule and non-ACCEPT policy it holds",
+                        "  removing it opens nothing: {} holds a twin of each rule and policy in its family that is not on the allowlist",
                         host_of(hosts, family)
                     );
                 }

@@ -61,11 +61,6 @@ impl Request {
         Request::for_nfproto(nft_msg, nfproto as u8)
     }
 
-    /// A request for the `inet` family's objects (tables that hold both).
-    pub(super) fn inet(nft_msg: c_int) -> Request {
-        Request::for_nfproto(nft_msg, libc::NFPROTO_INET as u8)
-    }
-
     fn for_nfproto(nft_msg: c_int, nfproto: u8) -> Request {
         Request {
             message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,

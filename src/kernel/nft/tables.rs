@@ -202,24 +202,6 @@ impl NftSocket {
     }
 }
 
-impl NftSocket {
-    /// The names of the `inet` family's tables, which hold IPv4 and IPv6
-    /// both (firewalld's, an nftables.service ruleset's).
-    pub fn inet_table_names(&self) -> io::Result<Vec<String>> {
-        read_again_while_interrupted(|| {
-            let mut names = Vec::new();
-            self.dump(&Request::inet(libc::NFT_MSG_GETTABLE), |payload| {
-                if let Some((_, name)) = attributes(payload).find(|&(kind, _)| kind == NFTA_TABLE_NAME) {
-                    names.push(String::from_utf8_lossy(until_nul(name)).into_owned());
-                }
-                ControlFlow::Continue(())
-            })?
-            .complete()?;
-            Ok(names)
-        })
-    }
-}
-
 /// Readings of one dump before an interrupted one is given up.
 const DUMP_TRIES: usize = 5;
 
