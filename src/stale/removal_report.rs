@@ -101,6 +101,33 @@ pub fn report(
     }
 }
 
+/// The report of a removal that found nothing stale (exit 0).
+pub fn nothing_stale(hosts: &[HostBackend], options: &Options, before: &[Finding]) -> i32 {
+    let out = if options.json {
+        format!(
+            "{}\n",
+            show::json(hosts, before, &[], Some(removal_json(None, &Removal::default(), None)))
+        )
+    } else {
+        format!(
+            "{}nothing stale: nothing removed, no backup written\n",
+            show::text(hosts, before, &[])
+        )
+    };
+    print_out(&out).err().unwrap_or(EXIT_NOTHING_STALE)
+}
+
+/// Stops the removal before anything changed: one line on stderr and, with
+/// `--json`, the one JSON object on stdout, its removal saying why.
+pub fn stopped(hosts: &[HostBackend], options: &Options, before: &[Finding], why: &str) -> i32 {
+    if options.json {
+        let removal = removal_json(None, &Removal::default(), Some(why));
+        let _ = print_out(&format!("{}\n", show::json(hosts, before, &[], Some(removal))));
+    }
+    say(&format!("stale --remove: {}", printable(why)));
+    EXIT_STALE
+}
+
 pub type Table = (Mode, Family, &'static str);
 
 /// The removal as JSON; `stopped`: why it stopped before changing anything.

@@ -31,18 +31,16 @@ use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
 use super::judge;
 use super::proof;
-use super::removal_report::{removal_json, report, Removal};
-use super::show::{self, print_out};
-use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::escape::printable;
+use super::removal_report::{nothing_stale, report, stopped, Removal};
+use super::show;
+use super::{HostBackend, Options};
 use crate::family::Family;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
-use crate::standard_fds::say;
 use crate::xtables_lock::{self, HeldLock};
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the removal waits for the xtables lock.
@@ -85,7 +83,10 @@ impl Proven {
 /// One nft attempt: the generation its proofs were read at, and the proofs.
 type NftAttempt = Option<(u32, Vec<Proven>)>;
 
-/// Runs the removal; exit 0 when nothing stale remains.
+/// Runs the removal, top to bottom: find what is stale, stop where nothing
+/// can be removed safely, then per backend judge each family (its backup
+/// proven, what may go: [`judge`]), back up, empty, and read again to
+/// report. Exit 0 when nothing stale remains.
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     let stop = |why: String| stopped(hosts, options, &before, &why);
@@ -93,18 +94,7 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         return stop(format!("{unknown}; nothing was changed"));
     }
     if before.iter().all(|f| f.tables.is_empty()) {
-        let out = if options.json {
-            format!(
-                "{}\n",
-                show::json(hosts, &before, &[], Some(removal_json(None, &Removal::default(), None)))
-            )
-        } else {
-            format!(
-                "{}nothing stale: nothing removed, no backup written\n",
-                show::text(hosts, &before, &[])
-            )
-        };
-        return print_out(&out).err().unwrap_or(EXIT_NOTHING_STALE);
+        return nothing_stale(hosts, options, &before);
     }
     if let Err(why) = proof::scratch_namespace_available() {
         return stop(format!("{why}; nothing was changed: no table is removed unproven"));
@@ -113,31 +103,25 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         Ok(dir) => dir,
         Err(why) => return stop(format!("backup: {why}; nothing was changed")),
     };
+    let removing = Removing {
+        backup: &backup,
+        private_lock: backup.private_path(PRIVATE_LOCK),
+        allow_opening: options.allow_opening,
+    };
     // The families each backend holds stale tables in; what they hold is
     // read again once writers are held off (another removal may have run).
-    let stale_in = |backend: Mode| -> Vec<Family> {
-        before
-            .iter()
-            .filter(|f| f.backend == backend && !f.tables.is_empty())
-            .map(|f| f.family)
-            .collect()
-    };
-    let (legacy, nft) = (stale_in(Mode::Legacy), stale_in(Mode::Nft));
-    let mut removal = Removal::default();
-    let private_lock = backup.private_path(PRIVATE_LOCK);
-    // Held until the tables have been read again after the removal.
+    let legacy: Vec<Family> = before
+        .iter()
+        .filter(|f| f.backend == Mode::Legacy && !f.tables.is_empty())
+        .map(|f| f.family)
+        .collect();
     let nft_before: Vec<&Finding> = before
         .iter()
-        .filter(|f| nft.contains(&f.family) && f.backend == Mode::Nft)
+        .filter(|f| f.backend == Mode::Nft && !f.tables.is_empty())
         .collect();
-    let lock = match remove(
-        &legacy,
-        &nft_before,
-        &backup,
-        &private_lock,
-        options.allow_opening,
-        &mut removal,
-    ) {
+    let mut removal = Removal::default();
+    // Held until the tables have been read again after the removal.
+    let lock = match removing.remove(&legacy, &nft_before, &mut removal) {
         Ok(lock) => lock,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
@@ -159,44 +143,75 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     report(hosts, options, dir, &removal, &after)
 }
 
-/// Stops the removal before anything changed: one line on stderr and, with
-/// `--json`, the one JSON object on stdout, its removal saying why.
-fn stopped(hosts: &[HostBackend], options: &Options, before: &[Finding], why: &str) -> i32 {
-    if options.json {
-        let removal = removal_json(None, &Removal::default(), Some(why));
-        let _ = print_out(&format!("{}\n", show::json(hosts, before, &[], Some(removal))));
-    }
-    say(&format!("stale --remove: {}", printable(why)));
-    EXIT_STALE
+/// What each step of one removal needs: where its backups go, the lock
+/// file the restore tools get while the removal holds the real one, and
+/// whether it may open the host (`--allow-opening`).
+struct Removing<'a> {
+    backup: &'a BackupDir,
+    private_lock: PathBuf,
+    allow_opening: bool,
 }
 
-/// Proves and removes; Err (with nothing changed) when a backup cannot be
-/// written. Returns the xtables lock, if it was taken. `nft_before`: the
-/// nft families' findings before the removal, named with the reason when
-/// no attempt ever reads a steady ruleset.
-fn remove(
-    legacy: &[Family],
-    nft_before: &[&Finding],
-    backup: &BackupDir,
-    private_lock: &Path,
-    allow_opening: bool,
-    removal: &mut Removal,
-) -> Result<Option<HeldLock>, String> {
-    let mut lock = None;
-    let mut legacy_proven = Vec::new();
-    if !legacy.is_empty() {
+impl Removing<'_> {
+    /// Judges, backs up and empties; Err (with nothing changed) when a
+    /// backup cannot be written. Every backup is on disk before anything
+    /// is emptied. Returns the xtables lock, if it was taken. `nft_before`:
+    /// the nft families' findings before the removal, named with the
+    /// reason when no attempt ever reads a steady ruleset.
+    fn remove(
+        &self,
+        legacy: &[Family],
+        nft_before: &[&Finding],
+        removal: &mut Removal,
+    ) -> Result<Option<HeldLock>, String> {
+        let lock = self.hold_xtables_lock(legacy, removal);
+        let legacy_judged = match lock {
+            Some(_) => self.judge_legacy(legacy, removal),
+            None => Vec::new(),
+        };
+        let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
+        let socket = self.open_nft(&nft, removal);
+        let first = match &socket {
+            Some(socket) => self.judge_nft(socket, &nft),
+            None => Ok(None),
+        };
+        let first_judged: &[Proven] = match &first {
+            Ok(Some((_, judged))) => judged,
+            _ => &[],
+        };
+        let mut written = HashSet::new();
+        for judged in legacy_judged.iter().chain(first_judged) {
+            self.back_up(judged, &mut written, removal)?;
+        }
+        self.empty_legacy(&legacy_judged, removal);
+        if let Some(socket) = socket {
+            self.empty_nft(&socket, nft_before, first, written, removal);
+        }
+        Ok(lock)
+    }
+
+    /// The xtables lock, when legacy holds anything stale (None, with every
+    /// legacy table left, when it cannot be taken).
+    fn hold_xtables_lock(&self, legacy: &[Family], removal: &mut Removal) -> Option<HeldLock> {
+        if legacy.is_empty() {
+            return None;
+        }
         match xtables_lock::hold(LOCK_WAIT) {
-            Ok(held) => lock = Some(held),
+            Ok(held) => Some(held),
             Err(why) => {
                 let findings: Vec<Finding> = legacy.iter().map(|&f| find::find(Mode::Legacy, f)).collect();
                 removal.fail_all(
                     &findings.iter().collect::<Vec<_>>(),
                     &format!("{why}; nothing was changed"),
                 );
+                None
             }
         }
     }
-    if lock.is_some() {
+
+    /// Each legacy family read afresh and judged, under the xtables lock.
+    fn judge_legacy(&self, legacy: &[Family], removal: &mut Removal) -> Vec<Proven> {
+        let mut judged = Vec::new();
         for &family in legacy {
             let finding = find::find(Mode::Legacy, family);
             if let Some(why) = &finding.unknown {
@@ -206,8 +221,8 @@ fn remove(
             if finding.tables.is_empty() {
                 continue; // emptied meanwhile (by another removal)
             }
-            match prove_legacy(&finding, private_lock, allow_opening) {
-                Ok((save, verdicts)) => legacy_proven.push(Proven {
+            match self.judge_legacy_family(&finding) {
+                Ok((save, verdicts)) => judged.push(Proven {
                     finding,
                     save,
                     verdicts,
@@ -216,13 +231,58 @@ fn remove(
                 Err(why) => removal.fail_all(&[&finding], &why),
             }
         }
+        judged
     }
-    let mut written: HashSet<String> = HashSet::new();
-    let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
-    let nft = nft.as_slice();
-    let nft_socket = if nft.is_empty() {
-        None
-    } else {
+
+    /// Reads a legacy family's stale tables, saves it, reads the tables
+    /// again (a difference: a writer that bypasses the xtables lock, so
+    /// again), and judges the save against them. Called with the xtables
+    /// lock held.
+    fn judge_legacy_family(&self, finding: &Finding) -> Result<proof::Verdicts, String> {
+        let family = finding.family;
+        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
+        for _ in 0..LEGACY_TRIES {
+            let live = proof::legacy_images(family, &names)?;
+            let save = find::save(Mode::Legacy, family)?.stdout;
+            if proof::legacy_images(family, &names)? != live {
+                continue;
+            }
+            return self.judge(Mode::Legacy, family, &save, &names, || {
+                proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
+            });
+        }
+        Err(format!(
+            "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
+        ))
+    }
+
+    /// One family's verdict ([`judge::as_one`]): whether removing it would
+    /// open the host the other backend filters, and its backup's proof.
+    fn judge(
+        &self,
+        stale: Mode,
+        family: Family,
+        save: &[u8],
+        names: &[&str],
+        prove: impl FnOnce() -> Result<proof::Verdicts, String>,
+    ) -> Result<proof::Verdicts, String> {
+        let opens = judge::held_back(
+            save,
+            stale.other(),
+            family,
+            names,
+            self.allow_opening,
+            &self.private_lock,
+        )?;
+        Ok(judge::as_one(prove()?, opens, names))
+    }
+
+    /// The nf_tables socket, when nft holds anything stale (None, with every
+    /// nft table left, when it cannot be opened).
+    fn open_nft(&self, nft: &[Family], removal: &mut Removal) -> Option<NftSocket> {
+        if nft.is_empty() {
+            return None;
+        }
         match NftSocket::open() {
             Ok(socket) => Some(socket),
             Err(e) => {
@@ -234,123 +294,179 @@ fn remove(
                 None
             }
         }
-    };
-    let mut nft_attempt = match &nft_socket {
-        Some(socket) => prove_nft(socket, nft, private_lock, allow_opening),
-        None => Ok(None),
-    };
-    // Every backup on disk before anything is emptied.
-    let nft_first: &[Proven] = match &nft_attempt {
-        Ok(Some((_, proven))) => proven,
-        _ => &[],
-    };
-    for proven in legacy_proven.iter().chain(nft_first).filter(|p| !p.save.is_empty()) {
-        let name = proven.file_name();
-        let path = backup
-            .write(&name, &proven.save, false)
+    }
+
+    /// One nft attempt: each family's stale tables read afresh, their
+    /// images and the save all at one generation (returned with the
+    /// verdicts); Ok(None) when the generation moved while reading.
+    fn judge_nft(&self, socket: &NftSocket, families: &[Family]) -> Result<NftAttempt, String> {
+        let generation = socket
+            .generation()
+            .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+        let mut read = Vec::new();
+        for &family in families {
+            // The save first: its notes serve the finding, which needs no save
+            // of its own then; the generation check below covers all three.
+            let save = find::save(Mode::Nft, family)?;
+            let finding = find::find_beside(Mode::Nft, family, Some(&save));
+            if let Some(why) = &finding.unknown {
+                return Err(why.clone());
+            }
+            if finding.tables.is_empty() {
+                continue; // emptied meanwhile (by another removal)
+            }
+            let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
+            let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
+                return Ok(None);
+            };
+            if at != generation {
+                return Ok(None);
+            }
+            read.push((finding, names, images, save.stdout));
+        }
+        if socket
+            .generation()
+            .map_err(|e| format!("nf_tables cannot be read: {e}"))?
+            != generation
+        {
+            return Ok(None);
+        }
+        let mut judged = Vec::new();
+        for (finding, names, images, save) in read {
+            let family = finding.family;
+            let (save, verdicts) = self.judge(Mode::Nft, family, &save, &names, || {
+                proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
+            })?;
+            judged.push(Proven {
+                finding,
+                save,
+                verdicts,
+                images,
+            });
+        }
+        Ok(Some((generation, judged)))
+    }
+
+    /// Writes one family's backup (again, in a later nft attempt, in
+    /// place of the one written before); none when nothing of it goes.
+    fn back_up(&self, judged: &Proven, written: &mut HashSet<String>, removal: &mut Removal) -> Result<(), String> {
+        if judged.save.is_empty() {
+            return Ok(());
+        }
+        let name = judged.file_name();
+        let replace = written.contains(&name);
+        let path = self
+            .backup
+            .write(&name, &judged.save, replace)
             .map_err(|e| format!("{name}: {e}"))?;
-        removal.files.push((
-            path,
-            format!("{}-{}-restore", proven.finding.family.program(), proven.finding.backend),
-        ));
-        written.insert(name);
+        if !replace {
+            removal.files.push((
+                path,
+                format!("{}-{}-restore", judged.finding.family.program(), judged.finding.backend),
+            ));
+            written.insert(name);
+        }
+        Ok(())
     }
-    for proven in &legacy_proven {
-        removal.record_verdicts(&proven.finding, &proven.verdicts);
-        for (_, table) in proven.proven_tables() {
-            let what = (Mode::Legacy, proven.finding.family, table.name);
-            match empty_legacy(proven.finding.family, table, private_lock) {
-                Ok(()) => removal.emptied.push((what, show::table_summary(table))),
-                Err(why) => removal.failed.push((what, why)),
+
+    /// Empties each legacy family that may go, table by table.
+    fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
+        for proven in judged {
+            removal.record_verdicts(&proven.finding, &proven.verdicts);
+            for (_, table) in proven.proven_tables() {
+                let what = (Mode::Legacy, proven.finding.family, table.name);
+                match empty_legacy_table(proven.finding.family, table, &self.private_lock) {
+                    Ok(()) => removal.emptied.push((what, show::table_summary(table))),
+                    Err(why) => removal.failed.push((what, why)),
+                }
             }
         }
     }
-    let Some(socket) = nft_socket else {
-        return Ok(lock);
-    };
-    // What each failure names: the tables of the last attempt read, at
-    // first those found before the removal.
-    let mut last_findings: Vec<Finding> = nft_before.iter().map(|&f| f.clone()).collect();
-    let mut read_steady = false;
-    for attempt in 1..=NFT_TRIES {
-        let (generation, proven) = match nft_attempt {
-            Err(why) => {
-                removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-                return Ok(lock);
-            }
-            Ok(None) => {
-                std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                nft_attempt = prove_nft(&socket, nft, private_lock, allow_opening);
-                continue;
-            }
-            Ok(Some(attempt)) => attempt,
-        };
-        read_steady = true;
-        if attempt > 1 {
-            for one in proven.iter().filter(|p| !p.save.is_empty()) {
-                let name = one.file_name();
-                let replace = written.contains(&name);
-                let path = match backup.write(&name, &one.save, replace) {
-                    Ok(path) => path,
-                    Err(e) => {
-                        let findings: Vec<&Finding> = to_fail(&proven);
+
+    /// Empties each nft family that may go in one transaction at the
+    /// generation it was judged at; when anything committed meanwhile,
+    /// waits, judges, backs up and tries again, [`NFT_TRIES`] attempts at
+    /// most.
+    fn empty_nft(
+        &self,
+        socket: &NftSocket,
+        nft_before: &[&Finding],
+        mut attempt_read: Result<NftAttempt, String>,
+        mut written: HashSet<String>,
+        removal: &mut Removal,
+    ) {
+        let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
+        // What each failure names: the tables of the last attempt read, at
+        // first those found before the removal.
+        let mut last_findings: Vec<Finding> = nft_before.iter().map(|&f| f.clone()).collect();
+        let mut read_steady = false;
+        for attempt in 1..=NFT_TRIES {
+            let (generation, judged) = match attempt_read {
+                Err(why) => {
+                    removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
+                    return;
+                }
+                Ok(None) => {
+                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
+                    attempt_read = self.judge_nft(socket, &nft);
+                    continue;
+                }
+                Ok(Some(read)) => read,
+            };
+            read_steady = true;
+            if attempt > 1 {
+                for one in &judged {
+                    if let Err(e) = self.back_up(one, &mut written, removal) {
                         removal.fail_all(
-                            &findings,
-                            &format!("backing up again: {name}: {e}; nothing removed from nft"),
+                            &to_fail(&judged),
+                            &format!("backing up again: {e}; nothing removed from nft"),
                         );
-                        return Ok(lock);
+                        return;
                     }
-                };
-                if !replace {
-                    removal
-                        .files
-                        .push((path, format!("{}-nft-restore", one.finding.family.program())));
-                    written.insert(name);
+                }
+            }
+            let to_empty: Vec<(Family, &str, &NftTableImage)> = judged
+                .iter()
+                .flat_map(|p| {
+                    p.proven_tables()
+                        .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
+                })
+                .collect();
+            match socket.empty_tables(generation, &to_empty) {
+                Ok(Emptied::Done) => {
+                    for proven in &judged {
+                        removal.record_verdicts(&proven.finding, &proven.verdicts);
+                        for (_, table) in proven.proven_tables() {
+                            removal.emptied.push((
+                                (Mode::Nft, proven.finding.family, table.name),
+                                show::table_summary(table),
+                            ));
+                        }
+                    }
+                    return;
+                }
+                Ok(Emptied::GenerationMoved) => {
+                    // Writers come in bursts (a sync, a restore): let one end.
+                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
+                    last_findings = judged.into_iter().map(|p| p.finding).collect();
+                    attempt_read = self.judge_nft(socket, &nft);
+                }
+                Err(e) => {
+                    removal.fail_all(&to_fail(&judged), &format!("emptying: {e}"));
+                    return;
                 }
             }
         }
-        let to_empty: Vec<(Family, &str, &NftTableImage)> = proven
-            .iter()
-            .flat_map(|p| {
-                p.proven_tables()
-                    .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
-            })
-            .collect();
-        match socket.empty_tables(generation, &to_empty) {
-            Ok(Emptied::Done) => {
-                for proven in &proven {
-                    removal.record_verdicts(&proven.finding, &proven.verdicts);
-                    for (_, table) in proven.proven_tables() {
-                        removal.emptied.push((
-                            (Mode::Nft, proven.finding.family, table.name),
-                            show::table_summary(table),
-                        ));
-                    }
-                }
-                return Ok(lock);
-            }
-            Ok(Emptied::GenerationMoved) => {
-                // Writers come in bursts (a sync, a restore): let one end.
-                std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                last_findings = proven.into_iter().map(|p| p.finding).collect();
-                nft_attempt = prove_nft(&socket, nft, private_lock, allow_opening);
-            }
-            Err(e) => {
-                removal.fail_all(&to_fail(&proven), &format!("emptying: {e}"));
-                return Ok(lock);
-            }
+        if let Ok(Some((_, judged))) = &attempt_read {
+            last_findings = judged.iter().map(|p| p.finding.clone()).collect();
         }
+        let why = if read_steady {
+            format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
+        } else {
+            format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
+        };
+        removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
     }
-    if let Ok(Some((_, proven))) = &nft_attempt {
-        last_findings = proven.iter().map(|p| p.finding.clone()).collect();
-    }
-    let why = if read_steady {
-        format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
-    } else {
-        format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
-    };
-    removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-    Ok(lock)
 }
 
 /// The findings of proofs, to be left with a reason.
@@ -358,90 +474,9 @@ fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
     proven.iter().map(|p| &p.finding).collect()
 }
 
-/// Reads a legacy family's stale tables, saves it, reads the tables again
-/// (a difference: a writer that bypasses the xtables lock, so again), and
-/// proves the save against them. Called with the xtables lock held.
-/// Returns the proven backup and a verdict per stale table.
-fn prove_legacy(finding: &Finding, private_lock: &Path, allow_opening: bool) -> Result<proof::Verdicts, String> {
-    let family = finding.family;
-    let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
-    for _ in 0..LEGACY_TRIES {
-        let live = proof::legacy_images(family, &names)?;
-        let save = find::save(Mode::Legacy, family)?.stdout;
-        if proof::legacy_images(family, &names)? != live {
-            continue;
-        }
-        let opens = judge::held_back(&save, Mode::Nft, family, &names, allow_opening, private_lock)?;
-        return proof::prove_legacy("the backup", family, &save, &names, &live, private_lock)
-            .map(|proven| judge::as_one(proven, opens, &names));
-    }
-    Err(format!(
-        "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
-    ))
-}
-
-/// One nft attempt: each family's stale tables read afresh, their images
-/// and the save all at one generation (returned with the proofs); Ok(None)
-/// when the generation moved while reading.
-fn prove_nft(
-    socket: &NftSocket,
-    families: &[Family],
-    private_lock: &Path,
-    allow_opening: bool,
-) -> Result<NftAttempt, String> {
-    let generation = socket
-        .generation()
-        .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let mut read = Vec::new();
-    for &family in families {
-        // The save first: its notes serve the finding, which needs no save
-        // of its own then; the generation check below covers all three.
-        let save = find::save(Mode::Nft, family)?;
-        let finding = find::find_beside(Mode::Nft, family, Some(&save));
-        if let Some(why) = &finding.unknown {
-            return Err(why.clone());
-        }
-        if finding.tables.is_empty() {
-            continue; // emptied meanwhile (by another removal)
-        }
-        let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
-        let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
-            return Ok(None);
-        };
-        if at != generation {
-            return Ok(None);
-        }
-        read.push((finding, names, images, save.stdout));
-    }
-    if socket
-        .generation()
-        .map_err(|e| format!("nf_tables cannot be read: {e}"))?
-        != generation
-    {
-        return Ok(None);
-    }
-    let mut proven = Vec::new();
-    for (finding, names, images, save) in read {
-        let family = finding.family;
-        let opens = judge::held_back(&save, Mode::Legacy, family, &names, allow_opening, private_lock)?;
-        let (save, verdicts) = judge::as_one(
-            proof::prove_nft("the backup", family, &save, &names, &images, private_lock)?,
-            opens,
-            &names,
-        );
-        proven.push(Proven {
-            finding,
-            save,
-            verdicts,
-            images,
-        });
-    }
-    Ok(Some((generation, proven)))
-}
-
 /// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
 /// policies) in one commit of `<family>-legacy-restore`.
-fn empty_legacy(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
+fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
     let mut input = format!("*{}\n", table.name);
     for chain in &table.builtin_chains {
         let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
