@@ -72,7 +72,8 @@ pub fn as_one((save, mut verdicts): Verdicts, opens: Vec<Option<String>>, names:
 /// Per table of one family, what showing says of removing it: why it
 /// would open the host (Some), or that it would not (None), or why that is
 /// unknown (Err); judged as one, as [`as_one`] does: a table with nothing
-/// of its own is left with the tables that are held or unknown.
+/// of its own is left with the tables that are held (unknown, where
+/// whether one would open the host is).
 pub fn shown_as_one(opens: Vec<Result<Option<String>, String>>, names: &[&str]) -> Vec<Result<Option<String>, String>> {
     let held: Vec<&str> = names
         .iter()
@@ -83,9 +84,11 @@ pub fn shown_as_one(opens: Vec<Result<Option<String>, String>>, names: &[&str]) 
     if held.is_empty() {
         return opens;
     }
+    let unknown = opens.iter().any(Result::is_err);
     opens
         .into_iter()
         .map(|open| match open {
+            Ok(None) if unknown => Err(left_with(&held)),
             Ok(None) => Ok(Some(format!("removing it would open the host: {}", left_with(&held)))),
             other => other,
         })
@@ -122,12 +125,14 @@ mod tests {
         let (backup, verdicts) = as_one((save.to_vec(), vec![Ok(()), Ok(())]), vec![None, None], &names);
         assert!(verdicts.iter().all(Result::is_ok));
         assert_eq!(backup, save);
-        let shown = shown_as_one(vec![Ok(None), Err("unknown".into())], &names);
+        // Shown: left with a held table, or unknown beside an unknown one.
+        let shown = shown_as_one(vec![Ok(None), Ok(Some("x".into()))], &names);
         assert!(shown[0]
-            .as_ref()
+            .clone()
             .unwrap()
-            .as_ref()
             .unwrap()
             .contains("left with the filter table"));
+        let shown = shown_as_one(vec![Ok(None), Err("unknown".into())], &names);
+        assert!(shown[0].clone().unwrap_err().contains("left with the filter table"));
     }
 }
