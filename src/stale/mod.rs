@@ -24,6 +24,7 @@
 pub mod backup;
 pub mod certainty;
 pub mod find;
+pub mod ipsets;
 pub mod live_save;
 pub mod opening;
 pub mod proof;
