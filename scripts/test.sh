@@ -51,7 +51,7 @@
 #     (kube-proxy, kube-apiserver, kubectl, kubelet, kube-controller-manager,
 #     kube-scheduler, pause);
 #   - with a Docker engine: the images iptables-wrapper-base:* (bullseye,
-#     bookworm, trixie, distroless, distroless-src, dind, nonroot, clients,
+#     bookworm, trixie, distroless, distroless-src, dind, nonroot, ipset, clients,
 #     the simulated alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi; kept as a
 #     cache, by content key and by name); iptables-wrapper:matrix-*,
 #     iptables-wrapper-test:* and iptables-wrapper-recipe:* while it runs
