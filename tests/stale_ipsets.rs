@@ -8,6 +8,8 @@ mod common;
 
 use common::stale::{backup_dir_of, legacy_saves, nft_ruleset, stale, stderr, stdout, without_headers};
 use common::Node;
+use iptables_wrapper::kernel::ipset::IpsetSocket;
+use iptables_wrapper::stale::ipsets::HostSets;
 
 /// Calico-like rules: `cali-` chains reached from the built-in ones, sets
 /// matched (one negated, one a `list:set`), a `SET` target, a DROP that
@@ -154,4 +156,30 @@ fn without_the_ipset_program_a_table_naming_sets_stays_with_the_reason() {
     assert_eq!(legacy_saves(&node), legacy_before);
     assert_eq!(nft_ruleset(&node), nft_before);
     assert_eq!(ipset_save(&node), sets_before);
+}
+
+#[test]
+fn the_sets_are_made_only_in_a_namespace_that_holds_none_of_them() {
+    common::enter_new_netns();
+    common::sh("ipset create gone hash:ip; ipset create kept hash:net; ipset add kept 10.0.0.0/8; ipset destroy gone");
+    let before = common::sh("ipset save");
+    let save = b"*filter\n-A INPUT -m set --match-set kept src -j DROP\nCOMMIT\n";
+    let sets = HostSets::read("the backup", save).unwrap();
+    // Here, where the set is, nothing is made (the host's namespace).
+    let refused = sets.recreate().unwrap_err();
+    assert!(refused.contains("already holds ipset kept"), "{refused}");
+    assert_eq!(common::sh("ipset save"), before);
+    let index_of = |name: &str| IpsetSocket::open().unwrap().index_of(name).unwrap();
+    assert_eq!(index_of("kept"), Some(1));
+    // In a fresh namespace: the set at the host's index, a placeholder in
+    // the gap before it.
+    let made = std::thread::spawn(move || {
+        common::enter_new_netns();
+        sets.recreate().unwrap();
+        let indices = (index_of("iptables-wrapper-gap-0"), index_of("kept"));
+        (common::sh("ipset save kept"), indices)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(made, (before, (Some(0), Some(1))));
 }

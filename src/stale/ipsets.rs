@@ -197,8 +197,18 @@ impl HostSets {
             input.push_str(&set.adds);
         }
         let unmade = |why: String| format!("the host's ipsets cannot be made in the scratch namespace: {why}");
-        self.run(&["restore"], Some(input.as_bytes())).map_err(unmade)?;
         let socket = IpsetSocket::open().map_err(|e| unmade(format!("their indices cannot be read: {e}")))?;
+        // Where they are already (the host's own namespace, not a fresh
+        // one), nothing is made.
+        for set in self.by_index.values() {
+            if socket.index_of(&set.name).map_err(|e| unmade(e.to_string()))?.is_some() {
+                return Err(unmade(format!(
+                    "this namespace already holds ipset {}: it is not a fresh one",
+                    printable(&set.name)
+                )));
+            }
+        }
+        self.run(&["restore"], Some(input.as_bytes())).map_err(unmade)?;
         for (&index, set) in &self.by_index {
             let made = socket.index_of(&set.name).map_err(|e| unmade(e.to_string()))?;
             if made != Some(index) {
