@@ -15,6 +15,8 @@
 #                   real iptables client of scenario 9 (Docker's engine)
 #   nonroot         bookworm with iptables and libcap2-bin, for backends with
 #                   file capabilities (scenario 10)
+#   ipset           bookworm with iptables, ipset, iproute2 and ping: the
+#                   Calico-like upgrade of scenario 15 (pods, sets)
 #   clients         bookworm with the real clients of container-tests/clients.sh
 #                   (ufw, firewalld, fail2ban, wg-quick, ferm, podman with
 #                   netavark, netfilter-persistent) and what runs them
@@ -53,6 +55,9 @@ DISTROLESS_SRC_PACKAGES=(iptables busybox-static)
 # iptables, and fuse-overlayfs for a storage driver faster than vfs.
 DIND_SUITE=bookworm
 DIND_PACKAGES=(docker.io iptables fuse-overlayfs)
+# The Calico-like upgrade (scenario 15): its sets, its pods' network
+# namespaces and veth pairs, and ping through them.
+IPSET_PACKAGES=(iptables ipset iproute2 iputils-ping)
 # The real clients (container-tests/clients.sh), each from Debian's own
 # packages, and what the suite needs to run them: dbus for firewalld,
 # wireguard-go for wg-quick (the kernel may lack WireGuard), podman's runtime
@@ -167,9 +172,10 @@ main() {
       distroless-src) image="$(debian_image distroless-src "$DISTROLESS_SUITE" "${DISTROLESS_SRC_PACKAGES[@]}")" ;;
       dind) image="$(debian_image dind "$DIND_SUITE" "${DIND_PACKAGES[@]}")" ;;
       nonroot) image="$(debian_image nonroot bookworm iptables libcap2-bin)" ;;
+      ipset) image="$(debian_image ipset bookworm "${IPSET_PACKAGES[@]}")" ;;
       clients) image="$(debian_image clients "$CLIENTS_SUITE" "${CLIENTS_PACKAGES[@]}")" ;;
       alpine-3.22|alpine-3.23|fedora-42|ubi-9|wolfi) image="$(sim_image "$flavour")" ;;
-      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot, clients)" ;;
+      *) die "unknown flavour '$flavour' (known: ${ALL_FLAVOURS[*]}; images of their own: distroless-src, dind, nonroot, ipset, clients)" ;;
     esac
     printf '%s %s\n' "$flavour" "$image"
   done

@@ -74,10 +74,11 @@ LOAD_IMAGES=()
 if [[ "$BASES" == load ]]; then
   names=("${FLAVOURS[@]}")
   [[ " ${FLAVOURS[*]} " == *" distroless "* ]] && names+=(distroless-src)
-  # Scenarios 9, 10 and 14 run in images of their own (see run-matrix.sh).
+  # Scenarios 9, 10, 14 and 15 run in images of their own (see run-matrix.sh).
   [[ " ${SCENARIOS[*]} " == *" 9 "* ]] && names+=(dind)
   [[ " ${SCENARIOS[*]} " == *" 10 "* ]] && names+=(nonroot)
   [[ " ${SCENARIOS[*]} " == *" 14 "* ]] && names+=(clients)
+  [[ " ${SCENARIOS[*]} " == *" 15 "* ]] && names+=(ipset)
   while read -r _ image; do LOAD_IMAGES+=("$image"); done < <("$CT_DIR/build-base.sh" "${names[@]}")
 fi
 PREPARED=$SECONDS

@@ -5,7 +5,7 @@
 #   container-tests/run-matrix.sh [--flavours LIST] [--scenarios LIST] [--recipes LIST]
 #
 # LIST is comma-separated: flavours bullseye,bookworm,trixie,distroless;
-# scenarios 1..14 (see scenario.sh); recipes: the Dockerfile snippets by
+# scenarios 1..15 (see scenario.sh); recipes: the Dockerfile snippets by
 # marker in README.md and docs/ that scenario 13 does not build
 # (container-tests/doc-snippets.sh --list), each built as printed from the
 # repository root and checked by doc-recipe.sh, or none. Default: all of each
@@ -21,7 +21,8 @@
 # the host states in each; 14 (the real clients: ufw, firewalld, fail2ban,
 # wg-quick, ferm, podman with netavark, from Debian's packages, wrapped and
 # direct, clients.sh) runs once, in the clients image, and checks the
-# README's "Tested with" table against its results.
+# README's "Tested with" table against its results; 15 (a Calico-like
+# upgrade: ipsets, packets through pods) runs once, in the ipset image.
 #
 # Environment:
 #   IPTW_WRAPPER      the static wrapper binary (for this machine's
@@ -49,7 +50,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 FLAVOURS=("${ALL_FLAVOURS[@]}")
-SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+SCENARIOS=(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
 RECIPES=()
 if [[ -r "$REPO_DIR/README.md" ]]; then
   # A broken marker fails the run here; pages without any other marked
@@ -73,13 +74,13 @@ done
 
 # The image of each single-image scenario (a base of build-base.sh that is
 # not a flavour); the other scenarios run in every flavour.
-declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm [14]=clients)
+declare -A SOLO_IMAGE=([9]=dind [10]=nonroot [12]=bookworm [14]=clients [15]=ipset)
 FLAVOUR_SCENARIOS=() SOLO_SCENARIOS=() DISTRO_RECIPES=0
 for s in "${SCENARIOS[@]}"; do
   case "$s" in
     13) DISTRO_RECIPES=1 ;;
     [1-8]|11) FLAVOUR_SCENARIOS+=("$s") ;;
-    9|10|12|14) SOLO_SCENARIOS+=("$s") ;;
+    9|10|12|14|15) SOLO_SCENARIOS+=("$s") ;;
     *) die "unknown scenario '$s' (see --help)" ;;
   esac
 done
@@ -289,7 +290,8 @@ echo "           10 non-root user, backends with file capabilities (own image),"
 echo "           11 the upgrade's stale legacy state removed without a reboot (stale --remove, backup restored),"
 echo "           12 every node OS's host layout at /host, legacy, nft and switched (bookworm),"
 echo "           13 the distribution recipes of README.md and docs/images/ (Debian, Alpine 3.22/3.23, Fedora 42, UBI 9, Wolfi) built as printed, states 1-3,"
-echo "           14 real clients from Debian's packages, wrapped and direct, in three host states (clients image, clients.sh)"
+echo "           14 real clients from Debian's packages, wrapped and direct, in three host states (clients image, clients.sh),"
+echo "           15 a Calico-like upgrade: ipsets both backends read, legacy's rules removed, packets as before (ipset image)"
 echo "containers: --network none${IPTW_PRIVILEGE:+ $IPTW_PRIVILEGE} (9 and 10: their own, see scenario.sh)"
 echo "time: base images $((BASES_DONE - START))s, test images $((IMAGES_DONE - BASES_DONE))s, scenarios $((SECONDS - IMAGES_DONE))s, total $((SECONDS - START))s"
 [[ -n "${IPTW_LOG_DIR:-}" ]] && echo "logs: $IPTW_LOG_DIR"

@@ -27,6 +27,9 @@
 #      1-3: on legacy, on nft, switched to nft without a restart
 #   14 the real clients (clients.sh: its own cells, containers and report;
 #      needs the clients image)
+#   15 a Calico-like upgrade: cali- chains matching ipsets, in legacy, then
+#      in nft; stale --remove takes legacy's, every set stays, packets
+#      behave as before (calico-in-container.sh; needs the ipset image)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/host-layouts.sh"
@@ -305,8 +308,30 @@ scenario_14() { # the real clients, wrapped and direct
   "$CT_DIR/clients.sh" "$IMAGE"
 }
 
+# calico STEP ARGS...: a calico-in-container.sh step in the running container.
+calico() {
+  echo "- calico $*"
+  local rc=0
+  timeout "$STEP_TIMEOUT" docker exec "$CONTAINER" calico-test "$@" || rc=$?
+  [[ $rc -ne 124 ]] || echo "  FAIL: step timed out after ${STEP_TIMEOUT}s"
+  return "$rc"
+}
+
+scenario_15() { # a Calico-like upgrade: ipsets both backends read, legacy's rules removed
+  start --volume "$CT_DIR/calico-in-container.sh:/usr/local/bin/calico-test:ro"
+  host_link legacy
+  calico node
+  calico rules legacy
+  calico packets 10.244.1.3
+  echo "- the host switches to nft; Calico writes its rules again there, legacy's stay"
+  host_link nft
+  calico rules nft
+  calico packets 10.244.1.3
+  calico remove 10.244.1.4
+}
+
 case "$SCENARIO" in
-  [1-9]|10|11|12|14) "scenario_$SCENARIO" ;;
+  [1-9]|10|11|12|14|15) "scenario_$SCENARIO" ;;
   12:*) host_layout_states "${SCENARIO#12:}" ;;
   only-nft) scenario_only_nft ;;
   *) die "unknown scenario '$SCENARIO'" ;;

@@ -4,7 +4,8 @@
 # "Two commands"):
 #   - Debian packages (scripts/apt-install.sh: only these, waiting for
 #     another apt's lock): iptables (both backends) and nftables, util-linux
-#     (unshare), strace (a test checks what a call looks at), libcap2-bin
+#     (unshare), ipset (stale --remove's proof reads the sets rules name,
+#     and the tests make some), strace (a test checks what a call looks at), libcap2-bin
 #     (setcap: the non-root tests give backends file capabilities),
 #     qemu-user-static on x86_64 (the cross binaries' smoke and unit tests,
 #     scripts/qemu-smoke.sh and scripts/qemu-lib-tests.sh), the cross gcc
@@ -30,7 +31,7 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
     xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus \
-    setcap:libcap2-bin; do
+    setcap:libcap2-bin ipset:ipset; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-s390x-static; then packages+=(qemu-user-static); fi

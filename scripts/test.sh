@@ -29,7 +29,7 @@
 # command changes"; scripts/test-in-container.sh runs all of it in a
 # container instead, leaving only two images here):
 #   - Debian packages, by scripts/apt-install.sh: iptables, nftables,
-#     util-linux, strace, libcap2-bin, python3-venv where python3 cannot make a venv,
+#     util-linux, ipset, strace, libcap2-bin, python3-venv where python3 cannot make a venv,
 #     qemu-user-static on x86_64 (its package registers binfmt handlers for
 #     other architectures in the machine's kernel) (scripts/install-deps.sh,
 #     scripts/qemu-smoke.sh); mmdebstrap (container-tests/build-base.sh, for
@@ -51,7 +51,7 @@
 #     (kube-proxy, kube-apiserver, kubectl, kubelet, kube-controller-manager,
 #     kube-scheduler, pause);
 #   - with a Docker engine: the images iptables-wrapper-base:* (bullseye,
-#     bookworm, trixie, distroless, distroless-src, dind, nonroot, clients,
+#     bookworm, trixie, distroless, distroless-src, dind, nonroot, ipset, clients,
 #     the simulated alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi; kept as a
 #     cache, by content key and by name); iptables-wrapper:matrix-*,
 #     iptables-wrapper-test:* and iptables-wrapper-recipe:* while it runs

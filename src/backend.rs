@@ -362,6 +362,48 @@ pub fn locate(command: &WrappedCommand, mode: Mode) -> Result<Backend, BackendEr
     Ok(found.expect("search took a backend"))
 }
 
+/// A program shipped beside the backends that is not one (`ipset`, which
+/// `stale --remove`'s proof runs): the first runnable `file` where the
+/// backends are looked for (`IPTABLES_WRAPPER_SBIN`'s absolute entries,
+/// else the system directories, then the wrapper's own), with the same
+/// checks: a regular file someone may execute, never the wrapper itself,
+/// and trusted when a settings file chose the directory. Err: where it was
+/// looked for, or why a candidate was refused.
+pub fn locate_beside(file: &str) -> Result<PathBuf, String> {
+    let (dirs, checked) = match configured_dirs() {
+        Some((dirs, _)) => (
+            dirs,
+            matches!(settings::current().get(SBIN_VAR).origin, Origin::File { .. }),
+        ),
+        None => (SYSTEM_DIRS.iter().map(PathBuf::from).chain(own_dir()).collect(), false),
+    };
+    let own_file = OwnFile::identify();
+    let mut tried = Vec::new();
+    for dir in &dirs {
+        let trusted_dir = match checked.then(|| trust::check_trusted(dir, &format!("{SBIN_VAR} directory"))) {
+            Some(Err(Refused::Untrusted(why))) => return Err(why),
+            Some(Err(Refused::Absent { .. })) => {
+                tried.push(dir.join(file));
+                continue;
+            }
+            Some(Ok(trusted)) => Some(trusted),
+            None => None,
+        };
+        let path = dir.join(file);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && may_execute(&meta) && !own_file.is(own_file::file_id(&meta)) => {
+                if let Some(trusted_dir) = &trusted_dir {
+                    trust::check_trusted_in(trusted_dir, Path::new(file), &format!("{SBIN_VAR} program"))
+                        .map_err(|refused| refused.message().to_string())?;
+                }
+                return Ok(path);
+            }
+            _ => tried.push(path),
+        }
+    }
+    Err(format!("none runnable at {}", join_paths(&tried)))
+}
+
 /// Execs the first program for `command` in `mode` that the kernel runs,
 /// with `argv0` (the caller's, whose file name is `command`'s) and `args`;
 /// `before_exec` sees each one about to be run. Returns only when nothing

@@ -26,6 +26,7 @@
 pub mod backup;
 pub mod certainty;
 pub mod find;
+pub mod ipsets;
 pub mod judge;
 pub mod live_save;
 pub mod opening;

@@ -13,6 +13,10 @@
 //! (an nft chain name of 29 characters or more), bytes a save changes, and
 //! a save that does not restore at all (a comment holding a newline).
 //!
+//! The sets the restored rules name are the host's, given to the scratch
+//! namespace first at the host's indices ([`super::ipsets`]): a rule holds
+//! a set's index, not its name.
+//!
 //! The scratch namespace is made by a thread of the wrapper's own
 //! (`unshare(CLONE_NEWNET)`, which needs `CAP_SYS_ADMIN`): the restore tool
 //! runs as its child, in that namespace, and the thread reads the restored
@@ -20,6 +24,7 @@
 //! made, nothing is proven and nothing is removed.
 
 use super::find;
+use super::ipsets::HostSets;
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::family::Family;
@@ -229,7 +234,9 @@ pub fn prove_legacy(
     private_lock: &Path,
 ) -> Result<Verdicts, String> {
     let restored_by = |input: &[u8], chosen: &[&str]| {
+        let sets = HostSets::read(subject, input)?;
         in_scratch_namespace(|| {
+            sets.recreate()?;
             restore(Mode::Legacy, family, input, private_lock)
                 .map_err(|why| format!("{subject} does not restore: {why}"))?;
             legacy_images(family, chosen)
@@ -248,9 +255,11 @@ pub fn prove_nft(
     private_lock: &Path,
 ) -> Result<Verdicts, String> {
     let restored_by = |input: &[u8], chosen: &[&str]| {
+        let sets = HostSets::read(subject, input)?;
         in_scratch_namespace(|| {
             let scratch =
                 NftSocket::open().map_err(|e| format!("nf_tables cannot be read in the scratch namespace: {e}"))?;
+            sets.recreate()?;
             restore(Mode::Nft, family, input, private_lock)
                 .map_err(|why| format!("{subject} does not restore: {why}"))?;
             match nft_images(&scratch, family, chosen)? {

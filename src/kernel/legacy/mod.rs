@@ -353,7 +353,12 @@ fn get_entries(socket: &OwnedFd, layout: &Layout, info: &TableInfo) -> io::Resul
 
 /// The one system call: getsockopt with an in/out buffer that the kernel must
 /// fill exactly (it rejects lengths other than the structure's).
-fn getsockopt_exact(socket: &OwnedFd, level: libc::c_int, option: libc::c_int, buf: &mut [u8]) -> io::Result<()> {
+pub(super) fn getsockopt_exact(
+    socket: &OwnedFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    buf: &mut [u8],
+) -> io::Result<()> {
     let mut len = libc::socklen_t::try_from(buf.len()).map_err(|_| invalid_data("table too large"))?;
     // SAFETY: `buf` is valid for writes of `len` bytes for the whole call and
     // the kernel writes at most `len` bytes; the fd stays open (borrowed).
