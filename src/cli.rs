@@ -68,9 +68,10 @@ iptables-nft or iptables-legacy and execs that backend.
              --exit-zero: exit 0 whatever happened (an init container),
              after a line on stderr with the status it stands for
   metrics    write the metrics of detect --format prometheus to PATH (via
-             PATH.tmp and a rename) every D (default 60s) until SIGTERM;
+             a new file and a rename) every D (default 60s) until SIGTERM;
              (D: 60s, 5m, 1h); when the wrapper cannot answer, says why
-             and removes PATH; SIGTERM or SIGINT: removes PATH, exits 0
+             and removes PATH; SIGTERM, SIGINT or SIGHUP: removes PATH,
+             exits 0
 
 Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
 XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,

@@ -10,20 +10,19 @@
 //! descriptor, and the resolved path is the one printed: a link someone else
 //! owns can neither pass the checks nor later re-point the printed undo.
 //!
-//! Each file is written to a temporary file, synced, then linked under its
-//! name (mode 0600): a reader never sees a part, and a file that was there
-//! before is never replaced. A removal that backs up again (the ruleset
+//! Each file is written under no name or a random one ([`crate::temporary`]),
+//! synced, then linked under its name (mode 0600): a reader never sees a
+//! part, and a file that was there before is never replaced. A removal that backs up again (the ruleset
 //! moved under it) replaces only the file it wrote itself.
 
 use crate::run_dir::RunDir;
+use crate::temporary::{self, Placement};
 use crate::warnings_record::utc_time;
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, mkdirat, FileStat, Mode as FileMode, SFlag};
-use nix::unistd::{fsync, linkat, unlinkat, Uid, UnlinkatFlags};
-use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use nix::unistd::{unlinkat, Uid, UnlinkatFlags};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The backup directory, open.
@@ -127,31 +126,10 @@ impl BackupDir {
     /// Writes `contents` to a new file `name` (mode 0600) whole; with
     /// `replace`, over the file of that name this removal wrote before.
     pub fn write(&self, name: &str, contents: &[u8], replace: bool) -> std::io::Result<PathBuf> {
-        let dir_fd = self.fd.as_raw_fd();
-        let temporary = format!(".{name}.{}.tmp", std::process::id());
-        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let written = (|| {
-            let raw = openat(
-                Some(dir_fd),
-                temporary.as_str(),
-                flags,
-                FileMode::S_IRUSR | FileMode::S_IWUSR,
-            )?;
-            // SAFETY: openat returned a new descriptor that nothing else owns.
-            let mut file = unsafe { File::from_raw_fd(raw) };
-            file.write_all(contents)?;
-            file.sync_all()?;
-            if replace {
-                renameat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name)?;
-            } else {
-                linkat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name, AtFlags::empty())?;
-            }
-            fsync(dir_fd)?;
-            Ok(())
-        })();
-        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-        written.map(|()| self.path.join(name))
+        let placement = if replace { Placement::Replace } else { Placement::New };
+        let mode = FileMode::S_IRUSR | FileMode::S_IWUSR;
+        temporary::write_file(self.fd.as_fd(), name.as_ref(), contents, mode, placement, true)?;
+        Ok(self.path.join(name))
     }
 
     /// A path in the directory for a file a restore tool makes (its lock).
