@@ -441,7 +441,7 @@ fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
         say(&format!("stale: {line}"));
     }
     if let Some(keep) = rotation.keep {
-        match rotation::prune(dir, keep) {
+        match rotation::prune(dir, keep, options.backup_dir.as_deref()) {
             Ok(removed) => {
                 for old in removed {
                     let shown = node

@@ -189,6 +189,36 @@ fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
 }
 
 #[test]
+fn a_backup_numbered_at_the_largest_is_refused_not_wrapped() {
+    let node = Node::new("rotation-wrap");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
+    node.sh("iptables-nft -A INPUT -s 192.0.2.1/32 -j DROP");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    let backups = node.path("backups");
+    let largest = "stale-backup-18446744073709551615-20261202T120000Z";
+    std::fs::create_dir_all(backups.join(largest)).unwrap();
+    let out = node
+        .wrapper()
+        .args(["stale", "--remove=true", "--backups-in"])
+        .arg(&backups)
+        .args(["--keep-backups", "1"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(log.contains(largest) && log.contains("no next one"), "{log}");
+    let kept: Vec<_> = std::fs::read_dir(&backups).unwrap().collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        common::save_rule_lines("iptables-legacy-save"),
+        1,
+        "nothing was removed"
+    );
+}
+
+#[test]
 fn exit_zero_says_the_status_it_stands_for() {
     // Legacy rules and no host link: which backend is stale is not certain.
     let node = Node::new("exit-zero");

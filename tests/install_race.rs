@@ -21,7 +21,7 @@ const NAMES: [&str; 6] = [
     "ip6tables-restore",
 ];
 
-/// The names in `dir` that do not lead to the wrapper.
+/// The names in `dir` that do not resolve to the wrapper.
 fn not_leading_to_the_wrapper(dir: &Path) -> Vec<&'static str> {
     let wrapper = std::fs::canonicalize(WRAPPER).unwrap();
     NAMES
