@@ -43,8 +43,10 @@ iptables-nft or iptables-legacy and execs that backend.
              state as Prometheus/OpenMetrics text (docs/metrics.md); exit 3:
              the chosen backend's program is missing (the first warning)
   install    link the six command names to this wrapper in DIR (default: the
-             wrapper's directory); --force replaces regular files, never
-             the wrapper's own file; a failure midway puts every name back
+             wrapper's directory); links to a backend are replaced; regular
+             files, alternatives links and links to another program only
+             with --force; the wrapper's own file never; a failure midway
+             puts back what it changed
   stale      show what the backend the host does not use still holds (rules,
              user chains, DROP policies) per family, table and chain; -v adds
              the rules in iptables-save form; exit 0 nothing stale, 1 stale,
