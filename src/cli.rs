@@ -5,6 +5,7 @@
 use crate::backend;
 use crate::command::{self, WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
+use crate::escape::Shown as _;
 use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
 use crate::interval;
@@ -449,7 +450,7 @@ fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
                     let shown = node
                         .shown(&old)
                         .map_or(String::new(), |path| format!(" (on the node: {path})"));
-                    say(&format!("stale: removed the old backup {}{shown}", old.display()));
+                    say(&format!("stale: removed the old backup {}{shown}", old.shown()));
                 }
             }
             Err(problem) => {
@@ -496,7 +497,7 @@ fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                     LinkOutcome::Replaced => "replaced",
                     LinkOutcome::AlreadyInPlace => "already in place",
                 };
-                out.push_str(&format!("{done}: {} -> {}\n", path.display(), target.display()));
+                out.push_str(&format!("{done}: {} -> {}\n", path.shown(), target.shown()));
             }
             print_out(&out)
         }

@@ -25,6 +25,7 @@ use iptables_wrapper::cli;
 use iptables_wrapper::command::{self, WrappedCommand, COMMAND_NAMES};
 use iptables_wrapper::decision::{self, Depth};
 use iptables_wrapper::environment;
+use iptables_wrapper::escape::Shown as _;
 use iptables_wrapper::escape::{printable, quoted};
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
@@ -190,7 +191,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             decision.mode,
             decision.decided_by.key(),
             printable(&decision.reason.to_string()),
-            backend.path.display(),
+            backend.path.shown(),
             printable(&argv0.to_string_lossy()),
             decision.took.map_or("(not timed)".to_string(), |took| format!(
                 "{:.3} ms",

@@ -11,6 +11,7 @@
 //! means the directory is not used, which costs speed or the record, never
 //! correctness: every caller must work without it.
 
+use crate::escape::Shown as _;
 use crate::settings::{self, RUN_DIR_VAR};
 use crate::temporary::{self, Placement};
 use nix::errno::Errno;
@@ -56,7 +57,7 @@ impl RunDir {
             // SAFETY: openat returned a new descriptor that nothing else owns.
             Ok(raw) => unsafe { OwnedFd::from_raw_fd(raw) },
             Err(errno) => {
-                log::debug!("runtime directory {} not used: {errno}", path.display());
+                log::debug!("runtime directory {} not used: {errno}", path.shown());
                 return None;
             }
         };
@@ -69,12 +70,12 @@ impl RunDir {
             Ok(_) => {
                 log::debug!(
                     "runtime directory {} not used: not a directory of this user with mode 0700",
-                    path.display()
+                    path.shown()
                 );
                 None
             }
             Err(errno) => {
-                log::debug!("runtime directory {} not used: {errno}", path.display());
+                log::debug!("runtime directory {} not used: {errno}", path.shown());
                 None
             }
         }
@@ -107,7 +108,7 @@ impl RunDir {
         match Errno::last() {
             Errno::ENOSYS | Errno::EPERM => geteuid().is_root() || self.mode & Mode::S_IWUSR.bits() != 0,
             errno => {
-                log::debug!("runtime directory {} not writable: {errno}", self.path.display());
+                log::debug!("runtime directory {} not writable: {errno}", self.path.shown());
                 false
             }
         }
@@ -184,7 +185,7 @@ fn configured_path() -> Option<PathBuf> {
     if path.is_absolute() {
         Some(path)
     } else {
-        log::debug!("{RUN_DIR_VAR}={} is not an absolute path: not used", path.display());
+        log::debug!("{RUN_DIR_VAR}={} is not an absolute path: not used", path.shown());
         None
     }
 }

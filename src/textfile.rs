@@ -14,6 +14,7 @@
 //! in every state: while sleeping, and while a run reads or writes.
 
 use crate::escape::printable;
+use crate::escape::Shown as _;
 use crate::interval::{Stoppable, STOP_SIGNALS};
 use crate::metrics;
 use crate::standard_fds::say;
@@ -32,7 +33,7 @@ pub fn run(path: &Path, interval: Duration) -> i32 {
     let stop_path = CString::new(path.as_os_str().as_bytes()).expect("a path from the command line has no NUL");
     let _ = ON_STOP.set(OnStop {
         path: stop_path,
-        said: format!(": {} removed, exiting\n", path.display()),
+        said: format!(": {} removed, exiting\n", path.shown()),
     });
     let stoppable = match Stoppable::block(stop_now) {
         Ok(stoppable) => stoppable,
@@ -50,20 +51,20 @@ pub fn run(path: &Path, interval: Duration) -> i32 {
         });
         match written {
             Ok(()) if failing => {
-                say(&format!("metrics: {} written again", path.display()));
+                say(&format!("metrics: {} written again", path.shown()));
                 failing = false;
             }
             Ok(()) => {}
             Err(problem) => {
                 // Said on every failed write: one line an interval.
-                say(&format!("metrics: {}: {} removed", printable(&problem), path.display()));
+                say(&format!("metrics: {}: {} removed", printable(&problem), path.shown()));
                 remove(path);
                 failing = true;
             }
         }
         if let Some(signal) = stoppable.sleep(interval) {
             remove(path);
-            say(&format!("metrics: {signal}: {} removed, exiting", path.display()));
+            say(&format!("metrics: {signal}: {} removed, exiting", path.shown()));
             return 0;
         }
     }
@@ -109,27 +110,26 @@ extern "C" fn stop_now(signal: libc::c_int) {
 /// write. Then renames it over `path`.
 fn write_whole(path: &Path, text: &str) -> Result<(), String> {
     let (Some(name), parent) = (path.file_name(), path.parent()) else {
-        return Err(format!("{} names no file", path.display()));
+        return Err(format!("{} names no file", path.shown()));
     };
     let parent = match parent {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let raw =
-        openat(None, parent, flags, Mode::empty()).map_err(|e| format!("cannot open {}: {e}", parent.display()))?;
+    let raw = openat(None, parent, flags, Mode::empty()).map_err(|e| format!("cannot open {}: {e}", parent.shown()))?;
     // SAFETY: openat returned a new descriptor that nothing else owns.
     let dir = unsafe { OwnedFd::from_raw_fd(raw) };
     let mode = Mode::from_bits_truncate(0o644);
     temporary::write_file(dir.as_fd(), name, text.as_bytes(), mode, Placement::Replace, false)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write {}: {e}", path.shown()))
 }
 
 /// Removes PATH; a file already gone is fine.
 fn remove(path: &Path) {
     if let Err(e) = std::fs::remove_file(path) {
         if e.kind() != std::io::ErrorKind::NotFound {
-            say(&format!("metrics: cannot remove {}: {e}", path.display()));
+            say(&format!("metrics: cannot remove {}: {e}", path.shown()));
         }
     }
 }

@@ -22,6 +22,7 @@
 mod change;
 
 use crate::command::COMMAND_NAMES;
+use crate::escape::Shown as _;
 use crate::mode::mode_named_by;
 use crate::own_file;
 use nix::fcntl::{openat, OFlag};
@@ -100,46 +101,46 @@ impl fmt::Display for InstallError {
             InstallError::NoDirectory(dir, e) if e.kind() == io::ErrorKind::NotFound => write!(
                 f,
                 "{}: no such directory; create it first or name an existing one with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::NoDirectory(dir, e) => write!(
                 f,
                 "{}: {e}; name a directory the wrapper can reach with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::NotADirectory(dir) => write!(
                 f,
                 "{}: not a directory; name a directory with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::RegularFile(path) => write!(
                 f,
                 "{}: a regular file, replaced only with --force; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::NeitherLinkNorFile(path) => write!(
                 f,
                 "{}: neither a symlink nor a regular file; remove it yourself or install into another directory; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::OwnFile(path) => write!(
                 f,
                 "{}: the wrapper's own file, never replaced; keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::Alternatives { path, target } => write!(
                 f,
                 "{} -> {} is an alternatives link: a package upgrade would put it back and drop the wrapper; register the wrapper in that group instead (update-alternatives --install, on Fedora and RHEL alternatives --install, then --set: see the README's recipes), or pass --force to replace the link anyway; nothing was changed",
-                path.display(),
-                target.display()
+                path.shown(),
+                target.shown()
             ),
             InstallError::OtherProgram { path, program } => write!(
                 f,
                 "{} leads to {}, another program (neither a backend nor this wrapper, such as Wolfi's iptables-wrappers package); its package would put its links back on upgrade: remove that package (apk del iptables-wrappers), or pass --force to replace the link anyway; nothing was changed",
-                path.display(),
-                program.display()
+                path.shown(),
+                program.shown()
             ),
-            InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.display()),
+            InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.shown()),
             InstallError::ChangedMeanwhile(paths) => write!(
                 f,
                 "{}: no longer leading to the wrapper after install linked them (another process changed them meanwhile); run install again once it is done",
@@ -150,7 +151,7 @@ impl fmt::Display for InstallError {
                 error,
                 changed_before: 0,
                 ..
-            } => write!(f, "{}: {error}; nothing was changed", path.display()),
+            } => write!(f, "{}: {error}; nothing was changed", path.shown()),
             InstallError::Change {
                 path,
                 error,
@@ -159,7 +160,7 @@ impl fmt::Display for InstallError {
             } if left_changed.is_empty() => write!(
                 f,
                 "{}: {error}; every name changed before it was put back as it was, nothing is changed",
-                path.display()
+                path.shown()
             ),
             InstallError::Change {
                 path,
@@ -169,7 +170,7 @@ impl fmt::Display for InstallError {
             } => write!(
                 f,
                 "{}: {error}; putting back failed, these now link to the wrapper: {}",
-                path.display(),
+                path.shown(),
                 shown(left_changed)
             ),
         }
@@ -315,7 +316,7 @@ const ALTERNATIVES_DIR: &str = "/etc/alternatives";
 fn shown(paths: &[PathBuf]) -> String {
     paths
         .iter()
-        .map(|p| p.display().to_string())
+        .map(|p| p.shown().to_string())
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -15,6 +15,7 @@
 //! part, and a file that was there before is never replaced. A removal that backs up again (the ruleset
 //! moved under it) replaces only the file it wrote itself.
 
+use crate::escape::Shown as _;
 use crate::run_dir::RunDir;
 use crate::temporary::{self, Placement};
 use crate::warnings_record::utc_time;
@@ -42,14 +43,14 @@ impl BackupDir {
         let dir = absolute(dir)?;
         match mkdirat(None, &dir, FileMode::S_IRWXU) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+            Err(e) => return Err(format!("cannot make {}: {e}", dir.shown())),
         }
         let backup = BackupDir::open_existing(&dir)?;
-        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", backup.path.display()))?;
+        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", backup.path.shown()))?;
         if stat.st_uid != Uid::effective().as_raw() || stat.st_mode & 0o022 != 0 {
             return Err(format!(
                 "{} is owned by uid {} with mode {:04o}: a backup directory must be the caller's (uid {}) and writable by nobody else; give a new directory",
-                backup.path.display(),
+                backup.path.shown(),
                 stat.st_uid,
                 stat.st_mode & 0o7777,
                 Uid::effective()
@@ -77,12 +78,12 @@ impl BackupDir {
             match mkdirat(None, &path, FileMode::S_IRWXU) {
                 Ok(()) => return BackupDir::open_existing(&path),
                 Err(Errno::EEXIST) => continue,
-                Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
+                Err(e) => return Err(format!("cannot make {}: {e}", path.shown())),
             }
         }
         Err(format!(
             "too many backups named stale-backup-{stamp} in {}",
-            run_dir_path.display()
+            run_dir_path.shown()
         ))
     }
 
@@ -90,12 +91,12 @@ impl BackupDir {
     /// else may write to: each component opened from `/` without following
     /// links, and checked by `fstat` of what was opened.
     fn open_existing(path: &Path) -> Result<BackupDir, String> {
-        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.shown()))?;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let open_at = |dir: Option<&OwnedFd>, name: &Path, shown: &Path| {
             let raw = openat(dir.map(|fd| fd.as_raw_fd()), name, flags, FileMode::empty()).map_err(|e| {
                 let changed = if e == Errno::ELOOP { " (it became a link)" } else { "" };
-                format!("{}: {e}{changed}", shown.display())
+                format!("{}: {e}{changed}", shown.shown())
             })?;
             // SAFETY: openat returned a new descriptor that nothing else owns.
             Ok::<_, String>(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -103,12 +104,12 @@ impl BackupDir {
         let mut walked = PathBuf::from("/");
         let mut fd = open_at(None, &walked, &walked)?;
         for component in resolved.components().skip(1) {
-            let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", walked.display()))?;
+            let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", walked.shown()))?;
             if let Some(why) = open_to_others(&stat) {
                 return Err(format!(
                     "{} is {why}: someone else could replace the backup directory {} in it",
-                    walked.display(),
-                    resolved.display()
+                    walked.shown(),
+                    resolved.shown()
                 ));
             }
             walked.push(component);
@@ -118,8 +119,8 @@ impl BackupDir {
             Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => {
                 Ok(BackupDir { fd, path: resolved })
             }
-            Ok(_) => Err(format!("{}: not a directory", resolved.display())),
-            Err(e) => Err(format!("{}: {e}", resolved.display())),
+            Ok(_) => Err(format!("{}: not a directory", resolved.shown())),
+            Err(e) => Err(format!("{}: {e}", resolved.shown())),
         }
     }
 
@@ -171,7 +172,7 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::env::current_dir().map(|cwd| cwd.join(path)).map_err(|e| {
         format!(
             "{}: the working directory is unknown ({e}): give an absolute path",
-            path.display()
+            path.shown()
         )
     })
 }

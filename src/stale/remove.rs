@@ -34,6 +34,7 @@ use super::removal_report::{removal_json, report, Removal};
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::escape::printable;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
@@ -142,7 +143,7 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             backup.remove(PRIVATE_LOCK);
             return stop(format!(
                 "backup into {}: {why}; nothing was changed",
-                backup.path.display()
+                backup.path.shown()
             ));
         }
     };

@@ -10,6 +10,7 @@
 //! Older `stale-backup-*` directories without a number come before every
 //! numbered one, in the order of their names.
 
+use crate::escape::Shown as _;
 use crate::warnings_record::utc_time;
 use std::path::{Path, PathBuf};
 
@@ -42,11 +43,11 @@ fn backups(dir: &Path) -> Result<Vec<(u64, String)>, String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot list {}: {e}", dir.display())),
+        Err(e) => return Err(format!("cannot list {}: {e}", dir.shown())),
     };
     let mut found = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        let entry = entry.map_err(|e| format!("cannot list {}: {e}", dir.shown()))?;
         let is_dir = entry.file_type().map(|kind| kind.is_dir()).unwrap_or(false);
         if let (true, Some(name)) = (is_dir, entry.file_name().to_str()) {
             found.extend(rank(name));
@@ -66,7 +67,7 @@ pub fn next_backup(dir: &Path, now: u64) -> Result<PathBuf, String> {
         Some((highest, name)) => highest.checked_add(1).ok_or_else(|| {
             format!(
                 "{} holds {}, whose sequence number has no next one: move the backups there elsewhere (or rename that one), or give another --backups-in; nothing was removed",
-                dir.display(),
+                dir.shown(),
                 crate::escape::printable(&name)
             )
         })?,
@@ -88,7 +89,7 @@ pub fn prune(dir: &Path, keep: usize, just_written: Option<&Path>) -> Result<Vec
         if just_written.is_some_and(|written| written.file_name() == Some(std::ffi::OsStr::new(name))) {
             continue;
         }
-        std::fs::remove_dir_all(&path).map_err(|e| format!("cannot remove the old backup {}: {e}", path.display()))?;
+        std::fs::remove_dir_all(&path).map_err(|e| format!("cannot remove the old backup {}: {e}", path.shown()))?;
         removed.push(path);
     }
     Ok(removed)

@@ -27,6 +27,7 @@ mod unread;
 pub(crate) use unread::ipv4_unread_mask;
 mod walk;
 
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::procfs;
 use abi::{
@@ -160,7 +161,7 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
                 Ok(_) => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
                     "/proc/{} is absent (/proc not mounted, or a procfs that does not show this process?): the legacy tables cannot be listed",
-                    net.display()
+                    net.shown()
                 )),
                 Err(e) => Err(cannot(&e)),
             };
