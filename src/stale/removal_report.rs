@@ -117,13 +117,7 @@ pub fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>
     };
     let files: Vec<String> = files
         .iter()
-        .map(|(file, tool)| {
-            format!(
-                "{{\"path\":{},\"undo\":{}}}",
-                string(&file.shown()),
-                string(tool)
-            )
-        })
+        .map(|(file, tool)| format!("{{\"path\":{},\"undo\":{}}}", string(&file.shown()), string(tool)))
         .collect();
     let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
     let failed: Vec<String> = failed

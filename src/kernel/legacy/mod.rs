@@ -30,6 +30,7 @@ mod walk;
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::procfs;
+use crate::privilege::noted;
 use abi::{
     read_u16, read_u32, GetEntries, GetInfo, IptEntry, Layout, COUNTERS_LEN, NUM_HOOKS, SO_GET_ENTRIES, SO_GET_INFO,
     TABLE_MAXNAMELEN,
@@ -205,7 +206,8 @@ impl LegacyFamily {
             SockType::Raw,
             SockFlag::SOCK_CLOEXEC,
             SockProtocol::Raw,
-        )?;
+        )
+        .map_err(|errno| noted(errno.into()))?;
         let tables = names
             .iter()
             .map(|name| get_info(&socket, &layout, name))
@@ -360,7 +362,7 @@ fn getsockopt_exact(socket: &OwnedFd, level: libc::c_int, option: libc::c_int, b
     // the kernel writes at most `len` bytes; the fd stays open (borrowed).
     let rc = unsafe { libc::getsockopt(socket.as_raw_fd(), level, option, buf.as_mut_ptr().cast(), &mut len) };
     if rc != 0 {
-        return Err(io::Error::last_os_error());
+        return Err(noted(io::Error::last_os_error()));
     }
     if len as usize != buf.len() {
         return Err(invalid_data("getsockopt returned a short answer"));
