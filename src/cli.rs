@@ -10,7 +10,6 @@ use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
 use crate::interval;
 use crate::metrics;
-use crate::on_node::NodePaths;
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -398,7 +397,10 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     if options.despite_contradiction && !options.remove {
         return usage_error("--despite-contradiction goes with --remove");
     }
-    let status = stale_rotated(&mut options, &rotation);
+    let status = match rotation.backups_in.map(Path::new) {
+        Some(dir) => rotation::run_in(dir, rotation.on_host.map(Path::new), rotation.keep, &mut options),
+        None => stale::run(&options),
+    };
     if !rotation.exit_zero {
         return status;
     }
@@ -411,55 +413,6 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         "stale: exit status {status} ({meaning}); exiting 0 (--exit-zero)"
     ));
     0
-}
-
-/// Runs `stale` with its backup in `--backups-in`, then prunes there.
-fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
-    let Some(dir) = rotation.backups_in.map(Path::new) else {
-        return stale::run(options);
-    };
-    if options.remove {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
-        match rotation::next_backup(dir, now) {
-            Ok(next) => options.backup_dir = Some(next),
-            Err(problem) => {
-                say(&format!("stale: {problem}"));
-                return stale::EXIT_STALE;
-            }
-        }
-    }
-    let mut status = stale::run(options);
-    let node = NodePaths {
-        inside: dir,
-        on_host: rotation.on_host.map(Path::new),
-    };
-    for line in options
-        .backup_dir
-        .as_deref()
-        .map(|backup| node.undo_lines(backup))
-        .unwrap_or_default()
-    {
-        say(&format!("stale: {line}"));
-    }
-    if let Some(keep) = rotation.keep {
-        match rotation::prune(dir, keep, options.backup_dir.as_deref()) {
-            Ok(removed) => {
-                for old in removed {
-                    let shown = node
-                        .shown(&old)
-                        .map_or(String::new(), |path| format!(" (on the node: {path})"));
-                    say(&format!("stale: removed the old backup {}{shown}", old.shown()));
-                }
-            }
-            Err(problem) => {
-                say(&format!("stale: {problem}"));
-                status = status.max(stale::EXIT_STALE);
-            }
-        }
-    }
-    status
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {

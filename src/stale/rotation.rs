@@ -1,6 +1,6 @@
 //! The stale rules' backups kept in one directory (`stale --backups-in
-//! DIR`): the name of the next one, and the pruning to the newest N
-//! (`--keep-backups N`).
+//! DIR`): the name of the next one, the run that writes it there, and the
+//! pruning to the newest N (`--keep-backups N`).
 //!
 //! A backup is named `stale-backup-<sequence>-<UTC time>`, its sequence
 //! number one more than the highest in the directory. The newest is the
@@ -10,7 +10,10 @@
 //! Older `stale-backup-*` directories without a number come before every
 //! numbered one, in the order of their names.
 
+use super::{Options, EXIT_STALE};
 use crate::escape::Shown as _;
+use crate::on_node::NodePaths;
+use crate::standard_fds::say;
 use crate::warnings_record::utc_time;
 use std::path::{Path, PathBuf};
 
@@ -93,6 +96,51 @@ pub fn prune(dir: &Path, keep: usize, just_written: Option<&Path>) -> Result<Vec
         removed.push(path);
     }
     Ok(removed)
+}
+
+/// Runs `stale` with its backup in `dir` (`--backups-in`; `on_host`: the
+/// same directory as the node names it), says how to undo it, then prunes
+/// there to the newest `keep`, never the backup just written.
+pub fn run_in(dir: &Path, on_host: Option<&Path>, keep: Option<usize>, options: &mut Options) -> i32 {
+    if options.remove {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        match next_backup(dir, now) {
+            Ok(next) => options.backup_dir = Some(next),
+            Err(problem) => {
+                say(&format!("stale: {problem}"));
+                return EXIT_STALE;
+            }
+        }
+    }
+    let mut status = super::run(options);
+    let node = NodePaths { inside: dir, on_host };
+    for line in options
+        .backup_dir
+        .as_deref()
+        .map(|backup| node.undo_lines(backup))
+        .unwrap_or_default()
+    {
+        say(&format!("stale: {line}"));
+    }
+    if let Some(keep) = keep {
+        match prune(dir, keep, options.backup_dir.as_deref()) {
+            Ok(removed) => {
+                for old in removed {
+                    let shown = node
+                        .shown(&old)
+                        .map_or(String::new(), |path| format!(" (on the node: {path})"));
+                    say(&format!("stale: removed the old backup {}{shown}", old.shown()));
+                }
+            }
+            Err(problem) => {
+                say(&format!("stale: {problem}"));
+                status = status.max(EXIT_STALE);
+            }
+        }
+    }
+    status
 }
 
 #[cfg(test)]
