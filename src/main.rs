@@ -26,7 +26,7 @@ use iptables_wrapper::command::{self, WrappedCommand, COMMAND_NAMES};
 use iptables_wrapper::decision::{self, Depth, Source};
 use iptables_wrapper::environment;
 use iptables_wrapper::escape::Shown as _;
-use iptables_wrapper::escape::{printable, quoted};
+use iptables_wrapper::escape::{printable, printable_bytes, quoted};
 use iptables_wrapper::privilege;
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
@@ -204,7 +204,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             decision.decided_by.key(),
             printable(&decision.reason.to_string()),
             backend.path.shown(),
-            printable(&argv0.to_string_lossy()),
+            printable_bytes(argv0.to_bytes()),
             decision.took.map_or("(not timed)".to_string(), |took| format!(
                 "{:.3} ms",
                 took.as_secs_f64() * 1e3

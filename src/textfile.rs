@@ -11,7 +11,10 @@
 //! examples/prometheus-rules.yaml fires. On SIGTERM, SIGINT or SIGHUP
 //! (unless ignored, as under nohup) it removes PATH too and exits 0:
 //! numbers nobody refreshes are not served. The signal is acted on at once
-//! in every state: while sleeping, and while a run reads or writes.
+//! while sleeping and while a run reads or writes, but for one wait: where
+//! the kernel refuses netlink and a save tool is run instead, the loop
+//! waits for it as `vfork` does (a wait only a fatal signal ends), and the
+//! signal is acted on when the save tool has ended.
 
 use crate::escape::printable;
 use crate::escape::Shown as _;
