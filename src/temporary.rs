@@ -65,6 +65,19 @@ pub fn write_file(
         }
         // Linking an unnamed file is refused here: a named one then.
     }
+    write_named(dir, name, contents, mode, placement, sync)
+}
+
+/// [`write_file`] through a file created under a random name, where an
+/// unnamed one cannot be made or linked.
+fn write_named(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    contents: &[u8],
+    mode: Mode,
+    placement: Placement,
+    sync: bool,
+) -> io::Result<()> {
     let (temporary, mut file) = create_named(dir, name, mode)?;
     let written = (|| {
         file.write_all(contents)?;
@@ -322,6 +335,24 @@ mod tests {
         assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::EEXIST));
         assert_eq!(std::fs::read(path.join("backup")).unwrap(), b"first");
         assert_eq!(std::fs::read_dir(&path).unwrap().count(), 1);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn without_an_unnamed_file_a_random_name_serves_alike() {
+        let (path, dir) = scratch("named");
+        let mode = Mode::S_IRUSR | Mode::S_IWUSR;
+        let name = "state".as_ref();
+        write_named(dir.as_fd(), name, b"one", mode, Placement::Replace, false).unwrap();
+        write_named(dir.as_fd(), name, b"two", mode, Placement::Replace, true).unwrap();
+        let again = write_named(dir.as_fd(), name, b"three", mode, Placement::New, true);
+        assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read(path.join("state")).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["state"]);
         std::fs::remove_dir_all(&path).unwrap();
     }
 
