@@ -143,3 +143,59 @@ fn concurrent_calls_in_separate_pid_namespaces_store_their_counts() {
     }
     assert!(failed_stores.is_empty(), "{failed_stores:#?}");
 }
+
+#[test]
+fn a_failing_install_puts_back_only_what_it_changed_itself() {
+    // install --force changes iptables, iptables-save and iptables-restore,
+    // then fails on ip6tables (a file with another mounted over it, in the
+    // run's own mount namespace: keeping it by a hard link fails), that
+    // link held back 2 s by strace. In
+    // that time another process replaces iptables with a link of its own:
+    // the put-back must leave that link and undo only the other two.
+    let node = Node::new("install-put-back");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ip6tables"), "a real ip6tables").unwrap();
+    std::fs::write(node.path("mounted"), "mounted over").unwrap();
+    let run = Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$2/ip6tables\" && exec strace -o /dev/null -e inject=linkat:delay_enter=2000000 \"$3\" install --force --dir \"$2\"",
+            "sh",
+        ])
+        .arg(node.path("mounted"))
+        .arg(&dir)
+        .arg(WRAPPER)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let changed_three = (0..2000).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        std::fs::read_link(dir.join("iptables-restore")).is_ok()
+    });
+    assert!(changed_three, "install never changed the first three names");
+    let other = dir.join(".another-process");
+    std::os::unix::fs::symlink("/usr/sbin/xtables-nft-multi", &other).unwrap();
+    std::fs::rename(&other, dir.join("iptables")).unwrap();
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        std::fs::read_link(dir.join("iptables")).ok().as_deref(),
+        Some(Path::new("/usr/sbin/xtables-nft-multi")),
+        "the other process's link is gone: {stderr}"
+    );
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["ip6tables", "iptables"], "{stderr}");
+    assert_eq!(std::fs::read(dir.join("ip6tables")).unwrap(), b"a real ip6tables");
+}
