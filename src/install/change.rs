@@ -66,9 +66,9 @@ pub fn forget(dir: BorrowedFd<'_>, changed: Changed) {
 }
 
 /// Undoes `changed`, last first; returns the names it could not put back
-/// (a replaced file then stays under its kept link).
-/// A name another process has changed since is left as that process made
-/// it: it is no longer this run's change.
+/// (a replaced file then stays under its kept link). A name another
+/// process has changed since is left as that process made it: it is no
+/// longer this run's change.
 pub fn put_back(dir: BorrowedFd<'_>, changed: Vec<Changed>) -> Vec<PathBuf> {
     let mut left_changed = Vec::new();
     for changed in changed.into_iter().rev() {
@@ -88,6 +88,13 @@ fn put_back_one(dir: BorrowedFd<'_>, changed: &Changed) -> io::Result<()> {
             let aside = temporary::random_name(name);
             match rename(dir, name, &aside, libc::RENAME_NOREPLACE) {
                 Err(Errno::ENOENT) => return Ok(()),
+                // No RENAME_NOREPLACE on this file system: a check, then
+                // the removal.
+                Err(Errno::EINVAL) if inode(dir, name) == Some(changed.ours) => {
+                    remove(dir, name);
+                    return Ok(());
+                }
+                Err(Errno::EINVAL) => return Ok(()),
                 Err(errno) => return Err(errno.into()),
                 Ok(()) => {}
             }
@@ -125,12 +132,12 @@ fn put_back_one(dir: BorrowedFd<'_>, changed: &Changed) -> io::Result<()> {
         }
         return Err(e);
     }
-    if inode(dir, &restored).is_none() {
-        return Ok(());
-    }
-    // `restored` now holds what the name held: this run's link, or another's.
-    if inode(dir, &restored) != Some(changed.ours) {
-        rename(dir, &restored, name, libc::RENAME_EXCHANGE)?;
+    // `restored`, if still there, holds what the name held: this run's
+    // link, or another's, which goes back.
+    match inode(dir, &restored) {
+        None => return Ok(()),
+        Some(inode) if inode != changed.ours => rename(dir, &restored, name, libc::RENAME_EXCHANGE)?,
+        Some(_) => {}
     }
     remove(dir, &restored);
     Ok(())
