@@ -112,12 +112,19 @@ pub fn replace_with_symlink(dir: BorrowedFd<'_>, name: &OsStr, target: &std::pat
             Some(dir.as_raw_fd()),
             name,
         )?;
-        Ok(stat.st_ino)
+        Ok(inode_of(&stat))
     });
     if placed.is_err() {
         let _ = unlinkat(Some(dir.as_raw_fd()), temporary.as_os_str(), UnlinkatFlags::NoRemoveDir);
     }
     Ok(placed?)
+}
+
+/// A stat's inode number: `ino_t` is 32 bits in armv7's glibc `struct
+/// stat` (as built here), 64 on the other targets.
+#[allow(clippy::useless_conversion)]
+pub fn inode_of(stat: &nix::sys::stat::FileStat) -> u64 {
+    u64::from(stat.st_ino)
 }
 
 /// A new symlink to `target` in `dir` under a random name beside `name`;

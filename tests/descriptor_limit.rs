@@ -16,15 +16,15 @@ use std::os::unix::process::CommandExt;
 fn a_tight_descriptor_limit_never_defaults_past_a_failed_read() {
     let node = Node::new("nofile");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
-    for limit in 4..=8u64 {
+    for limit in 4..=8 {
         let mut command = node.command("iptables");
         command.env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
         // SAFETY: setrlimit is async-signal-safe and changes only the child.
         unsafe {
             command.pre_exec(move || {
                 let rlimit = libc::rlimit {
-                    rlim_cur: limit,
-                    rlim_max: limit,
+                    rlim_cur: limit as libc::rlim_t,
+                    rlim_max: limit as libc::rlim_t,
                 };
                 if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
                     return Err(std::io::Error::last_os_error());

@@ -147,7 +147,7 @@ fn put_back_one(dir: BorrowedFd<'_>, changed: &Changed) -> io::Result<()> {
 fn inode(dir: BorrowedFd<'_>, name: &OsStr) -> Option<u64> {
     fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
         .ok()
-        .map(|stat| stat.st_ino)
+        .map(|stat| temporary::inode_of(&stat))
 }
 
 fn remove(dir: BorrowedFd<'_>, name: &OsStr) {
