@@ -32,6 +32,7 @@
 //! target's `lstat` for a link; 6 system calls for `/usr/sbin/iptables-nft`).
 
 use crate::command::WrappedCommand;
+use crate::escape::Shown as _;
 use crate::escape::{printable_bytes, quoted};
 use crate::mode::{mode_named_by, Mode};
 use crate::own_file::{self, OwnFile};
@@ -265,10 +266,10 @@ impl Search {
                 continue;
             };
             if !meta.is_file() {
-                log::debug!("{} skipped: not a regular file", path.display());
+                log::debug!("{} skipped: not a regular file", path.shown());
                 self.skipped.push((path, "not a regular file"));
             } else if !may_execute(&meta) {
-                log::debug!("{} skipped: not executable", path.display());
+                log::debug!("{} skipped: not executable", path.shown());
                 self.skipped.push((path, "not executable"));
             } else if self.own_file.is(own_file::file_id(&meta)) {
                 self.wrapper_copies.push(path);
@@ -419,7 +420,7 @@ pub fn run(
     let searched = search(command, mode, &mut |backend| {
         before_exec(&backend);
         let error = exec(&backend, argv0, args);
-        log::debug!("{} not run: {error}", backend.path.display());
+        log::debug!("{} not run: {error}", backend.path.shown());
         exec_error = Some(BackendError::Exec {
             path: backend.path,
             error,

@@ -5,11 +5,11 @@
 use crate::backend;
 use crate::command::{self, WrappedCommand, COMMAND_NAMES};
 use crate::decision::{self, Depth};
+use crate::escape::Shown as _;
 use crate::escape::{printable, quoted};
 use crate::install::{self, Installed, LinkOutcome};
 use crate::interval;
 use crate::metrics;
-use crate::on_node::NodePaths;
 use crate::own_file;
 use crate::report;
 use crate::settings;
@@ -43,8 +43,10 @@ iptables-nft or iptables-legacy and execs that backend.
              state as Prometheus/OpenMetrics text (docs/metrics.md); exit 3:
              the chosen backend's program is missing (the first warning)
   install    link the six command names to this wrapper in DIR (default: the
-             wrapper's directory); --force replaces regular files, never
-             the wrapper's own file; a failure midway puts every name back
+             wrapper's directory); links to a backend are replaced; regular
+             files, alternatives links and links to another program only
+             with --force; the wrapper's own file never; a failure midway
+             puts back what it changed
   stale      show what the backend the host does not use still holds (rules,
              user chains, DROP policies) per family, table and chain; -v adds
              the rules in iptables-save form; exit 0 nothing stale, 1 stale,
@@ -68,9 +70,10 @@ iptables-nft or iptables-legacy and execs that backend.
              --exit-zero: exit 0 whatever happened (an init container),
              after a line on stderr with the status it stands for
   metrics    write the metrics of detect --format prometheus to PATH (via
-             PATH.tmp and a rename) every D (default 60s) until SIGTERM;
+             a new file and a rename) every D (default 60s) until SIGTERM;
              (D: 60s, 5m, 1h); when the wrapper cannot answer, says why
-             and removes PATH; SIGTERM or SIGINT: removes PATH, exits 0
+             and removes PATH; SIGTERM, SIGINT or SIGHUP: removes PATH,
+             exits 0
 
 Settings: environment variables; all but IPTABLES_WRAPPER_LOG and
 XTABLES_LOCKFILE also as files in /etc/iptables-wrapper/ named after them,
@@ -394,7 +397,10 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
     if options.despite_contradiction && !options.remove {
         return usage_error("--despite-contradiction goes with --remove");
     }
-    let status = stale_rotated(&mut options, &rotation);
+    let status = match rotation.backups_in.map(Path::new) {
+        Some(dir) => rotation::run_in(dir, rotation.on_host.map(Path::new), rotation.keep, &mut options),
+        None => stale::run(&options),
+    };
     if !rotation.exit_zero {
         return status;
     }
@@ -407,55 +413,6 @@ fn run_stale<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
         "stale: exit status {status} ({meaning}); exiting 0 (--exit-zero)"
     ));
     0
-}
-
-/// Runs `stale` with its backup in `--backups-in`, then prunes there.
-fn stale_rotated(options: &mut stale::Options, rotation: &Rotation) -> i32 {
-    let Some(dir) = rotation.backups_in.map(Path::new) else {
-        return stale::run(options);
-    };
-    if options.remove {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
-        match rotation::next_backup(dir, now) {
-            Ok(next) => options.backup_dir = Some(next),
-            Err(problem) => {
-                say(&format!("stale: {problem}"));
-                return stale::EXIT_STALE;
-            }
-        }
-    }
-    let mut status = stale::run(options);
-    let node = NodePaths {
-        inside: dir,
-        on_host: rotation.on_host.map(Path::new),
-    };
-    for line in options
-        .backup_dir
-        .as_deref()
-        .map(|backup| node.undo_lines(backup))
-        .unwrap_or_default()
-    {
-        say(&format!("stale: {line}"));
-    }
-    if let Some(keep) = rotation.keep {
-        match rotation::prune(dir, keep) {
-            Ok(removed) => {
-                for old in removed {
-                    let shown = node
-                        .shown(&old)
-                        .map_or(String::new(), |path| format!(" (on the node: {path})"));
-                    say(&format!("stale: removed the old backup {}{shown}", old.display()));
-                }
-            }
-            Err(problem) => {
-                say(&format!("stale: {problem}"));
-                status = status.max(stale::EXIT_STALE);
-            }
-        }
-    }
-    status
 }
 
 fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
@@ -493,7 +450,7 @@ fn run_install<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
                     LinkOutcome::Replaced => "replaced",
                     LinkOutcome::AlreadyInPlace => "already in place",
                 };
-                out.push_str(&format!("{done}: {} -> {}\n", path.display(), target.display()));
+                out.push_str(&format!("{done}: {} -> {}\n", path.shown(), target.shown()));
             }
             print_out(&out)
         }

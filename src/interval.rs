@@ -1,12 +1,15 @@
 //! The long-running modes' clock: an interval as the command line gives it
 //! (`60s`, `5m`, `1h`), and a sleep between two runs that ends early, and
-//! for good, on SIGTERM or SIGINT (what a container runtime sends to stop
-//! a container), so that the process exits cleanly even as PID 1, where a
-//! signal without a handler is ignored.
+//! for good, on SIGTERM, SIGINT or SIGHUP (SIGTERM is what a container
+//! runtime sends to stop a container), so that the process exits cleanly
+//! even as PID 1, where a signal without a handler is ignored.
 //!
-//! The two signals are blocked for the whole process and taken with
-//! `sigtimedwait`, so none is lost between two sleeps; the sleep is
-//! measured on the monotonic clock, which a wall-clock step cannot move.
+//! The signals are blocked for the whole process and taken with
+//! `sigtimedwait` while it sleeps, so none is lost between two sleeps; the
+//! sleep is measured on the monotonic clock, which a wall-clock step cannot
+//! move. While a run works they are let in to a handler, which ends the
+//! process there and then: a run that waits (on a hung file system, a
+//! backend that does not return) cannot keep it from stopping.
 
 use std::time::{Duration, Instant};
 
@@ -34,26 +37,71 @@ pub fn parse(option: &str, value: &str) -> Result<Duration, String> {
     }
 }
 
-/// SIGTERM and SIGINT, blocked: taken only by [`Stoppable::sleep`].
+/// The signals that ask the process to end: SIGTERM (a container
+/// runtime), SIGINT (a terminal) and SIGHUP (a terminal that went away).
+pub const STOP_SIGNALS: [(libc::c_int, &str); 3] = [
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGHUP, "SIGHUP"),
+];
+
+/// The stop signals, blocked: taken by [`Stoppable::sleep`] between two
+/// runs, and by a handler while a run works ([`Stoppable::working`]).
 pub struct Stoppable {
     signals: libc::sigset_t,
 }
 
 impl Stoppable {
-    /// Blocks SIGTERM and SIGINT for the process. Err: why not.
-    pub fn block() -> Result<Stoppable, String> {
-        // SAFETY: sigemptyset and sigaddset fill a sigset_t of our own;
+    /// Gives the stop signals `on_stop`, which must end the process and do
+    /// only what a signal handler may (async-signal-safe calls), and
+    /// blocks them for the process. Err: why not.
+    pub fn block(on_stop: extern "C" fn(libc::c_int)) -> Result<Stoppable, String> {
+        // SAFETY: sigemptyset and sigaddset fill sigset_t values of our
+        // own; sigaction installs a handler the caller vouches for;
         // sigprocmask only changes this (single) thread's mask.
         unsafe {
             let mut signals: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut signals);
-            libc::sigaddset(&mut signals, libc::SIGTERM);
-            libc::sigaddset(&mut signals, libc::SIGINT);
+            for (signal, _) in STOP_SIGNALS {
+                // A SIGHUP ignored by the caller (nohup) stays ignored.
+                let mut current: libc::sigaction = std::mem::zeroed();
+                let ignored = libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+                    && current.sa_sigaction == libc::SIG_IGN
+                    && signal == libc::SIGHUP;
+                if !ignored {
+                    libc::sigaddset(&mut signals, signal);
+                }
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop as usize;
+            // Another stop signal, or a SIGPIPE from its message on a
+            // closed stderr, waits until the handler has ended the process.
+            action.sa_mask = signals;
+            libc::sigaddset(&mut action.sa_mask, libc::SIGPIPE);
+            for (signal, name) in STOP_SIGNALS {
+                if libc::sigismember(&signals, signal) == 1
+                    && libc::sigaction(signal, &action, std::ptr::null_mut()) != 0
+                {
+                    return Err(format!("cannot handle {name}: {}", std::io::Error::last_os_error()));
+                }
+            }
             if libc::sigprocmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) != 0 {
                 return Err(format!("cannot block SIGTERM: {}", std::io::Error::last_os_error()));
             }
             Ok(Stoppable { signals })
         }
+    }
+
+    /// Runs `work` with the stop signals let in: one that comes while it
+    /// works (or came before) runs the handler at once, even while `work`
+    /// waits in a system call.
+    pub fn working<T>(&self, work: impl FnOnce() -> T) -> T {
+        // SAFETY: sigprocmask only changes this (single) thread's mask.
+        unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &self.signals, std::ptr::null_mut()) };
+        let result = work();
+        // SAFETY: as above.
+        unsafe { libc::sigprocmask(libc::SIG_BLOCK, &self.signals, std::ptr::null_mut()) };
+        result
     }
 
     /// Sleeps `interval`; `Some(name)` of the signal that asked the process
@@ -68,9 +116,10 @@ impl Stoppable {
             };
             // SAFETY: a valid signal set and timespec, no siginfo wanted.
             let taken = unsafe { libc::sigtimedwait(&self.signals, std::ptr::null_mut(), &timeout) };
+            if let Some((_, name)) = STOP_SIGNALS.iter().find(|(signal, _)| *signal == taken) {
+                return Some(name);
+            }
             match taken {
-                libc::SIGTERM => return Some("SIGTERM"),
-                libc::SIGINT => return Some("SIGINT"),
                 _ if left.is_zero() => return None,
                 // EAGAIN (the time is up) or EINTR: look at the clock again.
                 _ => continue,

@@ -50,6 +50,7 @@ pub mod run_dir;
 pub mod settings;
 pub mod stale;
 pub mod standard_fds;
+pub mod temporary;
 pub mod textfile;
 pub mod trust;
 pub mod warnings_record;

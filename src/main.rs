@@ -23,9 +23,11 @@ use iptables_wrapper::allocator::{BumpArena, CALL_ARENA_BYTES};
 use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::{self, WrappedCommand, COMMAND_NAMES};
-use iptables_wrapper::decision::{self, Depth};
+use iptables_wrapper::decision::{self, Depth, Source};
 use iptables_wrapper::environment;
-use iptables_wrapper::escape::{printable, quoted};
+use iptables_wrapper::escape::Shown as _;
+use iptables_wrapper::escape::{printable, printable_bytes, quoted};
+use iptables_wrapper::privilege;
 use iptables_wrapper::standard_fds::{self, say};
 use iptables_wrapper::warnings_record;
 use log::LevelFilter;
@@ -168,6 +170,17 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             return 2;
         }
     };
+    // A read that failed for want of a descriptor leaves the state unknown
+    // where it was needed: below the sources that decide without it, the
+    // choice would fall past it to the default.
+    let decided_without_it = matches!(
+        decision.decided_by,
+        Source::Override | Source::HostLink | Source::HintChain
+    );
+    if privilege::descriptors_ran_out() && !decided_without_it {
+        say(&privilege::ran_out_refusal(command.name));
+        return 2;
+    }
     // A call that did not look has no reader for its warnings either.
     let warnings = if depth == Depth::DecideAndWarn {
         let warnings = decision.warnings();
@@ -190,8 +203,8 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
             decision.mode,
             decision.decided_by.key(),
             printable(&decision.reason.to_string()),
-            backend.path.display(),
-            printable(&argv0.to_string_lossy()),
+            backend.path.shown(),
+            printable_bytes(argv0.to_bytes()),
             decision.took.map_or("(not timed)".to_string(), |took| format!(
                 "{:.3} ms",
                 took.as_secs_f64() * 1e3

@@ -4,6 +4,7 @@
 //! and the pruned backups are said with PATH in place of DIR. Only what is
 //! printed changes; every file is read and written through DIR.
 
+use crate::escape::Shown as _;
 use std::path::{Path, PathBuf};
 
 /// `--backups-in`'s directory and, with `--backups-on-host`, its path on
@@ -18,7 +19,7 @@ impl NodePaths<'_> {
     /// node path, or for a path outside the directory.
     pub fn shown(&self, path: &Path) -> Option<String> {
         let inside = path.strip_prefix(self.inside).ok()?;
-        Some(self.on_host?.join(inside).display().to_string())
+        Some(self.on_host?.join(inside).shown().to_string())
     }
 
     /// One line per file of the backup just written: the command that

@@ -8,6 +8,7 @@
 
 use crate::backend::{Backend, BackendError, SYSTEM_DIRS};
 use crate::decision::{Decision, Evidence, STALE_COMMAND_HINT};
+use crate::escape::Shown as _;
 use crate::escape::{bytes_shown, printable, printable_bytes, quoted, string};
 use crate::host_link::DEFAULT_HOST_ROOT;
 use crate::kernel::RuleBounds;
@@ -32,7 +33,7 @@ fn default_in_words(name: &str) -> String {
 /// "default".
 fn origin_in_words(origin: &Origin) -> String {
     match origin {
-        Origin::File { path, line } => format!("file {} line {line}", path.display()),
+        Origin::File { path, line } => format!("file {} line {line}", path.shown()),
         other => other.key().to_string(),
     }
 }

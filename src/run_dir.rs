@@ -11,14 +11,16 @@
 //! means the directory is not used, which costs speed or the record, never
 //! correctness: every caller must work without it.
 
+use crate::escape::Shown as _;
 use crate::settings::{self, RUN_DIR_VAR};
+use crate::temporary::{self, Placement};
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
-use nix::unistd::{geteuid, unlinkat, UnlinkatFlags};
+use nix::unistd::geteuid;
 use std::fs::File;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_RUN_DIR: &str = "/run/iptables-wrapper";
@@ -55,7 +57,7 @@ impl RunDir {
             // SAFETY: openat returned a new descriptor that nothing else owns.
             Ok(raw) => unsafe { OwnedFd::from_raw_fd(raw) },
             Err(errno) => {
-                log::debug!("runtime directory {} not used: {errno}", path.display());
+                log::debug!("runtime directory {} not used: {errno}", path.shown());
                 return None;
             }
         };
@@ -68,12 +70,12 @@ impl RunDir {
             Ok(_) => {
                 log::debug!(
                     "runtime directory {} not used: not a directory of this user with mode 0700",
-                    path.display()
+                    path.shown()
                 );
                 None
             }
             Err(errno) => {
-                log::debug!("runtime directory {} not used: {errno}", path.display());
+                log::debug!("runtime directory {} not used: {errno}", path.shown());
                 None
             }
         }
@@ -106,7 +108,7 @@ impl RunDir {
         match Errno::last() {
             Errno::ENOSYS | Errno::EPERM => geteuid().is_root() || self.mode & Mode::S_IWUSR.bits() != 0,
             errno => {
-                log::debug!("runtime directory {} not writable: {errno}", self.path.display());
+                log::debug!("runtime directory {} not writable: {errno}", self.path.shown());
                 false
             }
         }
@@ -139,25 +141,19 @@ impl RunDir {
     }
 
     /// Replaces file `name` with `contents` in one rename (mode 0600), so a
-    /// reader sees the old file or the new one, never a part.
+    /// reader sees the old file or the new one, never a part; written under
+    /// no name or a random one ([`temporary`]), which no other process
+    /// sharing the directory can hold.
     pub fn replace(&self, name: &str, contents: &[u8]) -> io::Result<()> {
-        let dir = self.fd.as_raw_fd();
-        let temporary = format!(".{name}.{}.tmp", std::process::id());
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let written = (|| {
-            // A temporary file left by an earlier process with this pid.
-            let _ = unlinkat(Some(dir), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-            let raw = openat(Some(dir), temporary.as_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR)?;
-            // SAFETY: openat returned a new descriptor that nothing else owns.
-            let mut file = unsafe { File::from_raw_fd(raw) };
-            file.write_all(contents)?;
-            renameat(Some(dir), temporary.as_str(), Some(dir), name)?;
-            Ok(())
-        })();
-        if written.is_err() {
-            let _ = unlinkat(Some(dir), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-        }
-        written
+        let mode = Mode::S_IRUSR | Mode::S_IWUSR;
+        temporary::write_file(
+            self.fd.as_fd(),
+            name.as_ref(),
+            contents,
+            mode,
+            Placement::Replace,
+            false,
+        )
     }
 }
 
@@ -189,7 +185,7 @@ fn configured_path() -> Option<PathBuf> {
     if path.is_absolute() {
         Some(path)
     } else {
-        log::debug!("{RUN_DIR_VAR}={} is not an absolute path: not used", path.display());
+        log::debug!("{RUN_DIR_VAR}={} is not an absolute path: not used", path.shown());
         None
     }
 }

@@ -39,6 +39,7 @@
 //! record must not grow with the call rate.
 
 use crate::escape::printable;
+use crate::escape::Shown as _;
 use crate::run_dir::{self, RunDir};
 use std::borrow::Cow;
 
@@ -103,7 +104,7 @@ pub fn record(warnings: &[String]) {
         return;
     };
     if let Err(e) = dir.replace(FILE_NAME, contents.as_bytes()) {
-        log::debug!("warnings record in {} not written: {e}", dir.path().display());
+        log::debug!("warnings record in {} not written: {e}", dir.path().shown());
     }
 }
 

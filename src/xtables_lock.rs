@@ -15,6 +15,7 @@
 //! every legacy writer that respects it waits until the removal is done.
 
 use crate::environment;
+use crate::escape::Shown as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
@@ -100,7 +101,7 @@ pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC)
         .open(&path)
-        .map_err(|e| format!("cannot open the xtables lock {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot open the xtables lock {}: {e}", path.shown()))?;
     let deadline = std::time::Instant::now() + wait;
     loop {
         // SAFETY: flock on a descriptor this function owns.
@@ -109,12 +110,12 @@ pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
         }
         let error = std::io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EWOULDBLOCK) && error.kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("cannot take the xtables lock {}: {error}", path.display()));
+            return Err(format!("cannot take the xtables lock {}: {error}", path.shown()));
         }
         if std::time::Instant::now() >= deadline {
             return Err(format!(
                 "the xtables lock {} stayed held for {} s",
-                path.display(),
+                path.shown(),
                 wait.as_secs()
             ));
         }

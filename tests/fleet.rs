@@ -69,6 +69,67 @@ fn the_textfile_is_written_whole_and_removed_on_sigterm() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// Sends `signal` to the loop and waits for it; SIGKILL first if `ready`
+/// never held (a loop that hangs must not outlive the test).
+fn signal_when(mut child: Child, ready: bool, signal: libc::c_int, what: &str) -> std::process::Output {
+    if !ready {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!("{what}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // SAFETY: kill(2) on a child of ours that has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sighup_ends_the_loop_as_sigterm_does() {
+    let node = Node::new("textfile-hup");
+    std::fs::create_dir_all(node.path("textfile")).unwrap();
+    let path = node.path("textfile/iptables_wrapper.prom");
+    let child = textfile_loop(&node, &path, None);
+    let out = signal_when(child, eventually(|| path.exists()), libc::SIGHUP, "no textfile written");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{:?} {stderr}", out.status);
+    assert!(stderr.contains("SIGHUP"), "{stderr}");
+    assert!(!path.exists(), "the textfile outlived the loop");
+}
+
+#[test]
+fn a_fifo_beside_the_textfile_blocks_nothing() {
+    let node = Node::new("textfile-fifo");
+    std::fs::create_dir_all(node.path("textfile")).unwrap();
+    let path = node.path("textfile/iptables_wrapper.prom");
+    // Where the loop once wrote its temporary file, and the names a
+    // per-process temporary file would take.
+    let fifos = ["iptables_wrapper.prom.tmp", ".iptables_wrapper.prom.1.tmp"];
+    for fifo in fifos {
+        let fifo =
+            std::ffi::CString::new(node.path("textfile").join(fifo).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only reads it.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    }
+    let child = textfile_loop(&node, &path, None);
+    let out = signal_when(
+        child,
+        eventually(|| path.exists()),
+        libc::SIGTERM,
+        "no textfile written",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!path.exists(), "the textfile outlived the loop");
+    let mut left: Vec<_> = std::fs::read_dir(node.path("textfile"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [".iptables_wrapper.prom.1.tmp", "iptables_wrapper.prom.tmp"],
+        "the FIFOs, and nothing else"
+    );
+}
+
 #[test]
 fn a_setting_it_cannot_read_removes_the_textfile() {
     let node = Node::new("textfile-bad");
@@ -124,6 +185,36 @@ fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
     assert!(
         log.contains("removed the old backup") && log.contains("stale-backup-000003-"),
         "{log}"
+    );
+}
+
+#[test]
+fn a_backup_numbered_at_the_largest_is_refused_not_wrapped() {
+    let node = Node::new("rotation-wrap");
+    node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
+    node.sh("iptables-nft -A INPUT -s 192.0.2.1/32 -j DROP");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    let backups = node.path("backups");
+    let largest = "stale-backup-18446744073709551615-20261202T120000Z";
+    std::fs::create_dir_all(backups.join(largest)).unwrap();
+    let out = node
+        .wrapper()
+        .args(["stale", "--remove=true", "--backups-in"])
+        .arg(&backups)
+        .args(["--keep-backups", "1"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(log.contains(largest) && log.contains("no next one"), "{log}");
+    let kept: Vec<_> = std::fs::read_dir(&backups).unwrap().collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        common::save_rule_lines("iptables-legacy-save"),
+        1,
+        "nothing was removed"
     );
 }
 

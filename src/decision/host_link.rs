@@ -16,6 +16,7 @@ use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
 use super::reason::Reason;
 use crate::command::WrappedCommand;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLink, HostLinks};
 use crate::kernel::legacy::{self, LegacyFamily};
@@ -40,14 +41,14 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {
-            collector.add(|| absent(root.display().to_string(), format!("no host link: {why}"), "stat"));
+            collector.add(|| absent(root.shown().to_string(), format!("no host link: {why}"), "stat"));
             return;
         }
         HostLinks::NoneExists => {
             collector.add(|| {
                 absent(
                     places(&root, candidates),
-                    format!("no host link: none of these exists under {}", root.display()),
+                    format!("no host link: none of these exists under {}", root.shown()),
                     "readlink",
                 )
             });
@@ -87,7 +88,7 @@ fn link_evidence(link: &HostLink, note: &str) -> Evidence {
     };
     Evidence {
         source: Source::HostLink,
-        location: link.path.display().to_string(),
+        location: link.path.shown().to_string(),
         finding: Finding::Known(value),
         method: "readlink inside the host root (not followed, nothing run)".into(),
         points_to,
@@ -96,7 +97,7 @@ fn link_evidence(link: &HostLink, note: &str) -> Evidence {
 
 /// `ROOT/{a, b, c}`: candidates under the root, in one location.
 fn places(root: &Path, relative: &[&str]) -> String {
-    format!("{}/{{{}}}", root.display(), relative.join(", "))
+    format!("{}/{{{}}}", root.shown(), relative.join(", "))
 }
 
 fn absent(location: String, finding: String, method: &str) -> Evidence {

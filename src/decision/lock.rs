@@ -14,6 +14,7 @@ use super::collector::Collector;
 use super::counts::RuleCounts;
 use super::evidence::{Evidence, Finding, Source};
 use super::legacy_state::{describe_state, rules};
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::mode::Mode;
@@ -62,7 +63,7 @@ pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleC
     };
     collector.add(|| Evidence {
         source: Source::XtablesLock,
-        location: lock.path.display().to_string(),
+        location: lock.path.shown().to_string(),
         finding,
         method: "stat, /proc/locks, /proc/net/ip*_tables_names, getsockopt GET_INFO, GET_ENTRIES".into(),
         points_to: traces.is_some().then_some(Mode::Legacy),
@@ -73,7 +74,7 @@ pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleC
             Source::XtablesLock,
             format!(
                 "{} is {}, and legacy holds state ({}): a tie-breaker",
-                lock.path.display(),
+                lock.path.shown(),
                 lock.describe(),
                 tables.join(", ")
             ),

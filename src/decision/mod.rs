@@ -187,10 +187,11 @@ impl Decision {
                 .collect();
             if !unknown.is_empty() {
                 warnings.push(format!(
-                    "{} uses {} only by default, and part of the kernel's state is unknown ({}); reading it needs CAP_NET_ADMIN (root); or mount the host's root at {DEFAULT_HOST_ROOT} or set {OVERRIDE_VAR} so the choice does not rest on the default",
+                    "{} uses {} only by default, and part of the kernel's state is unknown ({}){}; or mount the host's root at {DEFAULT_HOST_ROOT} or set {OVERRIDE_VAR} so the choice does not rest on the default",
                     self.command,
                     self.mode,
-                    unknown.join("; ")
+                    unknown.join("; "),
+                    crate::privilege::unknown_cause(crate::kernel::procfs::is_mounted)
                 ));
             }
         }

@@ -10,6 +10,7 @@
 use super::collector::Collector;
 use super::evidence::{Evidence, Finding, Source};
 use super::reason::Reason;
+use crate::escape::Shown as _;
 use crate::mode::OVERRIDE_VAR;
 use crate::settings::{self, Origin};
 
@@ -21,7 +22,7 @@ pub(super) fn read_override(collector: &mut Collector) {
     let value = setting.value.as_deref().unwrap_or_default().to_string_lossy();
     collector.add(|| {
         let (location, method) = match &setting.origin {
-            Origin::File { path, .. } => (path.display().to_string(), "settings file"),
+            Origin::File { path, .. } => (path.shown().to_string(), "settings file"),
             _ => (OVERRIDE_VAR.to_string(), "environment"),
         };
         Evidence {

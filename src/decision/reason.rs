@@ -9,6 +9,7 @@
 //! hint chains, keep what they found as it is; the others, on calls that
 //! count rules or read files anyway, give their reason in words.
 
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link;
 use crate::mode::{Mode, OVERRIDE_VAR};
@@ -57,7 +58,7 @@ impl fmt::Display for Reason {
             } => write!(f, "pinned by the settings file {origin}: {value}"),
             Reason::Override { value, .. } => write!(f, "overridden by environment variable {OVERRIDE_VAR}={value}"),
             Reason::HostLink { path, chain } => {
-                write!(f, "host link {} {}", path.display(), host_link::shown_chain(chain))
+                write!(f, "host link {} {}", path.shown(), host_link::shown_chain(chain))
             }
             Reason::HintChain {
                 chain,

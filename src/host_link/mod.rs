@@ -24,6 +24,7 @@
 
 mod walk;
 
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::mode::Mode;
 use crate::settings::{self, HOST_ROOT_VAR};
@@ -112,7 +113,7 @@ impl HostLink {
 pub fn shown_chain(chain: &[PathBuf]) -> String {
     chain
         .iter()
-        .map(|t| format!("-> {}", t.display()))
+        .map(|t| format!("-> {}", t.shown()))
         .collect::<Vec<_>>()
         .join(" ")
 }

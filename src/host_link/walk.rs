@@ -6,6 +6,7 @@
 //! of it. Nothing is opened or executed; the only calls are `readlink`s.
 
 use super::HostLink;
+use crate::escape::Shown as _;
 use crate::mode::mode_named_by;
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -80,10 +81,10 @@ impl<'a> Walk<'a> {
                         (Some(libc::EINVAL), true) => "not a link (a file the wrapper neither runs nor reads)".to_string(),
                         (Some(libc::EINVAL), false) => format!(
                             "{} is not a link and not a backend's file name (a wrapper or a script the wrapper neither runs nor reads)",
-                            self.inside(&at).display()
+                            self.inside(&at).shown()
                         ),
-                        _ if is_missing(&e) => format!("{} does not exist (a dangling link)", self.inside(&at).display()),
-                        _ => format!("{}: {e}", self.inside(&at).display()),
+                        _ if is_missing(&e) => format!("{} does not exist (a dangling link)", self.inside(&at).shown()),
+                        _ => format!("{}: {e}", self.inside(&at).shown()),
                     };
                     return Some(HostLink {
                         path: seen,
@@ -118,7 +119,7 @@ impl<'a> Walk<'a> {
                 let why = if links > MAX_LINKS {
                     format!("more than {MAX_LINKS} links (a loop?)")
                 } else {
-                    format!("{} does not exist (a dangling link)", self.root.join(&next).display())
+                    format!("{} does not exist (a dangling link)", self.root.join(&next).shown())
                 };
                 return Some(HostLink {
                     path: seen,

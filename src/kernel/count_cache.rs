@@ -48,6 +48,7 @@
 //! `legacy_get_info_cannot_tell_rules_from_user_chains`). No key from
 //! `GET_INFO` is exact, and the walk that would make one is the count itself.
 
+use crate::escape::Shown as _;
 use std::fmt::Write as _;
 
 use super::RuleBounds;
@@ -129,7 +130,7 @@ pub fn store(namespace: &Namespace, generation: u32, rules: RuleBounds) {
     entries.push((namespace.clone(), entry));
     let keep_from = entries.len().saturating_sub(MAX_ENTRIES);
     if let Err(e) = dir.replace(FILE_NAME, format(&entries[keep_from..]).as_bytes()) {
-        log::debug!("count cache not stored in {}: {e}", dir.path().display());
+        log::debug!("count cache not stored in {}: {e}", dir.path().shown());
     }
 }
 

@@ -20,6 +20,7 @@
 //! Where these reads cannot tell, the answer is [`Presence::Unknown`], with
 //! the reason, and the backend is not asked.
 
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link;
 use crate::kernel::legacy;
@@ -120,14 +121,14 @@ pub fn nf_tables() -> Presence {
     }
     // Not a loaded module: either built in (without a sysfs entry) or absent.
     match find_in_module_list("modules.builtin", NF_TABLES) {
-        Ok((true, file)) => Presence::Present(format!("built in: listed in {}", file.display())),
+        Ok((true, file)) => Presence::Present(format!("built in: listed in {}", file.shown())),
         Ok((false, file)) => Presence::NotLoaded(format!(
             "not a loaded module, not built in per {}",
-            file.display()
+            file.shown()
         )),
         Err(why) => Presence::Unknown(format!(
             "not a loaded module, and whether it is built in cannot be read: {why}; mount the host's /lib/modules under {}",
-            host_link::host_root().display()
+            host_link::host_root().shown()
         )),
     }
 }
@@ -151,7 +152,7 @@ fn loadable(module: &str) -> Result<(bool, String), String> {
     }
     let (listed, file) = find_in_module_list("modules.dep", module)?;
     let verdict = if listed { "a module to load" } else { "no module" };
-    Ok((listed, format!("{verdict} per {}", file.display())))
+    Ok((listed, format!("{verdict} per {}", file.shown())))
 }
 
 const PROC_MODULES: &str = "/proc/modules";
@@ -184,10 +185,10 @@ fn lists_module(modules: &str, module: &str) -> bool {
 fn find_in_module_list(list: &str, module: &str) -> Result<(bool, PathBuf), String> {
     let candidates = module_list_candidates(list)?;
     let Some(file) = candidates.iter().find(|path| path.exists()) else {
-        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        let tried: Vec<String> = candidates.iter().map(|p| p.shown().to_string()).collect();
         return Err(format!("no {list} at {}", tried.join(", ")));
     };
-    let reader = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let reader = File::open(file).map_err(|e| format!("{}: {e}", file.shown()))?;
     let mut reader = BufReader::new(reader);
     let mut line = Vec::new();
     loop {
@@ -200,7 +201,7 @@ fn find_in_module_list(list: &str, module: &str) -> Result<(bool, PathBuf), Stri
                     return Ok((true, file.clone()));
                 }
             }
-            Err(e) => return Err(format!("{}: {e}", file.display())),
+            Err(e) => return Err(format!("{}: {e}", file.shown())),
         }
     }
 }

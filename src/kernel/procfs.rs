@@ -22,6 +22,7 @@
 //! is still refused, a procfs directory of another namespace bound inside is
 //! not seen.
 
+use crate::privilege::noted;
 use nix::sys::statfs::{fstatfs, PROC_SUPER_MAGIC};
 use std::ffi::CString;
 use std::io;
@@ -51,7 +52,7 @@ fn root() -> Result<BorrowedFd<'static>, &'static str> {
         // (musl's `open` follows O_CLOEXEC with an fcntl; `openat` does not.)
         let raw = unsafe { libc::openat(libc::AT_FDCWD, path.as_ptr(), flags) };
         if raw < 0 {
-            return Err(format!("{ROOT}: {}", io::Error::last_os_error()));
+            return Err(format!("{ROOT}: {}", noted(io::Error::last_os_error())));
         }
         // SAFETY: open returned a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -119,7 +120,7 @@ pub fn open(relative: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
         // SAFETY: openat2 returned a new descriptor that nothing else owns.
         return Ok(unsafe { OwnedFd::from_raw_fd(raw) });
     }
-    let error = io::Error::last_os_error();
+    let error = noted(io::Error::last_os_error());
     match error.raw_os_error() {
         Some(libc::EXDEV) => Err(io::Error::other(format!(
             "{ROOT}/{relative}: a mount inside {ROOT} on the way (something is mounted over part of procfs), so it is not the kernel's own file"
@@ -154,7 +155,7 @@ fn open_checked(root: BorrowedFd, path: &CString, relative: &str, flags: libc::c
     // SAFETY: `path` is NUL-terminated; a returned descriptor is new.
     let raw = unsafe { libc::openat(root.as_raw_fd(), path.as_ptr(), flags | libc::O_CLOEXEC) };
     if raw < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(noted(io::Error::last_os_error()));
     }
     // SAFETY: openat returned a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };

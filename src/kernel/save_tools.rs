@@ -19,6 +19,7 @@
 
 use crate::backend;
 use crate::command::WrappedCommand;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::HINT_CHAINS;
 use crate::mode::Mode;
@@ -48,14 +49,14 @@ pub fn read(mode: Mode, family: Family) -> Result<SavedRules, String> {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+            .map_err(|e| format!("cannot run {}: {e}", tool.path.shown()))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let summary = summarise(BufReader::new(stdout));
         let status = child.wait().map_err(|e| e.to_string())?;
         match summary {
             Ok(summary) if status.success() => Ok(summary),
-            Ok(_) => Err(format!("{} {}", tool.path.display(), status)),
-            Err(e) => Err(format!("reading {}: {e}", tool.path.display())),
+            Ok(_) => Err(format!("{} {}", tool.path.shown(), status)),
+            Err(e) => Err(format!("reading {}: {e}", tool.path.shown())),
         }
     })?
 }

@@ -10,20 +10,20 @@
 //! descriptor, and the resolved path is the one printed: a link someone else
 //! owns can neither pass the checks nor later re-point the printed undo.
 //!
-//! Each file is written to a temporary file, synced, then linked under its
-//! name (mode 0600): a reader never sees a part, and a file that was there
-//! before is never replaced. A removal that backs up again (the ruleset
+//! Each file is written under no name or a random one ([`crate::temporary`]),
+//! synced, then linked under its name (mode 0600): a reader never sees a
+//! part, and a file that was there before is never replaced. A removal that backs up again (the ruleset
 //! moved under it) replaces only the file it wrote itself.
 
+use crate::escape::Shown as _;
 use crate::run_dir::RunDir;
+use crate::temporary::{self, Placement};
 use crate::warnings_record::utc_time;
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, mkdirat, FileStat, Mode as FileMode, SFlag};
-use nix::unistd::{fsync, linkat, unlinkat, Uid, UnlinkatFlags};
-use std::fs::File;
-use std::io::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use nix::unistd::{unlinkat, Uid, UnlinkatFlags};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The backup directory, open.
@@ -43,14 +43,14 @@ impl BackupDir {
         let dir = absolute(dir)?;
         match mkdirat(None, &dir, FileMode::S_IRWXU) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+            Err(e) => return Err(format!("cannot make {}: {e}", dir.shown())),
         }
         let backup = BackupDir::open_existing(&dir)?;
-        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", backup.path.display()))?;
+        let stat = fstat(backup.fd.as_raw_fd()).map_err(|e| format!("{}: {e}", backup.path.shown()))?;
         if stat.st_uid != Uid::effective().as_raw() || stat.st_mode & 0o022 != 0 {
             return Err(format!(
                 "{} is owned by uid {} with mode {:04o}: a backup directory must be the caller's (uid {}) and writable by nobody else; give a new directory",
-                backup.path.display(),
+                backup.path.shown(),
                 stat.st_uid,
                 stat.st_mode & 0o7777,
                 Uid::effective()
@@ -78,12 +78,12 @@ impl BackupDir {
             match mkdirat(None, &path, FileMode::S_IRWXU) {
                 Ok(()) => return BackupDir::open_existing(&path),
                 Err(Errno::EEXIST) => continue,
-                Err(e) => return Err(format!("cannot make {}: {e}", path.display())),
+                Err(e) => return Err(format!("cannot make {}: {e}", path.shown())),
             }
         }
         Err(format!(
             "too many backups named stale-backup-{stamp} in {}",
-            run_dir_path.display()
+            run_dir_path.shown()
         ))
     }
 
@@ -91,12 +91,12 @@ impl BackupDir {
     /// else may write to: each component opened from `/` without following
     /// links, and checked by `fstat` of what was opened.
     fn open_existing(path: &Path) -> Result<BackupDir, String> {
-        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.shown()))?;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let open_at = |dir: Option<&OwnedFd>, name: &Path, shown: &Path| {
             let raw = openat(dir.map(|fd| fd.as_raw_fd()), name, flags, FileMode::empty()).map_err(|e| {
                 let changed = if e == Errno::ELOOP { " (it became a link)" } else { "" };
-                format!("{}: {e}{changed}", shown.display())
+                format!("{}: {e}{changed}", shown.shown())
             })?;
             // SAFETY: openat returned a new descriptor that nothing else owns.
             Ok::<_, String>(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -104,12 +104,12 @@ impl BackupDir {
         let mut walked = PathBuf::from("/");
         let mut fd = open_at(None, &walked, &walked)?;
         for component in resolved.components().skip(1) {
-            let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", walked.display()))?;
+            let stat = fstat(fd.as_raw_fd()).map_err(|e| format!("{}: {e}", walked.shown()))?;
             if let Some(why) = open_to_others(&stat) {
                 return Err(format!(
                     "{} is {why}: someone else could replace the backup directory {} in it",
-                    walked.display(),
-                    resolved.display()
+                    walked.shown(),
+                    resolved.shown()
                 ));
             }
             walked.push(component);
@@ -119,39 +119,18 @@ impl BackupDir {
             Ok(stat) if stat.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFDIR.bits() => {
                 Ok(BackupDir { fd, path: resolved })
             }
-            Ok(_) => Err(format!("{}: not a directory", resolved.display())),
-            Err(e) => Err(format!("{}: {e}", resolved.display())),
+            Ok(_) => Err(format!("{}: not a directory", resolved.shown())),
+            Err(e) => Err(format!("{}: {e}", resolved.shown())),
         }
     }
 
     /// Writes `contents` to a new file `name` (mode 0600) whole; with
     /// `replace`, over the file of that name this removal wrote before.
     pub fn write(&self, name: &str, contents: &[u8], replace: bool) -> std::io::Result<PathBuf> {
-        let dir_fd = self.fd.as_raw_fd();
-        let temporary = format!(".{name}.{}.tmp", std::process::id());
-        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let written = (|| {
-            let raw = openat(
-                Some(dir_fd),
-                temporary.as_str(),
-                flags,
-                FileMode::S_IRUSR | FileMode::S_IWUSR,
-            )?;
-            // SAFETY: openat returned a new descriptor that nothing else owns.
-            let mut file = unsafe { File::from_raw_fd(raw) };
-            file.write_all(contents)?;
-            file.sync_all()?;
-            if replace {
-                renameat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name)?;
-            } else {
-                linkat(Some(dir_fd), temporary.as_str(), Some(dir_fd), name, AtFlags::empty())?;
-            }
-            fsync(dir_fd)?;
-            Ok(())
-        })();
-        let _ = unlinkat(Some(dir_fd), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
-        written.map(|()| self.path.join(name))
+        let placement = if replace { Placement::Replace } else { Placement::New };
+        let mode = FileMode::S_IRUSR | FileMode::S_IWUSR;
+        temporary::write_file(self.fd.as_fd(), name.as_ref(), contents, mode, placement, true)?;
+        Ok(self.path.join(name))
     }
 
     /// A path in the directory for a file a restore tool makes (its lock).
@@ -193,7 +172,7 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::env::current_dir().map(|cwd| cwd.join(path)).map_err(|e| {
         format!(
             "{}: the working directory is unknown ({e}): give an absolute path",
-            path.display()
+            path.shown()
         )
     })
 }

@@ -29,6 +29,7 @@
 
 use super::find;
 use crate::decision::{Decision, Source};
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLinks};
 use crate::kernel::{KernelReader, HINT_CHAINS};
@@ -56,8 +57,8 @@ pub fn contradictions(
         let candidates: Vec<&host_link::HostLink> = std::iter::once(&link).chain(&later).collect();
         for candidate in own_names_first(family, candidates) {
             let shown = match candidate.shown_chain() {
-                chain if chain.is_empty() => candidate.path.display().to_string(),
-                chain => format!("{} {chain}", candidate.path.display()),
+                chain if chain.is_empty() => candidate.path.shown().to_string(),
+                chain => format!("{} {chain}", candidate.path.shown()),
             };
             if let Err(why) = &candidate.answer {
                 lines.push(format!("host link {shown} exists but cannot tell which backend: {why}"));

@@ -14,6 +14,7 @@
 
 use crate::backend;
 use crate::command::WrappedCommand;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::kernel::modules::{self, Presence};
@@ -425,11 +426,11 @@ pub fn save(backend: Mode, family: Family) -> Result<SaveOutput, String> {
         .arg0(command.name)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+        .map_err(|e| format!("cannot run {}: {e}", tool.path.shown()))?;
     if !output.status.success() {
         return Err(format!(
             "{} ({}-{backend}-save) {}: {}",
-            tool.path.display(),
+            tool.path.shown(),
             family.program(),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()

@@ -25,6 +25,7 @@
 
 use crate::backend;
 use crate::escape::printable;
+use crate::escape::Shown as _;
 use crate::kernel::ipset::IpsetSocket;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -239,7 +240,7 @@ impl HostSets {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+            .map_err(|e| format!("cannot run {}: {e}", program.shown()))?;
         let fed = match (input, child.stdin.take()) {
             (Some(input), Some(mut stdin)) => stdin.write_all(input),
             _ => Ok(()),
@@ -249,7 +250,7 @@ impl HostSets {
             (Ok(()), true) => Ok(out.stdout),
             (fed, _) => Err(format!(
                 "{} {}: {}: {}{}",
-                program.display(),
+                program.shown(),
                 args[0],
                 out.status,
                 printable(&String::from_utf8_lossy(out.stderr.trim_ascii())),

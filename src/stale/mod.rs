@@ -40,6 +40,7 @@ pub mod show;
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
 use crate::escape::printable;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLinks};
 use crate::kernel::KernelReader;
@@ -225,13 +226,13 @@ fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
         let place = match host_link::read(&root, family, false) {
             HostLinks::NoRoot(_) => format!(
                 "mount the host's root at {} (or at least its /etc/alternatives at {}/etc/alternatives; {HOST_ROOT_VAR} says where it is)",
-                root.display(),
-                root.display()
+                root.shown(),
+                root.shown()
             ),
             _ => format!(
                 "the host's root at {} holds no iptables link that decides (such as {}; docs/node-os.md lists each place read)",
-                root.display(),
-                root.join(host_link::candidates(family)[0]).display()
+                root.shown(),
+                root.join(host_link::candidates(family)[0]).shown()
             ),
         };
         format!(

@@ -27,6 +27,7 @@ use super::find;
 use super::ipsets::HostSets;
 use crate::backend;
 use crate::command::WrappedCommand;
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
 use crate::kernel::nft::{DumpInterrupted, NftSocket, NftTableImage};
@@ -105,7 +106,7 @@ pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", tool.path.display()))?;
+        .map_err(|e| format!("cannot run {}: {e}", tool.path.shown()))?;
     let fed = child.stdin.take().expect("stdin is piped").write_all(input);
     let output = child.wait_with_output().map_err(|e| e.to_string())?;
     match (fed, output.status.success()) {

@@ -5,6 +5,7 @@
 use super::find::Finding;
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
+use crate::escape::Shown as _;
 use crate::escape::{printable, string};
 use crate::family::Family;
 use crate::mode::Mode;
@@ -62,12 +63,12 @@ pub fn report(
         )
     } else {
         let mut out = match dir {
-            Some(dir) => format!("backup: {}\n", dir.display()),
+            Some(dir) => format!("backup: {}\n", dir.shown()),
             None if removal.failed.is_empty() => "no backup written: nothing was proven, nothing removed\n".to_string(),
             None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
         };
         for (file, tool) in &removal.files {
-            let _ = writeln!(out, "  {} (undo: {tool} < {})", file.display(), file.display());
+            let _ = writeln!(out, "  {} (undo: {tool} < {})", file.shown(), file.shown());
         }
         for ((backend, family, table), summary) in &removal.emptied {
             let _ = writeln!(out, "emptied: {backend} {} {table} (held {summary})", family.label());
@@ -94,7 +95,7 @@ pub fn report(
         Err(failed) => {
             // The report is lost: where the backup is must not be.
             if let Some(dir) = dir {
-                say(&format!("stale --remove: the backup is in {}", dir.display()));
+                say(&format!("stale --remove: the backup is in {}", dir.shown()));
             }
             failed
         }
@@ -143,13 +144,7 @@ pub fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>
     };
     let files: Vec<String> = files
         .iter()
-        .map(|(file, tool)| {
-            format!(
-                "{{\"path\":{},\"undo\":{}}}",
-                string(&file.display().to_string()),
-                string(tool)
-            )
-        })
+        .map(|(file, tool)| format!("{{\"path\":{},\"undo\":{}}}", string(&file.shown()), string(tool)))
         .collect();
     let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
     let failed: Vec<String> = failed
@@ -158,7 +153,7 @@ pub fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>
         .collect();
     format!(
         "{{\"backup_dir\":{},\"backup_files\":[{}],\"emptied\":[{}],\"failed\":[{}],\"stopped\":{}}}",
-        dir.map_or("null".into(), |d| string(&d.display().to_string())),
+        dir.map_or("null".into(), |d| string(&d.shown())),
         files.join(","),
         emptied.join(","),
         failed.join(","),

@@ -34,6 +34,7 @@ use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
 use super::show;
 use super::{HostBackend, Options};
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
@@ -127,7 +128,7 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             backup.remove(PRIVATE_LOCK);
             return stop(format!(
                 "backup into {}: {why}; nothing was changed",
-                backup.path.display()
+                backup.path.shown()
             ));
         }
     };

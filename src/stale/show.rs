@@ -1,14 +1,16 @@
 //! Showing what is stale: per family, table and chain, in words or as one
 //! JSON object, and with `-v` the rules in `iptables-save` form (the stale
-//! backend's own save tool, which only reads). Everything read from the
-//! kernel is shown through `printable` (chain names are anyone's).
+//! backend's own save tool, which only reads), byte for byte as the tool
+//! wrote them but for bytes that are not printable (`saved_line`).
+//! Everything else read from the kernel is shown through `printable`
+//! (chain names are anyone's).
 
 use super::find::{self, Finding};
 use super::judge;
 use super::opening;
 use super::proof;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
-use crate::escape::{bytes_shown, printable, printable_bytes, string};
+use crate::escape::{bytes_shown, printable, saved_line, string};
 use crate::standard_fds::say;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -192,7 +194,7 @@ fn text_with(
                     family.program()
                 );
                 for line in save.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
-                    let _ = writeln!(out, "  {}", printable_bytes(line));
+                    let _ = writeln!(out, "  {}", saved_line(line));
                 }
             }
             Some(Err(why)) => {

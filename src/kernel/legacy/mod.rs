@@ -27,8 +27,10 @@ mod unread;
 pub(crate) use unread::ipv4_unread_mask;
 mod walk;
 
+use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::procfs;
+use crate::privilege::noted;
 use abi::{
     read_u16, read_u32, GetEntries, GetInfo, IptEntry, Layout, COUNTERS_LEN, NUM_HOOKS, SO_GET_ENTRIES, SO_GET_INFO,
     TABLE_MAXNAMELEN,
@@ -160,7 +162,7 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
                 Ok(_) => Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
                     "/proc/{} is absent (/proc not mounted, or a procfs that does not show this process?): the legacy tables cannot be listed",
-                    net.display()
+                    net.shown()
                 )),
                 Err(e) => Err(cannot(&e)),
             };
@@ -204,7 +206,8 @@ impl LegacyFamily {
             SockType::Raw,
             SockFlag::SOCK_CLOEXEC,
             SockProtocol::Raw,
-        )?;
+        )
+        .map_err(|errno| noted(errno.into()))?;
         let tables = names
             .iter()
             .map(|name| get_info(&socket, &layout, name))
@@ -364,7 +367,7 @@ pub(super) fn getsockopt_exact(
     // the kernel writes at most `len` bytes; the fd stays open (borrowed).
     let rc = unsafe { libc::getsockopt(socket.as_raw_fd(), level, option, buf.as_mut_ptr().cast(), &mut len) };
     if rc != 0 {
-        return Err(io::Error::last_os_error());
+        return Err(noted(io::Error::last_os_error()));
     }
     if len as usize != buf.len() {
         return Err(invalid_data("getsockopt returned a short answer"));

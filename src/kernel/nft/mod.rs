@@ -84,6 +84,7 @@ mod lookups;
 mod netlink;
 mod tables;
 
+use crate::privilege::noted;
 use std::cell::Cell;
 use std::io;
 use std::ops::ControlFlow;
@@ -144,7 +145,8 @@ impl NftSocket {
             SockType::Raw,
             SockFlag::SOCK_CLOEXEC,
             SockProtocol::NetlinkNetFilter,
-        )?;
+        )
+        .map_err(|errno| noted(errno.into()))?;
         setsockopt(&fd, sockopt::RcvBuf, &SOCKET_RECEIVE_BUFFER)?;
         // A reply that never comes is an error, not a hang.
         setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::seconds(RECEIVE_TIMEOUT_SECONDS))?;

@@ -160,7 +160,10 @@ impl Message<'_> {
             .ok_or_else(|| invalid_data("netlink error message too short"))?;
         Ok(match code {
             0 => Ok(()),
-            code => Err(Errno::from_raw(-code)),
+            code => {
+                crate::privilege::note_failure(Some(-code));
+                Err(Errno::from_raw(-code))
+            }
         })
     }
 }

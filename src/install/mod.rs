@@ -1,11 +1,14 @@
 //! `iptables-wrapper install`: points the six command names at the wrapper.
 //!
 //! Every name is checked before any is changed, so a refusal changes
-//! nothing. Each link is made under a temporary name and renamed into place,
-//! so a concurrent caller always finds a working command. A failure midway
-//! (a busy or read-only name) puts back what was already changed: old links
-//! are re-made, replaced files are restored from a hard link kept until the
-//! end; if even that fails, the error names each name left changed. The
+//! nothing. Each link is made under a random temporary name and renamed
+//! into place, so a concurrent caller always finds a working command. A
+//! failure midway (a busy or read-only name) puts back what this run
+//! changed itself (`change`): old links are re-made, replaced files are
+//! restored from a hard link kept until the end, and a name another
+//! process changed since is left as it made it; if even that fails, the
+//! error names each name left changed. It succeeds only when all six names
+//! resolve to the wrapper at its end. The
 //! wrapper's own file is never replaced or removed. Two kinds of link are
 //! left alone unless `--force` is given, because a package upgrade would
 //! put them back and silently drop the wrapper: an alternatives link
@@ -16,12 +19,17 @@
 //! `/usr/bin/iptables-wrapper`). Run it at image build
 //! time; at run time the wrapper never rewrites anything.
 
+mod change;
+
 use crate::command::COMMAND_NAMES;
+use crate::escape::Shown as _;
 use crate::mode::mode_named_by;
 use crate::own_file;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 use std::fmt;
 use std::io;
-use std::os::unix::fs::symlink;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// What happened to one command name.
@@ -62,6 +70,9 @@ pub enum InstallError {
     OtherProgram { path: PathBuf, program: PathBuf },
     /// A check failed; nothing was changed.
     Check(PathBuf, io::Error),
+    /// Every name was changed, but these no longer resolve to the wrapper:
+    /// another process changed them meanwhile.
+    ChangedMeanwhile(Vec<PathBuf>),
     /// Changing a name failed after `changed_before` others were changed;
     /// `left_changed` lists the names still changed after putting back what
     /// could be (empty: nothing is changed).
@@ -90,52 +101,57 @@ impl fmt::Display for InstallError {
             InstallError::NoDirectory(dir, e) if e.kind() == io::ErrorKind::NotFound => write!(
                 f,
                 "{}: no such directory; create it first or name an existing one with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::NoDirectory(dir, e) => write!(
                 f,
                 "{}: {e}; name a directory the wrapper can reach with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::NotADirectory(dir) => write!(
                 f,
                 "{}: not a directory; name a directory with --dir; nothing was changed",
-                dir.display()
+                dir.shown()
             ),
             InstallError::RegularFile(path) => write!(
                 f,
                 "{}: a regular file, replaced only with --force; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::NeitherLinkNorFile(path) => write!(
                 f,
                 "{}: neither a symlink nor a regular file; remove it yourself or install into another directory; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::OwnFile(path) => write!(
                 f,
                 "{}: the wrapper's own file, never replaced; keep the wrapper under another name (for example iptables-wrapper) or install into another directory; nothing was changed",
-                path.display()
+                path.shown()
             ),
             InstallError::Alternatives { path, target } => write!(
                 f,
                 "{} -> {} is an alternatives link: a package upgrade would put it back and drop the wrapper; register the wrapper in that group instead (update-alternatives --install, on Fedora and RHEL alternatives --install, then --set: see the README's recipes), or pass --force to replace the link anyway; nothing was changed",
-                path.display(),
-                target.display()
+                path.shown(),
+                target.shown()
             ),
             InstallError::OtherProgram { path, program } => write!(
                 f,
                 "{} leads to {}, another program (neither a backend nor this wrapper, such as Wolfi's iptables-wrappers package); its package would put its links back on upgrade: remove that package (apk del iptables-wrappers), or pass --force to replace the link anyway; nothing was changed",
-                path.display(),
-                program.display()
+                path.shown(),
+                program.shown()
             ),
-            InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.display()),
+            InstallError::Check(path, e) => write!(f, "{}: {e}; nothing was changed", path.shown()),
+            InstallError::ChangedMeanwhile(paths) => write!(
+                f,
+                "{}: no longer leading to the wrapper after install linked them (another process changed them meanwhile); run install again once it is done",
+                shown(paths)
+            ),
             InstallError::Change {
                 path,
                 error,
                 changed_before: 0,
                 ..
-            } => write!(f, "{}: {error}; nothing was changed", path.display()),
+            } => write!(f, "{}: {error}; nothing was changed", path.shown()),
             InstallError::Change {
                 path,
                 error,
@@ -144,7 +160,7 @@ impl fmt::Display for InstallError {
             } if left_changed.is_empty() => write!(
                 f,
                 "{}: {error}; every name changed before it was put back as it was, nothing is changed",
-                path.display()
+                path.shown()
             ),
             InstallError::Change {
                 path,
@@ -154,23 +170,11 @@ impl fmt::Display for InstallError {
             } => write!(
                 f,
                 "{}: {error}; putting back failed, these now link to the wrapper: {}",
-                path.display(),
-                left_changed
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                path.shown(),
+                shown(left_changed)
             ),
         }
     }
-}
-
-/// What stood at a name before install changed it.
-enum Previous {
-    Absent,
-    Link(PathBuf),
-    /// A regular file, kept under this hard link until install ends.
-    File(PathBuf),
 }
 
 /// Links each command name in `dir` to `wrapper` (the wrapper's own file,
@@ -213,16 +217,20 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Installed, Ins
         };
         plan.push((path, outcome));
     }
-    let mut changed: Vec<(&Path, Previous)> = Vec::new();
-    for (path, outcome) in &plan {
+    let dir_fd = open_dir(dir).map_err(|e| InstallError::Check(dir.to_path_buf(), e))?;
+    let mut changed = Vec::new();
+    for ((path, outcome), name) in plan.iter().zip(COMMAND_NAMES) {
         if *outcome == LinkOutcome::AlreadyInPlace {
             continue;
         }
-        match change(path, &target) {
-            Ok(previous) => changed.push((path, previous)),
+        match change::change(dir_fd.as_fd(), name, &target) {
+            Ok(one) => changed.push(one),
             Err(error) => {
                 let changed_before = changed.len();
-                let left_changed = put_back(changed);
+                let left_changed = change::put_back(dir_fd.as_fd(), changed)
+                    .into_iter()
+                    .map(|name| dir.join(name))
+                    .collect();
                 return Err(InstallError::Change {
                     path: path.clone(),
                     error,
@@ -232,10 +240,19 @@ pub fn install(dir: &Path, wrapper: &Path, force: bool) -> Result<Installed, Ins
             }
         }
     }
-    for (_, previous) in changed {
-        if let Previous::File(kept) = previous {
-            let _ = std::fs::remove_file(kept);
-        }
+    for one in changed {
+        change::forget(dir_fd.as_fd(), one);
+    }
+    // Another process may have changed a name since (another install, a
+    // package): success only if all six resolve to the wrapper now.
+    let elsewhere: Vec<PathBuf> = plan
+        .iter()
+        .map(|(path, _)| path)
+        .filter(|path| std::fs::metadata(path).map_or(true, |meta| own_file::file_id(&meta) != own_id))
+        .cloned()
+        .collect();
+    if !elsewhere.is_empty() {
+        return Err(InstallError::ChangedMeanwhile(elsewhere));
     }
     Ok(Installed { target, links: plan })
 }
@@ -295,62 +312,21 @@ fn existing_link(
 /// the links they manage.
 const ALTERNATIVES_DIR: &str = "/etc/alternatives";
 
-/// Points `path` at `target`; returns what stood there.
-fn change(path: &Path, target: &Path) -> io::Result<Previous> {
-    let previous = match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Previous::Absent,
-        Err(e) => return Err(e),
-        Ok(meta) if meta.file_type().is_symlink() => Previous::Link(std::fs::read_link(path)?),
-        Ok(_) => {
-            let kept = sibling(path, "kept");
-            let _ = std::fs::remove_file(&kept);
-            std::fs::hard_link(path, &kept)?;
-            Previous::File(kept)
-        }
-    };
-    if let Err(e) = replace_with_link(path, target) {
-        if let Previous::File(kept) = &previous {
-            let _ = std::fs::remove_file(kept);
-        }
-        return Err(e);
-    }
-    Ok(previous)
+/// Paths for a message, comma-separated.
+fn shown(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.shown().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// Undoes `changed`, last first; returns the names it could not put back.
-fn put_back(changed: Vec<(&Path, Previous)>) -> Vec<PathBuf> {
-    let mut left_changed = Vec::new();
-    for (path, previous) in changed.into_iter().rev() {
-        let restored = match &previous {
-            Previous::Absent => std::fs::remove_file(path),
-            Previous::Link(old_target) => replace_with_link(path, old_target),
-            Previous::File(kept) => std::fs::rename(kept, path),
-        };
-        if restored.is_err() {
-            left_changed.push(path.to_path_buf());
-        }
-    }
-    left_changed.reverse();
-    left_changed
-}
-
-/// A hidden name next to `path` for this process's temporary files.
-fn sibling(path: &Path, purpose: &str) -> PathBuf {
-    let name = path
-        .file_name()
-        .expect("command names are file names")
-        .to_string_lossy();
-    path.with_file_name(format!(".{name}.iptables-wrapper-{purpose}.{}", std::process::id()))
-}
-
-/// Makes `path` a symlink to `target` in one rename.
-fn replace_with_link(path: &Path, target: &Path) -> io::Result<()> {
-    let temporary = sibling(path, "new");
-    let _ = std::fs::remove_file(&temporary);
-    symlink(target, &temporary)?;
-    std::fs::rename(&temporary, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&temporary);
-    })
+/// `dir` open, for the changes made relative to it.
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let raw = openat(None, dir, flags, Mode::empty())?;
+    // SAFETY: openat returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
