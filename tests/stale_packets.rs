@@ -7,7 +7,7 @@
 //! stale_packets known_opening_ttl`). What each state must keep is in
 //! tests/common/packet_run.rs.
 //!
-//! `IPTW_STALE_STATES=N` runs N random states (default 150), from
+//! `IPTW_STALE_STATES=N` runs N random states (default 200), from
 //! `IPTW_STALE_SEED=S` (default: from the clock; printed, and each failure
 //! names its own state's seed to replay it alone), on
 //! `IPTW_STALE_WORKERS` threads at once (default 3).
@@ -16,7 +16,7 @@ mod common;
 
 use common::netns_topology::{Family, Flow, SERVER};
 use common::packet_run::{run, Tally};
-use common::rule_grammar::{lines, Backend, Line, LiveCopy, State};
+use common::rule_grammar::{lines, Backend, Line, LiveCopy, Rng, State};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -48,7 +48,7 @@ fn verdict(tally: &Tally) {
 
 #[test]
 fn generated_states_never_open_a_flow() {
-    let count = setting("IPTW_STALE_STATES", 150) as usize;
+    let count = setting("IPTW_STALE_STATES", 200) as usize;
     let clock = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -231,9 +231,9 @@ fn known_opening_ttl_expiry() {
 /// made: its filter chains and its nat go together or stay together.
 #[test]
 fn known_opening_empty_writer_chain() {
-    let mut rng = common::rule_grammar::Rng::new(0);
+    let mut rng = Rng::new(0);
     let mut node = common::rule_grammar::NodeSetup::default();
-    let docker = common::rule_motifs::docker(&mut rng, Family::V4, &mut node);
+    let docker = common::rule_motifs::docker(&mut rng, &mut Rng::new(0), Family::V4, &mut node);
     let live = with(live_beside(Family::V4), "filter", "-N DOCKER-USER");
     fixed(legacy_stale(docker, live), &[]);
 }
@@ -275,7 +275,7 @@ fn known_opening_ipset_calico_wholly_copied() {
     let mut node = common::rule_grammar::NodeSetup::default();
     let mut families = Vec::new();
     for family in [Family::V4, Family::V6] {
-        let calico = common::rule_motifs::calico(&mut common::rule_grammar::Rng::new(7), family, &mut node);
+        let calico = common::rule_motifs::calico(&mut Rng::new(7), &mut Rng::new(7), family, &mut node);
         families.push((family, calico.clone(), calico));
     }
     let mut state = State::fixed(Backend::Legacy, LiveCopy::Whole, families, &[]);

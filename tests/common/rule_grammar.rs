@@ -217,36 +217,54 @@ pub struct State {
 }
 
 /// A motif: one coherent piece of a firewall, as a writer or an admin
-/// would write it. Made again from another seed, it is the same kind of
-/// piece with other addresses, ports or marks.
-type Motif = fn(&mut Rng, Family, &mut NodeSetup) -> Vec<Line>;
+/// would write it, its shape (chains, ports, verdicts) drawn from the
+/// first generator, its details (addresses, marks, set members) from the
+/// second. Made again with other details, it is a similar piece: the same
+/// block behind other accepts.
+type Motif = fn(&mut Rng, &mut Rng, Family, &mut NodeSetup) -> Vec<Line>;
 
-pub const MOTIFS: [(&str, Motif); 15] = [
-    ("accept list before a block", super::rule_motifs::accept_list),
-    ("conntrack states", super::rule_motifs::conntrack_states),
-    ("mark read by a filter", super::rule_motifs::mark_filter),
-    ("connmark", super::rule_motifs::connmark),
-    ("notrack", super::rule_motifs::notrack),
-    ("dnat", super::rule_motifs::dnat),
-    ("ttl", super::rule_motifs::ttl),
-    ("dscp and tos", super::rule_motifs::dscp),
-    ("ipset", super::rule_motifs::ipset),
-    ("user chain", super::rule_motifs::user_chain),
-    ("security table", super::rule_motifs::security),
-    ("fwmark routing", super::rule_motifs::fwmark_route),
-    ("harmless", super::rule_motifs::harmless),
-    ("docker-like writer", super::rule_motifs::docker),
-    ("calico-like writer", super::rule_motifs::calico),
+/// Each motif with its weight (how often it is drawn): the accept list,
+/// where similar copies differ most subtly, most often.
+pub const MOTIFS: [(&str, Motif, usize); 15] = [
+    ("accept list before a block", super::rule_motifs::accept_list, 3),
+    ("conntrack states", super::rule_motifs::conntrack_states, 1),
+    ("mark read by a filter", super::rule_motifs::mark_filter, 1),
+    ("connmark", super::rule_motifs::connmark, 1),
+    ("notrack", super::rule_motifs::notrack, 1),
+    ("dnat", super::rule_motifs::dnat, 1),
+    ("ttl", super::rule_motifs::ttl, 1),
+    ("dscp and tos", super::rule_motifs::dscp, 1),
+    ("ipset", super::rule_motifs::ipset, 1),
+    ("user chain", super::rule_motifs::user_chain, 1),
+    ("security table", super::rule_motifs::security, 1),
+    ("fwmark routing", super::rule_motifs::fwmark_route, 1),
+    ("harmless", super::rule_motifs::harmless, 1),
+    ("docker-like writer", super::rule_motifs::docker, 1),
+    ("calico-like writer", super::rule_motifs::calico, 1),
 ];
 
+/// `count` motifs drawn by weight: (which, its shape's seed, its lines).
 fn motifs(rng: &mut Rng, family: Family, node: &mut NodeSetup, count: usize) -> Vec<(usize, u64, Vec<Line>)> {
+    let total: usize = MOTIFS.iter().map(|m| m.2).sum();
     (0..count)
         .map(|_| {
-            let kind = rng.below(MOTIFS.len());
+            let mut draw = rng.below(total);
+            let kind = MOTIFS
+                .iter()
+                .position(|m| {
+                    let here = draw < m.2;
+                    draw = draw.saturating_sub(m.2);
+                    here
+                })
+                .unwrap();
             let seed = rng.next();
-            (kind, seed, (MOTIFS[kind].1)(&mut Rng::new(seed), family, node))
+            (kind, seed, make(kind, seed, seed, family, node))
         })
         .collect()
+}
+
+fn make(kind: usize, shape: u64, detail: u64, family: Family, node: &mut NodeSetup) -> Vec<Line> {
+    (MOTIFS[kind].1)(&mut Rng::new(shape), &mut Rng::new(detail ^ 0xd37a11), family, node)
 }
 
 fn touched(lines: &[Line]) -> Vec<(&'static str, String)> {
@@ -283,9 +301,10 @@ impl State {
                 LiveCopy::Partial => {
                     let mut live = Vec::new();
                     for (kind, seed, lines) in &stale_motifs {
-                        match rng.below(4) {
-                            0 => live.extend(lines.iter().filter(|_| rng.chance(50)).cloned()),
-                            1 => live.extend((MOTIFS[*kind].1)(&mut Rng::new(seed ^ 0x5eed), family, &mut node)),
+                        match rng.below(8) {
+                            0 | 1 => live.extend(lines.iter().filter(|_| rng.chance(50)).cloned()),
+                            2 | 3 => live.extend(make(*kind, *seed, rng.next(), family, &mut node)),
+                            4 => live.extend(make(*kind, rng.next(), rng.next(), family, &mut node)),
                             _ => live.extend(lines.iter().cloned()),
                         }
                     }

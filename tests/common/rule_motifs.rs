@@ -70,12 +70,12 @@ impl Aim {
     }
 }
 
-pub fn accept_list(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn accept_list(rng: &mut Rng, detail: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let chain = aim.chain;
     let mut text = String::new();
     for _ in 0..1 + rng.below(2) {
-        text += &format!("{chain} -s {} -j ACCEPT\n", source(rng, family));
+        text += &format!("{chain} -s {} -j ACCEPT\n", source(detail, family));
     }
     match rng.below(3) {
         0 => text += &format!("{chain} {} -j DROP\n", aim.matches()),
@@ -88,7 +88,7 @@ pub fn accept_list(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line
     lines("filter", &text)
 }
 
-pub fn conntrack_states(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn conntrack_states(rng: &mut Rng, _: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let chain = aim.chain;
     let mut text = format!("{chain} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n");
@@ -101,9 +101,9 @@ pub fn conntrack_states(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line
     lines("filter", &text)
 }
 
-pub fn mark_filter(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn mark_filter(rng: &mut Rng, detail: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
-    let mark = mark(rng);
+    let mark = mark(detail);
     let set = if rng.chance(50) {
         format!("--set-mark {mark}")
     } else {
@@ -114,9 +114,9 @@ pub fn mark_filter(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     all
 }
 
-pub fn connmark(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn connmark(rng: &mut Rng, detail: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
-    let mark = mark(rng);
+    let mark = mark(detail);
     let m = aim.matches();
     let (mangle, reader) = match rng.below(3) {
         0 => (format!("PREROUTING {m} -j CONNMARK --set-mark {mark}"), "connmark"),
@@ -137,7 +137,7 @@ pub fn connmark(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     all
 }
 
-pub fn notrack(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn notrack(rng: &mut Rng, _: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let target = rng.pick(&["CT --notrack", "NOTRACK"]);
     let reader = rng.pick(&["-m conntrack --ctstate UNTRACKED", "-m state --state UNTRACKED"]);
@@ -146,7 +146,7 @@ pub fn notrack(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     all
 }
 
-pub fn dnat(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn dnat(rng: &mut Rng, _: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let server = SERVER.of(family);
     let to = in_family(family, server, "[fd00:2::2]");
     let mut all = match rng.below(3) {
@@ -180,13 +180,13 @@ pub fn dnat(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     all
 }
 
-pub fn ttl(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn ttl(rng: &mut Rng, _: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, true);
     let target = in_family(family, "TTL --ttl-set 1", "HL --hl-set 1");
     lines("mangle", &format!("PREROUTING {} -j {target}", aim.matches()))
 }
 
-pub fn dscp(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn dscp(rng: &mut Rng, _: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let target = rng.pick(&["DSCP --set-dscp 0x2e", "TOS --set-tos 0xb8/0xfc"]);
     let reader = rng.pick(&["-m dscp --dscp 0x2e", "-m tos --tos 0xb8/0xfc"]);
@@ -204,9 +204,9 @@ fn block_set(rng: &mut Rng, family: Family, node: &mut NodeSetup, name: &str) {
     }
 }
 
-pub fn ipset(rng: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
+pub fn ipset(rng: &mut Rng, detail: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
     let name = in_family(family, "iptw-block4", "iptw-block6");
-    block_set(rng, family, node, name);
+    block_set(detail, family, node, name);
     let aim = Aim::new(rng, false);
     let (chain, m) = (aim.chain, aim.matches());
     let text = match rng.below(3) {
@@ -217,7 +217,7 @@ pub fn ipset(rng: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
     lines("filter", &text)
 }
 
-pub fn user_chain(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn user_chain(rng: &mut Rng, detail: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let name = rng.pick(&["FW-IN", "FW-FWD", "ferm-filter"]);
     let how = rng.pick(&["-j", "-g"]);
@@ -225,8 +225,8 @@ pub fn user_chain(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line>
     let mut text = format!("{} {entry}{how} {name}\n", aim.chain);
     for _ in 0..1 + rng.below(3) {
         text += &match rng.below(5) {
-            0 => format!("{name} -s {} -j RETURN\n", source(rng, family)),
-            1 => format!("{name} -s {} -j ACCEPT\n", source(rng, family)),
+            0 => format!("{name} -s {} -j RETURN\n", source(detail, family)),
+            1 => format!("{name} -s {} -j ACCEPT\n", source(detail, family)),
             2 => format!("{name} {} -j DROP\n", aim.matches()),
             3 => format!("{name} -j LOG --log-prefix fw\n"),
             _ => format!("{name} {} -j REJECT\n", Aim::new(rng, false).matches()),
@@ -235,7 +235,7 @@ pub fn user_chain(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line>
     lines("filter", &text)
 }
 
-pub fn security(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn security(rng: &mut Rng, _: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let state = if rng.chance(50) {
         "-m conntrack --ctstate NEW "
@@ -245,9 +245,9 @@ pub fn security(rng: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     lines("security", &format!("{} {state}{} -j DROP", aim.chain, aim.matches()))
 }
 
-pub fn fwmark_route(rng: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
+pub fn fwmark_route(rng: &mut Rng, detail: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, true);
-    let mark = mark(rng);
+    let mark = mark(detail);
     let ip = in_family(family, "ip -4", "ip -6");
     if rng.chance(50) {
         node.add(format!("{ip} rule add fwmark {mark} prohibit"));
@@ -261,7 +261,7 @@ pub fn fwmark_route(rng: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<
     )
 }
 
-pub fn harmless(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn harmless(rng: &mut Rng, detail: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let table = rng.pick(&["filter", "mangle", "raw"]);
     let chain = if table == "raw" { "PREROUTING" } else { aim.chain };
@@ -269,16 +269,16 @@ pub fn harmless(rng: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
         0 => format!("{chain} -j LOG --log-prefix iptw"),
         1 => format!(
             "{chain} -s {} -m comment --comment iptw-note -j ACCEPT",
-            source(rng, family)
+            source(detail, family)
         ),
-        _ => format!("{chain} -s {} -j RETURN", source(rng, family)),
+        _ => format!("{chain} -s {} -j RETURN", source(detail, family)),
     };
     lines(table, &text)
 }
 
 /// Docker's rules for one published port (the router's 8080 to the
 /// server's 80), its chains, and its `FORWARD DROP`.
-pub fn docker(_: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
+pub fn docker(_: &mut Rng, _: &mut Rng, family: Family, _: &mut NodeSetup) -> Vec<Line> {
     let server = SERVER.of(family);
     let to = in_family(family, server, "[fd00:2::2]");
     let loopback = in_family(family, "127.0.0.0/8", "::1/128");
@@ -316,9 +316,9 @@ DOCKER-USER -j RETURN"
 
 /// Calico-like chains: `cali-` chains reached from the built-in ones, a
 /// blocked set (the node's ipset) and Calico's accept mark.
-pub fn calico(rng: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
+pub fn calico(_: &mut Rng, detail: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
     let set = in_family(family, "cali40s:blocked", "cali60s:blocked");
-    block_set(rng, family, node, set);
+    block_set(detail, family, node, set);
     let mut all = lines(
         "mangle",
         "PREROUTING -j cali-PREROUTING
