@@ -32,6 +32,9 @@ fn setting(name: &str, default: u64) -> u64 {
 
 fn verdict(tally: &Tally) {
     eprintln!("{}", tally.counts());
+    for slow in &tally.slow {
+        eprintln!("slow before, passed when rebuilt: {slow}");
+    }
     assert!(
         tally.failures.is_empty(),
         "{} failures; the first:\n{}",

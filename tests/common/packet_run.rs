@@ -33,8 +33,9 @@ pub struct Tally {
     /// Flows opened by removing a stale-only nat rule that steered them
     /// into a live block (the documented limit).
     pub nat_limit_flows: usize,
-    /// Flows that seemed stopped before but passed in the state rebuilt.
-    pub slow_flows: usize,
+    /// Flows that seemed stopped before but passed in the state rebuilt
+    /// (each with its state's seed).
+    pub slow: Vec<String>,
     /// The flows stopped before the removal (of one state: what a fixed
     /// case shows it blocks).
     pub stopped_before: Vec<Flow>,
@@ -51,7 +52,7 @@ impl Tally {
         self.wholly_copied_removed += other.wholly_copied_removed;
         self.flows_sent += other.flows_sent;
         self.nat_limit_flows += other.nat_limit_flows;
-        self.slow_flows += other.slow_flows;
+        self.slow.extend(other.slow);
         self.stopped_before.extend(other.stopped_before);
         self.failures.extend(other.failures);
     }
@@ -67,7 +68,7 @@ impl Tally {
             self.wholly_copied_removed,
             self.flows_sent,
             self.nat_limit_flows,
-            self.slow_flows,
+            self.slow.len(),
             self.failures.len()
         )
     }
@@ -151,7 +152,7 @@ pub fn run(state: &State) -> Tally {
     };
     let code = out.status.code();
     let described = describe(state, &stale_saves, &live_saves, &out);
-    let mut fail = |why: String| tally_failure(&described, why);
+    let fail = |why: String| format!("{why}\n{described}");
     let mut failures = Vec::new();
     match code {
         Some(0) => tally.removed += 1,
@@ -191,7 +192,7 @@ pub fn run(state: &State) -> Tally {
         changed |= is != was;
     }
     if changed {
-        failures.extend(backup_restores(&node, stale_backend, &stale_before, &out).map(&mut fail));
+        failures.extend(backup_restores(&node, stale_backend, &stale_before, &out).map(fail));
     }
     let opened: Vec<Flow> = flows
         .iter()
@@ -202,22 +203,22 @@ pub fn run(state: &State) -> Tally {
     drop(topology);
     drop(node);
     if !opened.is_empty() {
-        let (opened, slow, nat_limit, sent) = confirm_openings(state, &opened);
-        tally.flows_sent += sent;
-        tally.slow_flows += slow;
-        tally.nat_limit_flows += nat_limit;
-        for flow in opened {
+        let judged = judge_openings(state, &opened);
+        tally.flows_sent += judged.sent;
+        tally.nat_limit_flows += judged.nat_limit;
+        tally
+            .slow
+            .extend(judged.slow.iter().map(|flow| format!("seed {}: {flow}", state.seed)));
+        if !judged.opened.is_empty() {
+            let flows: Vec<String> = judged.opened.iter().map(Flow::to_string).collect();
             failures.push(fail(format!(
-                "{flow} was stopped before the removal and passes after it"
+                "stopped before the removal, passing after it: {}",
+                flows.join(", ")
             )));
         }
     }
     tally.failures = failures;
     tally
-}
-
-fn tally_failure(described: &str, why: String) -> String {
-    format!("{why}\n{described}")
 }
 
 /// The backup the removal printed, restored into the router: the stale
@@ -257,49 +258,61 @@ fn backup_restores(
     None
 }
 
-/// Each flow that seemed opened, sent again into the state rebuilt (with
-/// a long wait): one answered there was only slow. The rest sent into the
-/// live backend beside the stale nat rules alone: one stopped there was
-/// steered by a stale nat rule into a live block (the documented limit).
-/// Returns the flows opened, how many were slow, how many the limit, and
-/// how many flows were sent.
-fn confirm_openings(state: &State, seemed: &[Flow]) -> (Vec<Flow>, usize, usize, usize) {
-    let in_rebuilt = |stale_lines: StaleLines, flows: &[Flow]| -> Vec<bool> {
-        let flows = flows.to_vec();
-        let state = state.clone();
-        std::thread::spawn(move || {
+/// The flows that seemed opened, judged again: every flow sent again at
+/// once into the state rebuilt, with a long wait (one answered there was
+/// only slow, or raced a flow that changes what others meet, such as a
+/// `SET` target); the rest, into the live backend beside the stale nat
+/// rules alone: one stopped there was steered by a stale nat rule into a
+/// live block (the documented limit).
+struct Judged {
+    opened: Vec<Flow>,
+    slow: Vec<Flow>,
+    nat_limit: usize,
+    sent: usize,
+}
+
+fn judge_openings(state: &State, seemed: &[Flow]) -> Judged {
+    let flows = Topology::flows();
+    let passed_in_rebuilt = |stale_lines: StaleLines, which: &[Flow]| -> Vec<bool> {
+        let (state, all) = (state.clone(), flows.clone());
+        let passed = std::thread::spawn(move || {
             let (_node, topology) = build(&state, stale_lines);
-            topology.probe(&flows, LONG_WAIT)
+            topology.probe(&all, LONG_WAIT)
         })
         .join()
-        .unwrap()
+        .unwrap();
+        which
+            .iter()
+            .map(|flow| passed[flows.iter().position(|f| f == flow).unwrap()])
+            .collect()
     };
-    let mut sent = seemed.len();
-    let again = in_rebuilt(StaleLines::All, seemed);
-    let stopped: Vec<Flow> = seemed
+    let again = passed_in_rebuilt(StaleLines::All, seemed);
+    let (slow, stopped): (Vec<Flow>, Vec<Flow>) = seemed
         .iter()
-        .zip(&again)
-        .filter(|(_, a)| !**a)
-        .map(|(f, _)| *f)
-        .collect();
-    let slow = seemed.len() - stopped.len();
+        .partition(|flow| again[seemed.iter().position(|f| f == *flow).unwrap()]);
+    let mut judged = Judged {
+        opened: stopped.clone(),
+        slow,
+        nat_limit: 0,
+        sent: flows.len(),
+    };
     let has_nat = state
         .families
         .iter()
         .any(|(_, stale, _)| stale.iter().any(|l| matches!(l, Line::Rule { table: "nat", .. })));
     if stopped.is_empty() || !has_nat {
-        return (stopped, slow, 0, sent);
+        return judged;
     }
-    sent += stopped.len();
-    let with_stale_nat = in_rebuilt(StaleLines::NatOnly, &stopped);
-    let opened: Vec<Flow> = stopped
+    judged.sent += flows.len();
+    let with_stale_nat = passed_in_rebuilt(StaleLines::NatOnly, &stopped);
+    judged.opened = stopped
         .iter()
         .zip(&with_stale_nat)
         .filter(|(_, passed)| **passed)
         .map(|(f, _)| *f)
         .collect();
-    let nat_limit = stopped.len() - opened.len();
-    (opened, slow, nat_limit, sent)
+    judged.nat_limit = stopped.len() - judged.opened.len();
+    judged
 }
 
 /// The state, for a failure's message: its seed, both backends' saves
