@@ -4,7 +4,8 @@
 //! flows before and after the removal; and fixed cases, one per known way
 //! a removal judged rule by rule opened a flow or split a backend
 //! (`known_opening_*`, each runnable alone: `cargo test --test
-//! stale_packets known_opening_ttl`). What each state must keep is in
+//! stale_packets known_opening_ttl`), and the documented limit (a stale
+//! DNAT into a live block) counted apart. What each state must keep is in
 //! tests/common/packet_run.rs.
 //!
 //! `IPTW_STALE_STATES=N` runs N random states (default 200), from
@@ -302,4 +303,19 @@ FORWARD -p tcp -m tcp --dport 80 -j DROP",
 FORWARD -p tcp -m tcp --dport 80 -j DROP",
     );
     fixed(legacy_stale(stale, live), &[tcp(&SERVER, Family::V4, 80)]);
+}
+
+/// The documented limit: a stale-only DNAT (9999 to 8080) steering a flow
+/// into a live block of 8080. Removing the nat rule lets 9999 through as it
+/// is; the flow is counted apart, not a failure.
+#[test]
+fn documented_limit_stale_dnat_into_a_live_block_is_counted_apart() {
+    let stale = lines(
+        "nat",
+        "PREROUTING -d 10.2.0.2 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080",
+    );
+    let live = lines("filter", "FORWARD -p tcp -m tcp --dport 8080 -j DROP");
+    let tally = run(&legacy_stale(stale, live));
+    verdict(&tally);
+    assert_eq!(tally.nat_limit_flows, 1, "{}", tally.counts());
 }
