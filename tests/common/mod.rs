@@ -2,6 +2,11 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod netns_topology;
+pub mod packet_run;
+pub mod rule_grammar;
+pub mod rule_motifs;
+pub mod save_tables;
 pub mod stale;
 
 use std::process::{Command, Output};
