@@ -1,8 +1,9 @@
 //! One state of the packet test of `stale --remove`, run: its topology
 //! built, both backends written into the router, the probe flows sent
 //! before and after the removal, and what the removal must keep: no flow
-//! that was stopped passes after (a stale-only DNAT into a live block, the
-//! documented limit, counted apart), a family's stale backend emptied whole
+//! that was stopped passes after (the documented limits counted apart: a
+//! stale-only DNAT into a live block, and a flow only the two copies
+//! together stopped where every stale rule has its twin), a family's stale backend emptied whole
 //! or left whole, exit 0 only when nothing stale remains, the backup
 //! restoring what was removed, and a stale backend wholly copied in the
 //! live one removed.
@@ -33,6 +34,10 @@ pub struct Tally {
     /// Flows opened by removing a stale-only nat rule that steered them
     /// into a live block (the documented limit).
     pub nat_limit_flows: usize,
+    /// Flows opened where every stale rule has its twin and each backend
+    /// alone lets them through: only the two copies together stopped them
+    /// (one copy's rule reads what its twin wrote; the documented limit).
+    pub doubling_flows: usize,
     /// Flows that seemed stopped before but passed in the state rebuilt
     /// (each with its state's seed).
     pub slow: Vec<String>,
@@ -52,6 +57,7 @@ impl Tally {
         self.wholly_copied_removed += other.wholly_copied_removed;
         self.flows_sent += other.flows_sent;
         self.nat_limit_flows += other.nat_limit_flows;
+        self.doubling_flows += other.doubling_flows;
         self.slow.extend(other.slow);
         self.stopped_before.extend(other.stopped_before);
         self.failures.extend(other.failures);
@@ -59,7 +65,7 @@ impl Tally {
 
     pub fn counts(&self) -> String {
         format!(
-            "{} states: {} removed (exit 0), {} held (exit 1), {} refused (exit 2); {} wholly copied, {} of them removed; {} flows sent; {} opened by a stale-only nat rule into a live block (the documented limit); {} slow before (passed when rebuilt); {} failures",
+            "{} states: {} removed (exit 0), {} held (exit 1), {} refused (exit 2); {} wholly copied, {} of them removed; {} flows sent; {} opened by a stale-only nat rule into a live block and {} opened where only both copies together stopped them (the documented limits); {} slow before (passed when rebuilt); {} failures",
             self.states,
             self.removed,
             self.held,
@@ -68,24 +74,28 @@ impl Tally {
             self.wholly_copied_removed,
             self.flows_sent,
             self.nat_limit_flows,
+            self.doubling_flows,
             self.slow.len(),
             self.failures.len()
         )
     }
 }
 
-/// Which of the stale backend's lines a build writes.
+/// Which lines a build writes: both backends', the live backend's with the
+/// stale nat rules only, or one backend's alone.
 #[derive(Clone, Copy, PartialEq)]
-enum StaleLines {
-    All,
-    NatOnly,
+enum Written {
+    Both,
+    StaleNatOnly,
+    LiveOnly,
+    StaleOnly,
 }
 
 static NODES: AtomicUsize = AtomicUsize::new(0);
 
 /// The state's router (the calling thread's new namespace, with the host
 /// link naming the live backend) and its topology, both backends written.
-fn build(state: &State, stale_lines: StaleLines) -> (Node, Topology) {
+fn build(state: &State, written: Written) -> (Node, Topology) {
     let node = Node::new(&format!("packets-{}", NODES.fetch_add(1, Ordering::Relaxed)));
     let live = state.stale_backend.other();
     for family in [Family::V4, Family::V6] {
@@ -100,8 +110,11 @@ fn build(state: &State, stale_lines: StaleLines) -> (Node, Topology) {
             } else {
                 stale.clone()
             };
-            if backend != live && stale_lines == StaleLines::NatOnly {
+            if backend != live && written == Written::StaleNatOnly {
                 lines.retain(|l| matches!(l, Line::Rule { table: "nat", .. }));
+            }
+            if (backend == live && written == Written::StaleOnly) || (backend != live && written == Written::LiveOnly) {
+                lines.clear();
             }
             if lines.is_empty() {
                 continue;
@@ -129,7 +142,7 @@ fn tables_of(saves: &[(Family, String)]) -> Vec<(Family, Tables)> {
 
 /// Runs one state; its counts, and a failure per broken promise.
 pub fn run(state: &State) -> Tally {
-    let (node, topology) = build(state, StaleLines::All);
+    let (node, topology) = build(state, Written::Both);
     let flows = Topology::flows();
     let stale_backend = state.stale_backend;
     let stale_saves = saves(&node, stale_backend);
@@ -206,6 +219,7 @@ pub fn run(state: &State) -> Tally {
         let judged = judge_openings(state, &opened);
         tally.flows_sent += judged.sent;
         tally.nat_limit_flows += judged.nat_limit;
+        tally.doubling_flows += judged.doubling;
         tally
             .slow
             .extend(judged.slow.iter().map(|flow| format!("seed {}: {flow}", state.seed)));
@@ -263,20 +277,23 @@ fn backup_restores(
 /// only slow, or raced a flow that changes what others meet, such as a
 /// `SET` target); the rest, into the live backend beside the stale nat
 /// rules alone: one stopped there was steered by a stale nat rule into a
-/// live block (the documented limit).
+/// live block (the documented limit). Where every stale rule has its twin,
+/// one that each backend alone lets through was stopped only by the two
+/// copies together (a copy reads what its twin wrote: the other limit).
 struct Judged {
     opened: Vec<Flow>,
     slow: Vec<Flow>,
     nat_limit: usize,
+    doubling: usize,
     sent: usize,
 }
 
 fn judge_openings(state: &State, seemed: &[Flow]) -> Judged {
     let flows = Topology::flows();
-    let passed_in_rebuilt = |stale_lines: StaleLines, which: &[Flow]| -> Vec<bool> {
+    let passed_in_rebuilt = |written: Written, which: &[Flow]| -> Vec<bool> {
         let (state, all) = (state.clone(), flows.clone());
         let passed = std::thread::spawn(move || {
-            let (_node, topology) = build(&state, stale_lines);
+            let (_node, topology) = build(&state, written);
             topology.probe(&all, LONG_WAIT)
         })
         .join()
@@ -286,7 +303,7 @@ fn judge_openings(state: &State, seemed: &[Flow]) -> Judged {
             .map(|flow| passed[flows.iter().position(|f| f == flow).unwrap()])
             .collect()
     };
-    let again = passed_in_rebuilt(StaleLines::All, seemed);
+    let again = passed_in_rebuilt(Written::Both, seemed);
     let (slow, stopped): (Vec<Flow>, Vec<Flow>) = seemed
         .iter()
         .partition(|flow| again[seemed.iter().position(|f| f == *flow).unwrap()]);
@@ -294,25 +311,56 @@ fn judge_openings(state: &State, seemed: &[Flow]) -> Judged {
         opened: stopped.clone(),
         slow,
         nat_limit: 0,
+        doubling: 0,
         sent: flows.len(),
     };
     let has_nat = state
         .families
         .iter()
         .any(|(_, stale, _)| stale.iter().any(|l| matches!(l, Line::Rule { table: "nat", .. })));
-    if stopped.is_empty() || !has_nat {
+    if !stopped.is_empty() && has_nat {
+        judged.sent += flows.len();
+        let with_stale_nat = passed_in_rebuilt(Written::StaleNatOnly, &stopped);
+        judged.opened = stopped
+            .iter()
+            .zip(&with_stale_nat)
+            .filter(|(_, passed)| **passed)
+            .map(|(f, _)| *f)
+            .collect();
+        judged.nat_limit = stopped.len() - judged.opened.len();
+    }
+    if judged.opened.is_empty() || !stale_within_live(state) {
         return judged;
     }
-    judged.sent += flows.len();
-    let with_stale_nat = passed_in_rebuilt(StaleLines::NatOnly, &stopped);
-    judged.opened = stopped
+    judged.sent += 2 * flows.len();
+    let live_alone = passed_in_rebuilt(Written::LiveOnly, &judged.opened);
+    let stale_alone = passed_in_rebuilt(Written::StaleOnly, &judged.opened);
+    let only_doubled: Vec<Flow> = judged
+        .opened
         .iter()
-        .zip(&with_stale_nat)
-        .filter(|(_, passed)| **passed)
+        .zip(live_alone.iter().zip(&stale_alone))
+        .filter(|(_, (live, stale))| **live && **stale)
         .map(|(f, _)| *f)
         .collect();
-    judged.nat_limit = stopped.len() - judged.opened.len();
+    judged.doubling += only_doubled.len();
+    judged.opened.retain(|f| !only_doubled.contains(f));
     judged
+}
+
+/// Whether every stale line is in the live backend too, in the same
+/// family, table and chain (each as often): the removal then leaves the
+/// host exactly as its live backend alone would run.
+fn stale_within_live(state: &State) -> bool {
+    state.families.iter().all(|(_, stale, live)| {
+        let mut left: Vec<&Line> = live.iter().collect();
+        stale.iter().all(|line| match left.iter().position(|l| *l == line) {
+            Some(at) => {
+                left.swap_remove(at);
+                true
+            }
+            None => false,
+        })
+    })
 }
 
 /// The state, for a failure's message: its seed, both backends' saves
