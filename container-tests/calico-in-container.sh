@@ -93,7 +93,9 @@ cmd_node() {
   ipset create cali60all-ipam-pools hash:net family inet6
   ipset add cali60all-ipam-pools fd00:10:244::/48
   ipset destroy gone
-  echo 1 >/proc/sys/net/ipv4/ip_forward
+  # /proc/sys is read-only in a container without --privileged: scenario.sh
+  # turns forwarding on with docker run --sysctl.
+  [ "$(cat /proc/sys/net/ipv4/ip_forward)" = 1 ] || fail "forwarding is off (docker run --sysctl net.ipv4.ip_forward=1)"
   pod a 10.244.1.1 10.244.1.2 10.244.1.3 10.244.1.4
   pod b 10.244.2.1 10.244.2.2
   ok "5 ipsets (indices from 1), pods a (10.244.1.2-4) and b (10.244.2.2), forwarding on"

@@ -318,7 +318,8 @@ calico() {
 }
 
 scenario_15() { # a Calico-like upgrade: ipsets both backends read, legacy's rules removed
-  start --volume "$CT_DIR/calico-in-container.sh:/usr/local/bin/calico-test:ro"
+  # The node forwards between its pods (/proc/sys is read-only inside).
+  start --sysctl net.ipv4.ip_forward=1 --volume "$CT_DIR/calico-in-container.sh:/usr/local/bin/calico-test:ro"
   host_link legacy
   calico node
   calico rules legacy
