@@ -3,33 +3,58 @@
 //!
 //! Nothing here asks what the live backend reads: a stale rule goes
 //! without a twin only where it changes nothing any reader can see, by a
-//! short allowlist ([`Needs`]; docs/mixed-state.md has it as a table).
-//! Every other rule, and every non-`ACCEPT` policy, must be in the live
-//! backend too, and in its whole chain's twin: the live chain of the same
-//! name in the table of the same name holds the same rules, as printed
-//! (counters aside), in the same order, and so do the user chains they
-//! jump or go to ([`same_chain`]). No `ACCEPT` before it, nor a rule after
-//! it that undoes what it changed, can then make the twin another rule.
+//! short allowlist (`Need`; docs/mixed-state.md has it as a table). Every
+//! other rule, and every non-`ACCEPT` policy, must be in the live backend
+//! too, in the same table and chain (compared as printed, counters aside):
+//! - a rule that can end or leave the chain (`DROP`, `REJECT`, `NFQUEUE`,
+//!   `-g`, an unknown verdict, a jump to a chain holding one) reached the
+//!   same way there: the rules before it that could end the chain other
+//!   than by blocking, or change a packet, are the same rules in both, in
+//!   order, with the same user chains behind them (the stale chain may
+//!   have more that only take packets out); where a rule before it keeps
+//!   state of its own (`limit`, `statistic`, `connlimit`), every rule
+//!   before it is the same, since other packets would feed that state;
+//! - a policy likewise, over its whole chain;
+//! - a rule that changes packets (`MARK`, `CT`, `TTL`, ...) or loads a
+//!   match that may write what others read, in its whole chain's twin: the
+//!   live chain holds the same rules in the same order, and the user
+//!   chains behind them likewise, so no `ACCEPT` before it and no rule
+//!   after it that undoes it makes the twin another rule.
+//!
 //! The `security` table's twins never count: the two backends hook it at
-//! different priorities. The live side is what [`super::live_save`]
+//! different priorities (legacy at 50, iptables-nft at 150, a nat `INPUT`
+//! chain at 100 between them). The live side is what [`super::live_save`]
 //! proves it holds; for nft only iptables-nft's own tables and base chains
 //! count. Rules of a user chain that no built-in chain reaches filter
 //! nothing.
 
 use super::live_save::proven_live_save;
 use super::saved_rules::{
-    goes_to, keeps_no_shared_state, parse, targets, SavedTable, BUILTIN_CHAINS, NAT_TARGETS, SEEN_BY_NONE_TARGETS,
+    goes_to, keeps_no_shared_state, match_modules, parse, targets, SavedTable, BUILTIN_CHAINS, CHANGING_TARGETS,
+    NAT_TARGETS, SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-/// Which user chains of one table need a twin, computed once.
+/// What the live backend must hold for a stale rule to go, least first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Need {
+    /// Nothing: the rule changes nothing any reader can see.
+    Nothing,
+    /// The same rule in the same chain, in any order: it changes packets.
+    Twin,
+    /// The same rule in the same chain, reached the same way: it can end
+    /// or leave the chain (filters, queues, goes to a chain).
+    TwinInOrder,
+}
+
+/// What each user chain of one table needs (see [`Need`]), computed once.
 struct Needs<'a> {
     table: &'a SavedTable,
     nat: bool,
-    chains: HashMap<Vec<u8>, bool>,
+    chains: HashMap<Vec<u8>, Need>,
 }
 
 impl<'a> Needs<'a> {
@@ -41,61 +66,145 @@ impl<'a> Needs<'a> {
         }
     }
 
-    /// Whether `rule` needs a twin: not when its verdicts are allowlisted
-    /// (`ACCEPT`, `RETURN`, logging; in nat the NAT verdicts too), or a
-    /// jump (`-j`) to a user chain none of whose rules needs one, or
-    /// absent, and its matches keep no shared state; always for a `-g`.
-    fn of_rule(&mut self, rule: &[u8]) -> bool {
-        if goes_to(rule) || !keeps_no_shared_state(rule) {
-            return true;
+    /// What `rule` needs: `Nothing` for an allowlisted verdict (`ACCEPT`,
+    /// `RETURN`, logging; in nat the NAT verdicts too) or no verdict, with
+    /// matches that keep no shared state; a jump (`-j`) to a user chain
+    /// needs what its rules need. A match that may keep shared state makes
+    /// a `Twin`; a verdict that changes packets (`MARK`, ...) a `Twin`; any
+    /// other verdict and a `-g` a `TwinInOrder`.
+    fn of_rule(&mut self, rule: &[u8]) -> Need {
+        let mut need = if keeps_no_shared_state(rule) {
+            Need::Nothing
+        } else {
+            Need::Twin
+        };
+        if goes_to(rule) {
+            return Need::TwinInOrder;
         }
-        targets(rule).iter().any(|target| {
-            if self.table.is_user_chain(target) {
-                self.of_chain(target)
+        for target in targets(rule) {
+            let of_target = if self.table.is_user_chain(&target) {
+                self.of_chain(&target)
+            } else if SEEN_BY_NONE_TARGETS.contains(&target.as_slice())
+                || (self.nat && NAT_TARGETS.contains(&target.as_slice()))
+            {
+                Need::Nothing
+            } else if CHANGING_TARGETS.contains(&target.as_slice()) {
+                Need::Twin
             } else {
-                !(SEEN_BY_NONE_TARGETS.contains(&target.as_slice())
-                    || (self.nat && NAT_TARGETS.contains(&target.as_slice())))
-            }
-        })
+                Need::TwinInOrder
+            };
+            need = need.max(of_target);
+        }
+        need
     }
 
-    /// Whether any rule of a user chain needs a twin (a chain reached
-    /// again while being judged, which iptables refuses, counts as
-    /// needing one).
-    fn of_chain(&mut self, chain: &[u8]) -> bool {
+    /// What a user chain needs: the most any of its rules needs (a chain
+    /// reached again while being judged, which iptables refuses, counts as
+    /// needing the most).
+    fn of_chain(&mut self, chain: &[u8]) -> Need {
         if let Some(&need) = self.chains.get(chain) {
             return need;
         }
-        self.chains.insert(chain.to_vec(), true);
+        self.chains.insert(chain.to_vec(), Need::TwinInOrder);
         let rules = self.table.chain(chain);
-        let need = rules.iter().any(|r| self.of_rule(r));
+        let need = rules.iter().map(|r| self.of_rule(r)).max().unwrap_or(Need::Nothing);
         self.chains.insert(chain.to_vec(), need);
         need
     }
 }
 
-/// Whether the live table holds the stale chain `chain` as its twin: the
-/// chain declared there too, the same rules, as printed, in the same
-/// order, and every user chain they jump or go to the same, and so on.
-/// Only then does every packet meet, at the twin, what it met in the stale
-/// chain: an `ACCEPT` or a `RETURN` before it, a rule after it that
-/// undoes it, or another rule's share of a `limit` would each make the
-/// twin another rule.
-fn same_chain(chain: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
-    if !seen.insert(chain.to_vec()) {
-        return true;
+/// Whether the user chains `rule` jumps to are the same in `stale` and
+/// `live`, rule for rule, and so on for the chains they jump to.
+fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
+    for t in targets(rule) {
+        if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
+            continue;
+        }
+        if !seen.insert(t.clone()) {
+            continue;
+        }
+        let rules = stale.chain(&t);
+        if !(stale.is_user_chain(&t) && live.is_user_chain(&t) && rules == live.chain(&t)) {
+            return false;
+        }
+        if !rules.iter().all(|r| same_chains(r, stale, live, seen)) {
+            return false;
+        }
     }
+    true
+}
+
+/// The rules of `rules` that could end the evaluation other than by
+/// blocking, or change what a later rule matches (see
+/// [`SavedTable::harmless`]).
+fn significant<'a>(rules: &[&'a [u8]], table: &SavedTable, harmless: &HashSet<Vec<u8>>) -> Vec<&'a [u8]> {
+    rules.iter().copied().filter(|r| !table.harmless(r, harmless)).collect()
+}
+
+/// Whether the live rules `before` (of one chain) bring to what follows
+/// every packet the stale chain's rules `stale_before` do, in the same
+/// state: the rules of each that could end the evaluation other than by
+/// blocking or change a packet are the same rules, in the same order (not
+/// only as many: a live `-s 10.0.0.0/8 -j ACCEPT` is not the stale
+/// `-s 192.168.0.1/32 -j ACCEPT`), and the user chains they jump to are
+/// the same in both. Rules that only log or block may differ, and the
+/// stale chain may have more rules that only take packets out of it
+/// ([`SavedTable::exits`]): those packets never reach what follows there.
+/// `to_policy`: what follows is the policy.
+fn same_way_in(
+    before: &[&[u8]],
+    stale_before: &[&[u8]],
+    stale: &SavedTable,
+    live: &SavedTable,
+    harmless: &Harmless,
+    to_policy: bool,
+) -> bool {
+    if before.iter().chain(stale_before).any(|r| keeps_own_state(r)) {
+        return before == stale_before
+            && before
+                .iter()
+                .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()));
+    }
+    let live_significant = significant(before, live, &harmless.live);
+    let mut stale_significant = significant(stale_before, stale, &harmless.stale);
+    stale_significant.retain(|r| live_significant.contains(r) || !stale.exits(r, to_policy, &harmless.stale_exiting));
+    live_significant == stale_significant
+        && live_significant
+            .iter()
+            .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()))
+}
+
+/// The harmless user chains of each side (see [`SavedTable::harmless_chains`]),
+/// and the stale side's exiting ones ([`SavedTable::exiting_chains`]).
+struct Harmless {
+    stale: HashSet<Vec<u8>>,
+    live: HashSet<Vec<u8>>,
+    stale_exiting: HashSet<Vec<u8>>,
+}
+
+/// Whether the live chain `chain` is the stale one's twin: declared there
+/// too, the same rules, as printed, in the same order, and the user chains
+/// they jump or go to the same, and so on.
+fn same_chain(chain: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
     let rules = stale.chain(chain);
-    live.policy(chain).is_some() == stale.policy(chain).is_some()
+    live.policy(chain).is_some()
         && live.is_user_chain(chain) == stale.is_user_chain(chain)
         && live.chain(chain) == rules
-        && rules.iter().all(|rule| {
-            targets(rule)
-                .iter()
-                .filter(|t| stale.is_user_chain(t) || live.is_user_chain(t))
-                .all(|t| same_chain(t, stale, live, seen))
-        })
+        && rules
+            .iter()
+            .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()))
 }
+
+/// Whether `rule` loads a match that keeps state of the rule's own, which
+/// every packet reaching the rule feeds.
+fn keeps_own_state(rule: &[u8]) -> bool {
+    match_modules(rule)
+        .iter()
+        .any(|m| OWN_STATE_MATCHES.contains(&m.as_slice()))
+}
+
+/// The match modules that keep state of the rule's own (a rate, a count).
+const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
 
 /// The tables whose twins in the other backend do not count: iptables-nft
 /// hooks `security` at priority 150, legacy at 50, so a nat `INPUT` chain
@@ -103,35 +212,62 @@ fn same_chain(chain: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut Ha
 const NO_TWIN_ACROSS_BACKENDS: [&[u8]; 1] = [b"security"];
 
 /// The items of the stale table `name` that `live` (the same table of the
-/// host's backend, if any) does not hold a twin of, as lines: each rule
-/// that needs one and each non-ACCEPT policy (as `:CHAIN POLICY`), in a
-/// chain a packet can reach. A rule's twin is its whole chain's twin
-/// ([`same_chain`]); a policy's, the same policy on the chain's twin.
+/// host's backend, if any) does not hold a twin of, as lines: each rule as
+/// printed and each non-ACCEPT policy as `:CHAIN POLICY`. A policy's twin
+/// is the same policy on the live chain, which its whole chain brings
+/// packets to as the stale one does (a stale `RETURN` or `-g` in a
+/// built-in chain, which sends packets to its policy at once, is then in
+/// the live chain too).
 fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>) -> Vec<Vec<u8>> {
     let empty = SavedTable::default();
     let live = match live {
         Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
         _ => &empty,
     };
-    let mut twins: HashMap<Vec<u8>, bool> = HashMap::new();
-    let mut has_twin = |chain: &[u8]| {
-        *twins
-            .entry(chain.to_vec())
-            .or_insert_with(|| same_chain(chain, table, live, &mut HashSet::new()))
+    let harmless = Harmless {
+        stale: table.harmless_chains(),
+        live: live.harmless_chains(),
+        stale_exiting: table.exiting_chains(),
     };
+    let mut needs = Needs::new(table, name);
     let mut items = Vec::new();
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
             continue;
         }
-        if !(live.policy(chain) == Some(policy.as_slice()) && has_twin(chain)) {
+        let enforced = live.policy(chain) == Some(policy.as_slice())
+            && same_way_in(&live.chain(chain), &table.chain(chain), table, live, &harmless, true);
+        if !enforced {
             items.push([b":".as_slice(), chain, b" ", policy].concat());
         }
     }
     let reachable = table.reachable_chains();
-    let mut needs = Needs::new(table, name);
+    let mut index: HashMap<&[u8], usize> = HashMap::new();
     for (chain, line) in &table.rules {
-        if reachable.contains(chain) && needs.of_rule(line) && !has_twin(chain) {
+        let at = index.entry(chain.as_slice()).or_insert(0);
+        *at += 1;
+        let at = *at - 1;
+        if !reachable.contains(chain) {
+            continue;
+        }
+        let need = needs.of_rule(line);
+        let live_rules = live.chain(chain);
+        let enforced = match need {
+            Need::Nothing => true,
+            Need::Twin => same_chain(chain, table, live),
+            Need::TwinInOrder => live_rules.iter().enumerate().any(|(i, rule)| {
+                *rule == line.as_slice()
+                    && same_way_in(
+                        &live_rules[..i],
+                        &table.chain(chain)[..at],
+                        table,
+                        live,
+                        &harmless,
+                        false,
+                    )
+            }),
+        };
+        if !enforced {
             items.push(line.clone());
         }
     }
@@ -233,171 +369,5 @@ fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<Stri
 }
 
 #[cfg(test)]
-mod tests {
-    use super::unenforced;
-
-    fn shown(items: Vec<Vec<Vec<u8>>>) -> Vec<Vec<String>> {
-        items
-            .into_iter()
-            .map(|t| t.into_iter().map(|i| String::from_utf8(i).unwrap()).collect())
-            .collect()
-    }
-
-    const FERM: &[u8] = b"*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:blocked - [0:0]\n-A INPUT -i lo -j ACCEPT\n-A INPUT -s 192.0.2.0/24 -j blocked\n-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable\n-A blocked -j DROP\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MASQUERADE\nCOMMIT\n";
-
-    #[test]
-    fn drops_rejects_chains_leading_to_them_and_policies_are_filtering() {
-        assert_eq!(
-            shown(unenforced(FERM, b"", None, &["filter", "nat", "raw"])),
-            [
-                vec![
-                    ":INPUT DROP",
-                    "-A INPUT -s 192.0.2.0/24 -j blocked",
-                    "-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable",
-                    "-A blocked -j DROP",
-                ],
-                vec![],
-                vec![]
-            ]
-        );
-    }
-
-    #[test]
-    fn the_same_items_in_the_live_backend_enforce_them() {
-        let live = b"# Generated by iptables-nft-save\n*filter\n:INPUT DROP [5:300]\n:blocked - [0:0]\n-A INPUT -i lo -j ACCEPT\n[3:120] -A INPUT -s 192.0.2.0/24 -j blocked\n-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable\n-A blocked -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, live, None, &["filter"])), [Vec::<String>::new()]);
-        // In another table, or another chain, it is not the same item.
-        let elsewhere = b"*mangle\n:INPUT DROP [0:0]\n-A INPUT -s 192.0.2.0/24 -j blocked\nCOMMIT\n";
-        assert_eq!(shown(unenforced(FERM, elsewhere, None, &["filter"]))[0].len(), 4);
-        // Without the stale chain's first rule, the live chain is another
-        // chain: no twin of anything in it.
-        let lacking = String::from_utf8_lossy(live).replace("-A INPUT -i lo -j ACCEPT\n", "");
-        assert_eq!(
-            shown(unenforced(FERM, lacking.as_bytes(), None, &["filter"]))[0].len(),
-            3
-        );
-    }
-
-    #[test]
-    fn a_comment_cannot_hide_a_verdict() {
-        let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP\n-A INPUT -m comment --comment \"-j DROP\" -j ACCEPT\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(save, b"", None, &["filter"]))[0],
-            ["-A INPUT -m comment --comment \"x\\\" -j ACCEPT\" -j DROP"]
-        );
-    }
-
-    #[test]
-    fn verdicts_not_known_not_to_filter_are_filtering() {
-        let save = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j NFQUEUE --queue-num 3\n-A INPUT -j QUEUE\n-A INPUT -j SOMETHING\n-A INPUT -j LOG\n-A INPUT -p tcp\n-A INPUT -j ACCEPT\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(save, b"", None, &["filter"]))[0],
-            [
-                "-A INPUT -j NFQUEUE --queue-num 3",
-                "-A INPUT -j QUEUE",
-                "-A INPUT -j SOMETHING"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_drop_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
-        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
-        let behind =
-            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, behind, None, &["filter"]))[0].len(), 1);
-        // Behind a LOG, a DROP or a chain that only drops, neither: the
-        // live chain is another chain (a limit before it would count
-        // other packets).
-        let harmless = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j LOG\n-A INPUT -s 192.0.2.1/32 -j DROP\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -s 192.0.2.2/32 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, harmless, None, &["filter"]))[0].len(), 1);
-        // A jump to a chain that may accept, not in the stale chain: not.
-        let jump = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A x -j RETURN\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, jump, None, &["filter"]))[0].len(), 1);
-        // A policy behind a live ACCEPT the stale chain lacks: not.
-        let policy = b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
-        let accepting = b"*filter\n:FORWARD DROP [0:0]\n-A FORWARD -j ACCEPT\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(policy, accepting, None, &["filter"]))[0],
-            [":FORWARD DROP"]
-        );
-        assert_eq!(shown(unenforced(policy, policy, None, &["filter"]))[0].len(), 0);
-    }
-
-    #[test]
-    fn a_user_chain_nothing_reaches_filters_nothing() {
-        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -s 192.0.2.1/32 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(stale, b"", None, &["filter"]))[0].len(), 0);
-    }
-
-    #[test]
-    fn a_jump_is_judged_by_the_chain_it_reaches() {
-        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
-        let returning =
-            b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j RETURN\n-A x -j DROP\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(stale, returning, None, &["filter"]))[0],
-            ["-A INPUT -j x", "-A x -j DROP"]
-        );
-        assert_eq!(shown(unenforced(stale, stale, None, &["filter"]))[0].len(), 0);
-    }
-
-    #[test]
-    fn only_the_allowlist_goes_without_a_twin() {
-        let save = b"*mangle\n:PREROUTING ACCEPT [0:0]\n:quiet - [0:0]\n-A PREROUTING -p tcp -m tcp --dport 22 -m comment --comment x -j ACCEPT\n-A PREROUTING -j LOG\n-A PREROUTING -m conntrack --ctstate NEW -j quiet\n-A PREROUTING -m mark --mark 0x1\n-A PREROUTING -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -j DSCP --set-dscp 0x2e\n-A PREROUTING -m recent --set --name BAD\n-A PREROUTING -m recent --rcheck --name BAD -j RETURN\n-A PREROUTING -g quiet\n-A quiet -j RETURN\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(save, b"", None, &["mangle"]))[0],
-            [
-                "-A PREROUTING -j MARK --set-xmark 0x1/0xffffffff",
-                "-A PREROUTING -j DSCP --set-dscp 0x2e",
-                "-A PREROUTING -m recent --set --name BAD",
-                "-A PREROUTING -m recent --rcheck --name BAD -j RETURN",
-                "-A PREROUTING -g quiet",
-            ]
-        );
-    }
-
-    #[test]
-    fn nat_rules_go_without_a_twin_but_a_mark_set_there_does_not() {
-        let save = b"*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SEP-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j KUBE-SEP-X\n-A KUBE-SEP-X -s 10.244.0.9/32 -j KUBE-MARK-MASQ\n-A KUBE-SEP-X -p tcp -m tcp -j DNAT --to-destination 10.244.0.9:6443\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\nCOMMIT\n";
-        let items = shown(unenforced(save, b"", None, &["nat"]))[0].clone();
-        assert_eq!(items.len(), 4, "{items:?}");
-        assert!(items.iter().all(|i| !i.contains("DNAT")), "{items:?}");
-        // Without the mark, every rule goes: kube-proxy's stale DNATs.
-        let without: Vec<u8> = String::from_utf8_lossy(save)
-            .lines()
-            .filter(|l| !l.contains("MARK"))
-            .flat_map(|l| format!("{l}\n").into_bytes())
-            .collect();
-        assert_eq!(shown(unenforced(&without, b"", None, &["nat"]))[0].len(), 0);
-        // In filter, a DNAT is no allowlisted verdict.
-        let filter = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j DNAT --to-destination 10.0.0.1\nCOMMIT\n";
-        assert_eq!(shown(unenforced(filter, b"", None, &["filter"]))[0].len(), 1);
-    }
-
-    #[test]
-    fn the_rules_before_a_drop_are_compared_by_which_not_how_many() {
-        let stale = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 192.168.0.1/32 -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
-        let wider = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 10.0.0.0/8 -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
-        assert_eq!(
-            shown(unenforced(stale, wider, None, &["filter"]))[0],
-            ["-A INPUT -p tcp -m tcp --dport 8080 -j DROP"]
-        );
-        assert_eq!(shown(unenforced(stale, stale, None, &["filter"]))[0].len(), 0);
-        // A changing rule's twin stands where it stands in the stale
-        // chain: reordered, a mark set later can undo an earlier one.
-        let marks = b"*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -s 192.0.2.1/32 -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -s 192.0.2.2/32 -j MARK --set-xmark 0x2/0xffffffff\nCOMMIT\n";
-        let reordered = b"*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -s 192.0.2.2/32 -j MARK --set-xmark 0x2/0xffffffff\n-A PREROUTING -s 192.0.2.1/32 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
-        assert_eq!(shown(unenforced(marks, reordered, None, &["mangle"]))[0].len(), 2);
-        assert_eq!(shown(unenforced(marks, marks, None, &["mangle"]))[0].len(), 0);
-    }
-
-    #[test]
-    fn the_security_tables_twin_never_counts_nor_a_match_that_writes() {
-        let security = b"*security\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n";
-        assert_eq!(shown(unenforced(security, security, None, &["security"]))[0].len(), 1);
-        let writing = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m set --match-set s src -j ACCEPT\n-A INPUT -m connlabel --label 5 --set -j ACCEPT\n-A INPUT -m socket --restore-skmark -j ACCEPT\nCOMMIT\n";
-        assert_eq!(shown(unenforced(writing, b"", None, &["filter"]))[0].len(), 3);
-        assert_eq!(shown(unenforced(writing, writing, None, &["filter"]))[0].len(), 0);
-    }
-}
+#[path = "opening_tests.rs"]
+mod tests;

@@ -1,6 +1,6 @@
 //! The rules of an iptables save, as the save tools print them: its
 //! tables, each chain's policy and rules in order, and what a rule's
-//! verdicts are and which match modules it loads.
+//! verdict does (filters, goes on, blocks, or may let a packet through).
 //!
 //! A rule's verdicts are read from any `-j`/`-g` in it, whether its words
 //! are split the way the save tool quotes them or at every blank: a comment
@@ -21,13 +21,39 @@ pub(super) const SEEN_BY_NONE_TARGETS: [&[u8]; 6] = [b"ACCEPT", b"RETURN", b"LOG
 /// table, what may go without a twin too (kube-proxy's stale DNATs).
 pub(super) const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"REDIRECT", b"NETMAP"];
 
+/// The verdicts after which the chain's evaluation goes on and that change
+/// nothing a later rule can match: logging and tracing.
+const NEUTRAL_TARGETS: [&[u8]; 4] = [b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
+
+/// The verdicts after which the chain's evaluation goes on, having changed
+/// the packet, its connection, its route or a set: what they change stays
+/// with the packet, so the live backend must make the same change, in any
+/// order (kube-proxy reorders its rules on each start).
+pub(super) const CHANGING_TARGETS: [&[u8]; 14] = [
+    b"MARK",
+    b"CONNMARK",
+    b"CT",
+    b"NOTRACK",
+    b"CLASSIFY",
+    b"DSCP",
+    b"TOS",
+    b"TCPMSS",
+    b"TTL",
+    b"HL",
+    b"SECMARK",
+    b"CONNSECMARK",
+    b"CHECKSUM",
+    b"SET",
+];
+
 /// The match modules known to keep no state another rule can read: they
 /// read the packet, its connection or a mark, or keep state of the rule's
-/// own (`limit`, `statistic`, `connlimit`). Any other module may write
-/// what another rule reads (`recent`, `hashlimit`, `quota2`, `nfacct`;
-/// `set` counts its elements' packets, `connlabel --set` labels the
-/// connection, `socket --restore-skmark` marks the packet), or is not
-/// known here, so a rule loading one needs a twin whatever its verdict.
+/// own (`limit`, `statistic`, `connlimit`, `connbytes` reads). Any other
+/// module may write what another rule reads (`recent`, `hashlimit`,
+/// `quota2`, `nfacct`; `set` counts its elements' packets, `connlabel
+/// --set` labels the connection, `socket --restore-skmark` marks the
+/// packet), or is not known here, so a rule loading one needs a twin
+/// whatever its verdict.
 const SHARELESS_MATCHES: [&[u8]; 47] = [
     b"tcp",
     b"udp",
@@ -98,6 +124,9 @@ pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     }
     found
 }
+
+/// The verdicts that end evaluation but can only block.
+const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
 
 /// One table of a save: its chains' policies and its rules, as printed.
 #[derive(Default)]
@@ -247,5 +276,96 @@ impl SavedTable {
                 return reached;
             }
         }
+    }
+
+    /// The user chains all of whose rules `keeps` holds for, given the
+    /// chains kept so far (a jump to one of them may be kept), to a fixed
+    /// point from every user chain.
+    pub(super) fn user_chains_where(&self, keeps: impl Fn(&[u8], &HashSet<Vec<u8>>) -> bool) -> HashSet<Vec<u8>> {
+        let mut kept: HashSet<Vec<u8>> = self
+            .policies
+            .iter()
+            .filter(|(_, p)| p.as_slice() == b"-")
+            .map(|(c, _)| c.clone())
+            .collect();
+        loop {
+            let unsure: Vec<Vec<u8>> = kept
+                .iter()
+                .filter(|c| self.chain(c).iter().any(|r| !keeps(r, &kept)))
+                .cloned()
+                .collect();
+            if unsure.is_empty() {
+                return kept;
+            }
+            for c in unsure {
+                kept.remove(&c);
+            }
+        }
+    }
+
+    /// The user chains whose rules can only log, block or return to the
+    /// caller at their end (never accept, return early, go to a chain,
+    /// queue or change a packet), to a fixed point.
+    pub(super) fn harmless_chains(&self) -> HashSet<Vec<u8>> {
+        self.user_chains_where(|rule, harmless| self.harmless(rule, harmless))
+    }
+
+    /// Whether `rule` only takes some packets out of its chain's
+    /// evaluation and lets the rest go on unchanged: `ACCEPT`, a NAT
+    /// verdict, a jump to a user chain in `exiting`, and, except where what
+    /// is judged is the chain's policy (`to_policy`), `RETURN` and `-g`
+    /// (which in a built-in chain take a packet to the policy).
+    pub(super) fn exits(&self, rule: &[u8], to_policy: bool, exiting: &HashSet<Vec<u8>>) -> bool {
+        if goes_to(rule) {
+            return !to_policy;
+        }
+        let targets = targets(rule);
+        !targets.is_empty()
+            && targets.iter().all(|t| {
+                if self.is_user_chain(t) {
+                    exiting.contains(t)
+                } else {
+                    t.as_slice() == b"ACCEPT"
+                        || NAT_TARGETS.contains(&t.as_slice())
+                        || (t.as_slice() == b"RETURN" && !to_policy)
+                }
+            })
+    }
+
+    /// The user chains that, jumped to, take some packets out (accept or
+    /// NAT them), block or log, and return the rest to the caller
+    /// unchanged: no verdict in them changes a packet before it returns,
+    /// goes to a chain or is unknown, to a fixed point.
+    pub(super) fn exiting_chains(&self) -> HashSet<Vec<u8>> {
+        self.user_chains_where(|rule, exiting| {
+            !goes_to(rule)
+                && targets(rule).iter().all(|t| {
+                    if self.is_user_chain(t) {
+                        exiting.contains(t)
+                    } else {
+                        NEUTRAL_TARGETS.contains(&t.as_slice())
+                            || BLOCKING_TARGETS.contains(&t.as_slice())
+                            || NAT_TARGETS.contains(&t.as_slice())
+                            || matches!(t.as_slice(), b"ACCEPT" | b"RETURN")
+                    }
+                })
+        })
+    }
+
+    /// Whether `rule` can neither end its chain's evaluation other than by
+    /// blocking nor change what a later rule matches: every verdict in it
+    /// logs or blocks, or jumps (not goes) to a user chain in `harmless`;
+    /// no `-j` at all goes on. A user chain named like a target (`LOG`,
+    /// which the restore tools accept) is judged as the chain.
+    pub(super) fn harmless(&self, rule: &[u8], harmless: &HashSet<Vec<u8>>) -> bool {
+        !goes_to(rule)
+            && keeps_no_shared_state(rule)
+            && targets(rule).iter().all(|t| {
+                if self.is_user_chain(t) {
+                    harmless.contains(t)
+                } else {
+                    NEUTRAL_TARGETS.contains(&t.as_slice()) || BLOCKING_TARGETS.contains(&t.as_slice())
+                }
+            })
     }
 }
