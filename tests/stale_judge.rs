@@ -297,8 +297,9 @@ fn a_family_duplicated_in_the_live_backend_goes_and_stays_blocked() {
 -A INPUT -m connmark --mark 2 -j DROP
 -A INPUT -p tcp --dport 8084 -j DROP";
     let both = |tool: &str| rules.lines().map(|l| format!("{tool} {l}\n")).collect::<String>();
-    // nft's kept in another order in mangle (kube-proxy reorders).
-    let live: String = both("iptables-nft").lines().rev().map(|l| format!("{l}\n")).collect();
+    // nft's in the same order: a changing rule's twin is its whole chain's
+    // twin (reordered, a mark set later could undo an earlier one).
+    let live = both("iptables-nft");
     let node = Node::new("judge-dup");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh(&format!("{}{live}", both("iptables-legacy")));

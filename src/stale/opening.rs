@@ -43,7 +43,8 @@ use std::path::Path;
 enum Need {
     /// Nothing: the rule changes nothing any reader can see.
     Nothing,
-    /// The same rule in the same chain, in any order: it changes packets.
+    /// The whole chain's twin ([`same_chain`]): it changes packets or
+    /// loads a match that may write what others read.
     Twin,
     /// The same rule in the same chain, reached the same way: it can end
     /// or leave the chain (filters, queues, goes to a chain).
@@ -67,13 +68,16 @@ impl<'a> Needs<'a> {
     }
 
     /// What `rule` needs: `Nothing` for an allowlisted verdict (`ACCEPT`,
-    /// `RETURN`, logging; in nat the NAT verdicts too) or no verdict, with
-    /// matches that keep no shared state; a jump (`-j`) to a user chain
-    /// needs what its rules need. A match that may keep shared state makes
-    /// a `Twin`; a verdict that changes packets (`MARK`, ...) a `Twin`; any
-    /// other verdict and a `-g` a `TwinInOrder`.
+    /// `RETURN`, logging) or no verdict, with matches that keep no shared
+    /// state, and in nat for the NAT verdicts and `MARK` whatever their
+    /// matches (kube-proxy's stale DNATs, with the session affinity's
+    /// `recent` and the `KUBE-MARK-MASQ` and `KUBE-MARK-DROP` marks); a
+    /// jump (`-j`) to a user chain needs what its rules need. A match that
+    /// may keep shared state makes a `Twin`; a verdict that changes packets
+    /// (`MARK`, ...) a `Twin`; any other verdict and a `-g` a
+    /// `TwinInOrder`.
     fn of_rule(&mut self, rule: &[u8]) -> Need {
-        let mut need = if keeps_no_shared_state(rule) {
+        let mut need = if self.nat || keeps_no_shared_state(rule) {
             Need::Nothing
         } else {
             Need::Twin
@@ -85,7 +89,7 @@ impl<'a> Needs<'a> {
             let of_target = if self.table.is_user_chain(&target) {
                 self.of_chain(&target)
             } else if SEEN_BY_NONE_TARGETS.contains(&target.as_slice())
-                || (self.nat && NAT_TARGETS.contains(&target.as_slice()))
+                || (self.nat && (NAT_TARGETS.contains(&target.as_slice()) || target.as_slice() == b"MARK"))
             {
                 Need::Nothing
             } else if CHANGING_TARGETS.contains(&target.as_slice()) {

@@ -114,18 +114,14 @@ fn only_the_allowlist_goes_without_a_twin() {
 }
 
 #[test]
-fn nat_rules_go_without_a_twin_but_a_mark_set_there_does_not() {
-    let save = b"*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SEP-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j KUBE-SEP-X\n-A KUBE-SEP-X -s 10.244.0.9/32 -j KUBE-MARK-MASQ\n-A KUBE-SEP-X -p tcp -m tcp -j DNAT --to-destination 10.244.0.9:6443\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\nCOMMIT\n";
-    let items = shown(unenforced(save, b"", None, &["nat"]))[0].clone();
-    assert_eq!(items.len(), 4, "{items:?}");
-    assert!(items.iter().all(|i| !i.contains("DNAT")), "{items:?}");
-    // Without the mark, every rule goes: kube-proxy's stale DNATs.
-    let without: Vec<u8> = String::from_utf8_lossy(save)
-        .lines()
-        .filter(|l| !l.contains("MARK"))
-        .flat_map(|l| format!("{l}\n").into_bytes())
-        .collect();
-    assert_eq!(shown(unenforced(&without, b"", None, &["nat"]))[0].len(), 0);
+fn nat_rules_go_without_a_twin_but_a_filtering_verdict_there_does_not() {
+    // kube-proxy's stale Service to an endpoint long gone: its marks, its
+    // session affinity's recent list, its DNAT.
+    let save = b"*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SEP-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-X --mask 255.255.255.255 --rsource -j KUBE-SEP-X\n-A KUBE-SEP-X -s 10.244.0.9/32 -j KUBE-MARK-MASQ\n-A KUBE-SEP-X -p tcp -m recent --set --name KUBE-SEP-X --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.0.9:6443\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\nCOMMIT\n";
+    assert_eq!(shown(unenforced(save, b"", None, &["nat"]))[0].len(), 0);
+    // A verdict no NAT or mark in nat needs its twin.
+    let queue = b"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 22 -j NFQUEUE --queue-num 1\n-A PREROUTING -j CONNMARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
+    assert_eq!(shown(unenforced(queue, b"", None, &["nat"]))[0].len(), 2);
     // In filter, a DNAT is no allowlisted verdict.
     let filter = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j DNAT --to-destination 10.0.0.1\nCOMMIT\n";
     assert_eq!(shown(unenforced(filter, b"", None, &["filter"]))[0].len(), 1);
