@@ -140,7 +140,7 @@ for mode in nft legacy; do
     unshare -n bash -c "sequence $mode 1" 2>&1 | alike >/tmp/wrapped.out
     unshare -n bash -c "sequence $mode 0" 2>&1 | alike >/tmp/direct.out
     for name in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
-        part() { awk -v n="== $name" '/^== / { on = ($0 == n); next } on' "$1"; }
+        part() { sed -n "/^== $name\$/,/^== /p" "$1" | sed '/^== /d'; }
         part /tmp/wrapped.out >/tmp/wrapped.part
         part /tmp/direct.out >/tmp/direct.part
         if cmp -s /tmp/wrapped.part /tmp/direct.part; then
