@@ -197,10 +197,24 @@ while read -r name; do
     # restore loop against thousands of counts to show no count is torn.
     # On one emulated CPU each takes minutes; the racing writers of
     # stale_safety.rs run here, with 2 removals each.
+    # an_nft_writer_loses_no_rule also requires a removal to finish between
+    # the writer's bursts (400 ms apart), which the emulated CPU is too slow
+    # for: in the guests it wrote its rules and lost none, but no removal
+    # finished. On 5.10 (no netns cookie) nothing is cached, so count_cache.rs
+    # does not apply (the check above shows detect saying why), and
+    # a_procfs_showing_only_processes_... is open there (docs/testing.md).
     skip=()
-    [[ "$name" == kernel_nft ]] && skip=(--skip counts_stay_consistent_while_the_ruleset_changes
-        --skip no_call_decides_on_a_count_torn_by_a_concurrent_restore --skip no_count_is_torn_by
-        --skip commits_in_other_tables_leave_the_count_known --skip counts_are_never_torn_by_atomic_swaps)
+    case "$name" in
+        kernel_nft) skip=(--skip counts_stay_consistent_while_the_ruleset_changes
+            --skip no_call_decides_on_a_count_torn_by_a_concurrent_restore --skip no_count_is_torn_by
+            --skip commits_in_other_tables_leave_the_count_known --skip counts_are_never_torn_by_atomic_swaps) ;;
+        stale_safety) skip=(--skip an_nft_writer_loses_no_rule) ;;
+        kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules) ;;
+        count_cache) if [[ "$(uname -r)" == 5.10.* ]]; then
+            echo "check cargo test $name|not run: no netns cookie, nothing is cached"
+            continue
+        fi ;;
+    esac
     IPTW_STALE_ROUNDS=2 "$test" --test-threads=1 -q "${skip[@]}" >/tmp/test.out 2>&1
     rc=$?
     echo "  $name: took $((SECONDS - start))s"
