@@ -213,7 +213,11 @@ while read -r name; do
             # on a native table's range ("range with unknown payload base").
             [[ "$(iptables-nft --version)" == *v1.8.11* ]] && skip+=(--skip native_nftables_rulesets_on_a_legacy_host_are_never_touched
                 --skip what_only_the_proof_can_see_is_refused_by_the_proof) ;;
-        kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules) ;;
+        kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules)
+            # Open (docs/testing.md): two tests that refuse sockets by a
+            # seccomp filter fail on armv7 and s390x.
+            [[ "$(uname -m)" == x86_64 ]] || skip+=(--skip save_tool_fallback_reads_bytes_not_text
+                --skip a_backend_this_process_cannot_use_is_never_the_default) ;;
         count_cache) if [[ "$(uname -r)" == 5.10.* ]]; then
             echo "check cargo test $name|not run: no netns cookie, nothing is cached"
             continue
