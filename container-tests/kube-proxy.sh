@@ -195,7 +195,7 @@ norm_log() {
         | sed -E 's/^([IWEF])[0-9]{4} [0-9:.]+ +[0-9]+ /\1 /; s/[0-9]+(\.[0-9]+)?(ns|µs|us|ms|s)\b/DUR/g; s/0x[0-9a-f]+/PTR/g' | sort -u
 }
 same() { diff -q "$1" "$2" >/dev/null; }
-all_nft() { [[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"; } # every call's last exec
+all_nft() { [[ -s "$1" ]] && ! grep -vqx /usr/sbin/xtables-nft-multi "$1"; } # every wrapped call's last exec (calls.py: the six iptables commands)
 rc_zero() { [[ "$(cat "$1")" == 0 ]]; }
 canary_only() { grep -q KUBE-PROXY-CANARY "$1" && ! grep -q KUBE-IPTABLES-HINT "$1"; }
 rules_over() { (($(grep -c "^-A${3:-}" "$2" || true) > $1)); } # rules_over N FILE [CHAIN-PREFIX]

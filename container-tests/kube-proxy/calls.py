@@ -10,9 +10,12 @@ successful execve is the call as kube-proxy made it (the kube-proxy process
 itself is skipped: its first execve is kube-proxy); when the command was the
 wrapper, the same process then execs the backend it chose. Written:
 - CALLS_OUT: one line per call, "basename(argv0) arg1 arg2 ...", time order;
-- BACKENDS_OUT: one line per call, the real file the call ended in (the
-  last execve's path with every symlink resolved), e.g.
-  /usr/sbin/xtables-nft-multi.
+- BACKENDS_OUT: one line per call of the six iptables commands (the names
+  the wrapper stands in for), the real file the call ended in (the last
+  execve's path with every symlink resolved), e.g.
+  /usr/sbin/xtables-nft-multi. kube-proxy's other commands (`conntrack`
+  from its syncs where it is installed, as on a node) are not wrapped
+  calls and are left out.
 """
 import ast
 import glob
@@ -21,6 +24,11 @@ import re
 import sys
 
 LINE = re.compile(r'^(\d+\.\d+) execve\("((?:[^"\\]|\\.)*)", (\[.*?\]), \[.*\) = 0$')
+
+
+# The commands the wrapper stands in for (`iptables-wrapper install`).
+WRAPPED = {"iptables", "iptables-save", "iptables-restore",
+           "ip6tables", "ip6tables-save", "ip6tables-restore"}
 
 
 def parse_argv(text):
@@ -51,8 +59,9 @@ def main(prefix, calls_out, backends_out):
         for _, call, _ in calls:
             f.write(call + "\n")
     with open(backends_out, "w") as f:
-        for _, _, final in calls:
-            f.write(final + "\n")
+        for _, call, final in calls:
+            if call.partition(" ")[0] in WRAPPED:
+                f.write(final + "\n")
 
 
 # A sync of kube-proxy 1.20's iptables proxier, per family: it starts by

@@ -57,14 +57,32 @@ pub fn copy_program(from: &Path, to: &Path) {
     );
 }
 
+/// The running architecture's `AUDIT_ARCH_*` (linux/audit.h): a seccomp
+/// filter checks it before it trusts a system call number.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+#[cfg(target_arch = "arm")]
+const AUDIT_ARCH: u32 = 0x4000_0028;
+#[cfg(all(target_arch = "powerpc64", target_endian = "little"))]
+const AUDIT_ARCH: u32 = 0xc000_0015;
+#[cfg(target_arch = "riscv64")]
+const AUDIT_ARCH: u32 = 0xc000_00f3;
+#[cfg(target_arch = "s390x")]
+const AUDIT_ARCH: u32 = 0x8000_0016;
+
 /// Makes `command`'s child refuse one system call with EPERM (a seccomp
-/// filter, x86_64), when each `(argument index, value)` in `when` matches the
-/// low 32 bits of that argument; every other call is allowed.
+/// filter for this architecture), when each `(argument index, value)` in
+/// `when` matches the low 32 bits of that argument; every other call is
+/// allowed.
 pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: &[(u32, u32)]) -> &'a mut Command {
     const SECCOMP_DATA_NR: u32 = 0;
     const SECCOMP_DATA_ARCH: u32 = 4;
     const SECCOMP_DATA_ARGS: u32 = 16;
-    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    // Each argument is 64 bits in the machine's byte order: its low half
+    // comes second on a big-endian machine.
+    const LOW_HALF: u32 = if cfg!(target_endian = "big") { 4 } else { 0 };
     let load = |offset| libc::sock_filter {
         code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
         jt: 0,
@@ -77,10 +95,10 @@ pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: 
         jf: 0,
         k: value,
     };
-    let mut checks = vec![(SECCOMP_DATA_ARCH, AUDIT_ARCH_X86_64), (SECCOMP_DATA_NR, number as u32)];
+    let mut checks = vec![(SECCOMP_DATA_ARCH, AUDIT_ARCH), (SECCOMP_DATA_NR, number as u32)];
     checks.extend(
         when.iter()
-            .map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index, value)),
+            .map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index + LOW_HALF, value)),
     );
     // Each check loads a word and jumps to the final `allow` unless it is
     // equal; past all of them, `refuse`.

@@ -113,7 +113,7 @@ impl KernelReader {
             return None;
         };
         let generation = socket.generation().ok()?;
-        let rules = count_cache::lookup(&namespace_of(socket)?, generation)?;
+        let rules = count_cache::lookup(&namespace_of(socket).ok()?, generation)?;
         Some((
             generation,
             Reading {
@@ -134,10 +134,13 @@ impl KernelReader {
         if let NftSource::Netlink(socket) = self.nft_source() {
             match socket.count_rules(&Family::BOTH, stop_above) {
                 Ok(count) => {
-                    let reading = counted(count, bounds);
+                    let mut reading = counted(count, bounds);
                     // A count read while the generation moved belongs to none.
-                    if let (Some(generation), Some(ns)) = (count.generation, namespace_of(socket)) {
-                        count_cache::store(&ns, generation, reading.value);
+                    if let Some(generation) = count.generation {
+                        match namespace_of(socket) {
+                            Ok(ns) => count_cache::store(&ns, generation, reading.value),
+                            Err(why) => reading.method = format!("{}; not cached: {why}", reading.method),
+                        }
                     }
                     return Ok((reading, count.generation));
                 }
@@ -222,16 +225,14 @@ fn counted(count: RuleCount, bounds: RuleBounds) -> Reading<RuleBounds> {
     }
 }
 
-/// The cache's key for the socket's namespace; None where the kernel has no
-/// namespace cookie (before Linux 5.14) or there is no boot id.
-fn namespace_of(socket: &NftSocket) -> Option<Namespace> {
-    match socket.netns_cookie() {
-        Ok(cookie) => Namespace::with_cookie(cookie),
-        Err(e) => {
-            log::debug!("no network namespace cookie ({e}): counts are not cached");
-            None
-        }
-    }
+/// The cache's key for the socket's namespace; where the kernel has no
+/// namespace cookie (before Linux 5.14) or there is no boot id, why there is
+/// none (`detect -v` shows it beside the count).
+fn namespace_of(socket: &NftSocket) -> Result<Namespace, String> {
+    let cookie = socket.netns_cookie().map_err(|e| {
+        format!("the kernel gives no network namespace cookie (SO_NETNS_COOKIE, Linux 5.14 and later): {e}")
+    })?;
+    Namespace::with_cookie(cookie).ok_or_else(|| "no boot id (/proc/sys/kernel/random/boot_id unreadable)".to_string())
 }
 
 fn hints_in(saved: &[(Family, SavedRules)]) -> Vec<HintChain> {
