@@ -6,7 +6,7 @@
 //! together stopped where every stale rule has its twin), a family's stale backend emptied whole
 //! or left whole, exit 0 only when nothing stale remains, the backup
 //! restoring what was removed, and a stale backend wholly copied in the
-//! live one removed.
+//! live one removed (but where it holds anything in the security table).
 
 use super::netns_topology::{Family, Flow, Topology};
 use super::rule_grammar::{restore_text, Backend, Line, LiveCopy, State};
@@ -173,7 +173,19 @@ pub fn run(state: &State) -> Tally {
         Some(2) => tally.refused += 1,
         _ => failures.push(fail(format!("exit status {code:?}, not 0, 1 or 2"))),
     }
-    let whole = state.copy == LiveCopy::Whole && state.families.iter().any(|(_, stale, _)| !stale.is_empty());
+    // The security table's twins never count (the backends hook it at
+    // different priorities): a copy holding anything there stays.
+    let in_security = |l: &Line| {
+        matches!(
+            l,
+            Line::Rule { table: "security", .. }
+                | Line::Policy { table: "security", .. }
+                | Line::Chain { table: "security", .. }
+        )
+    };
+    let whole = state.copy == LiveCopy::Whole
+        && state.families.iter().any(|(_, stale, _)| !stale.is_empty())
+        && !state.families.iter().any(|(_, stale, _)| stale.iter().any(in_security));
     if whole {
         tally.wholly_copied += 1;
         if code == Some(0) {
