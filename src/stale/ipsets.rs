@@ -23,6 +23,7 @@
 //! Where the program is missing or a set cannot be read, the table does
 //! not prove, with the reason; nothing is guessed.
 
+use super::saved_rules::quoted_words;
 use crate::backend;
 use crate::escape::printable;
 use crate::escape::Shown as _;
@@ -75,37 +76,6 @@ pub fn named_in(save: &[u8]) -> Vec<String> {
     names.sort();
     names.dedup();
     names
-}
-
-/// A rule's words as the save tools quote them (`"..."`, with `\"` and
-/// `\\` inside).
-fn quoted_words(rule: &[u8]) -> Vec<Vec<u8>> {
-    let mut words = Vec::new();
-    let mut word = Vec::new();
-    let (mut in_quotes, mut escaped, mut started) = (false, false, false);
-    for &b in rule {
-        if escaped {
-            word.push(b);
-            escaped = false;
-        } else if b == b'\\' && in_quotes {
-            escaped = true;
-        } else if b == b'"' {
-            in_quotes = !in_quotes;
-            started = true;
-        } else if b.is_ascii_whitespace() && !in_quotes {
-            if started {
-                words.push(std::mem::take(&mut word));
-                started = false;
-            }
-        } else {
-            word.push(b);
-            started = true;
-        }
-    }
-    if started {
-        words.push(word);
-    }
-    words
 }
 
 impl HostSets {

@@ -172,15 +172,10 @@ pub(super) fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
     tables
 }
 
-/// The words of a rule as the save tool quotes them (`"..."` with `\"` and
-/// `\\` inside), and split at every blank: both, see the module's note.
-fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
-    let blank = rule
-        .split(u8::is_ascii_whitespace)
-        .filter(|w| !w.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
-    let mut quoted = Vec::new();
+/// A rule's words as the save tools quote them (`"..."`, with `\"` and
+/// `\\` inside).
+pub(super) fn quoted_words(rule: &[u8]) -> Vec<Vec<u8>> {
+    let mut words = Vec::new();
     let mut word = Vec::new();
     let (mut in_quotes, mut escaped, mut started) = (false, false, false);
     for &b in rule {
@@ -194,7 +189,7 @@ fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
             started = true;
         } else if b.is_ascii_whitespace() && !in_quotes {
             if started {
-                quoted.push(std::mem::take(&mut word));
+                words.push(std::mem::take(&mut word));
                 started = false;
             }
         } else {
@@ -203,9 +198,20 @@ fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
         }
     }
     if started {
-        quoted.push(word);
+        words.push(word);
     }
-    [blank, quoted]
+    words
+}
+
+/// The words of a rule as the save tool quotes them (`"..."` with `\"` and
+/// `\\` inside), and split at every blank: both, see the module's note.
+fn word_splits(rule: &[u8]) -> [Vec<Vec<u8>>; 2] {
+    let blank = rule
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    [blank, quoted_words(rule)]
 }
 
 /// Whether a rule may go to a chain (`-g`, `--goto`): that ends its own
