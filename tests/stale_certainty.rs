@@ -1,7 +1,8 @@
 //! `stale --remove` acts only on a decision no single source can fake, and
 //! never opens a firewall unless told to: a host link contradicted by
-//! kubelet's hint chains, a stray hint chain beside one rule (either way, and
-//! in a native nftables table), host links that disagree, and a legacy
+//! kubelet's hint chains, a hint chain alone (beside one rule either way, in
+//! a native nftables table, or beside kube-proxy's whole state), host links
+//! that disagree, and a legacy
 //! firewall the nft host does not enforce are all refused or left as they
 //! are; the upgrades it exists for (kube-proxy's and Docker's rules written
 //! again into nft) still remove. Each test in a network namespace of its
@@ -30,6 +31,16 @@ fn assert_refused(node: &Node, args: &[&str], evidence: &[&str]) {
     }
     assert_eq!(legacy_saves(node), legacy_before);
     assert_eq!(nft_ruleset(node), nft_before);
+}
+
+/// Asserts a refusal (see [`assert_refused`]) for resting on a hint chain.
+fn assert_refused_by_hint(node: &Node) {
+    assert_refused(node, &["--remove"], &[]);
+    let err = stderr(&stale(node, &["--remove"]));
+    assert!(
+        err.contains("by hint-chain") && err.contains("not where the host's other writers do"),
+        "{err}"
+    );
 }
 
 /// Legacy: kubelet's hint chains (both families), its canary, a Service
@@ -140,7 +151,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-nft -t mangle -N KUBE-PROXY-CANARY\niptables-nft -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    assert_refused_by_hint(&node);
     drop(node);
     // The mirror image: legacy's hint chain and one rule, 20 nft rules.
     let node = Node::new("cert-stray-legacy");
@@ -148,7 +159,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
         "iptables-legacy -t mangle -N KUBE-IPTABLES-HINT\niptables-legacy -t nat -A POSTROUTING -j MASQUERADE\n{}",
         twenty_drops("iptables-nft")
     ));
-    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    assert_refused_by_hint(&node);
 }
 
 #[test]
@@ -164,7 +175,7 @@ nft add rule ip mangle PREROUTING counter
 {}",
         twenty_drops("iptables-legacy")
     ));
-    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
+    assert_refused(&node, &["--remove"], &[]);
     // With kube-proxy-like chains and rules, but in a table iptables-nft
     // never makes (one with a comment), and one rule of iptables-nft's
     // own elsewhere: still refused.
@@ -174,7 +185,7 @@ nft add chain ip mangle KUBE-PROXY-CANARY
 nft add chain ip mangle KUBE-SERVICES
 nft add rule ip mangle KUBE-SERVICES counter accept
 iptables-nft -t nat -A POSTROUTING -j MASQUERADE");
-    assert_refused(&node, &["--remove"], &["no hint chain in a mangle table of its own"]);
+    assert_refused(&node, &["--remove"], &[]);
 }
 
 #[test]
@@ -295,8 +306,7 @@ COMMIT
 #[test]
 fn dockers_upgrade_with_its_forward_drop_still_removes() {
     let node = Node::new("cert-docker");
-    // Decided by kube-proxy's hint and state in nft as well: the hint
-    // chain's decision with a writer's own state beside it.
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     into_both(
         &node,
         "*filter
@@ -448,31 +458,26 @@ nft add rule ip filter INPUT tcp dport 8080 counter drop");
 }
 
 #[test]
-fn a_hint_chain_alone_decides_only_beside_kube_proxys_service_state() {
+fn a_hint_chain_never_decides_a_removal_whatever_stands_beside_it() {
     let node = Node::new("cert-hint-fake");
-    node.sh(
-        "iptables-legacy -N DOCKER; iptables-legacy -A FORWARD -o docker0 -j DOCKER
-iptables-legacy -t nat -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE
-iptables-legacy -A FORWARD -i docker0 -j ACCEPT
-iptables-nft -t mangle -N KUBE-IPTABLES-HINT
-iptables-nft -N KUBE-TEST; iptables-nft -A KUBE-TEST -j RETURN",
-    );
-    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
-    // A KUBE-SERVICES with rules that no built-in chain reaches: still not.
-    node.sh("iptables-nft -t nat -N KUBE-SERVICES
-iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443");
-    assert_refused(&node, &["--remove"], &["holds no kube-proxy service state"]);
-    // Reached from PREROUTING: kube-proxy's, and with Docker's chain in nft
-    // too (Docker moved there), the removal goes ahead.
-    node.sh("iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES");
-    assert_refused(
-        &node,
-        &["--remove"],
-        &["legacy ipv4 holds Docker's chains that nft does not hold alike (filter DOCKER)"],
-    );
-    node.sh("iptables-nft -N DOCKER");
+    // kube-proxy's state in nft (its hint, KUBE-SERVICES reached from
+    // PREROUTING: anyone can write these too), and in legacy the nat table
+    // of a writer on no list (libvirt's): the hint chain says where
+    // kubelet and kube-proxy write, nothing of libvirt.
+    node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT
+iptables-nft -t nat -N KUBE-SERVICES
+iptables-nft -t nat -A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.244.0.9:6443
+iptables-nft -t nat -A PREROUTING -j KUBE-SERVICES
+iptables-legacy -t nat -N LIBVIRT_PRT
+iptables-legacy -t nat -A POSTROUTING -j LIBVIRT_PRT
+iptables-legacy -t nat -A LIBVIRT_PRT -s 192.168.122.0/24 ! -d 192.168.122.0/24 -j MASQUERADE");
+    assert_refused_by_hint(&node);
+    // The host's own link says nft: every writer using the host's
+    // iptables writes there, so legacy's nat is stale, and goes.
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("LIBVIRT"), "{}", legacy_saves(&node));
 }
 
 #[test]

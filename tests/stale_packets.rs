@@ -202,6 +202,53 @@ fn known_opening_live_reader_tos() {
 }
 
 #[test]
+fn known_opening_unknown_verdict_undone_after_its_twin() {
+    // HMARK, a verdict not known to the check, marks 5; the live copy
+    // holds its twin, then a MARK that undoes it: only the stale copy's
+    // mark reaches the live filter, which blocks port 80 on it.
+    let hmark = "PREROUTING -j HMARK --hmark-src-prefix 32 --hmark-rnd 0x00000001 --hmark-mod 1 --hmark-offset 5";
+    let live = with(
+        with(
+            lines("mangle", hmark),
+            "mangle",
+            "PREROUTING -j MARK --set-xmark 0x0/0xffffffff",
+        ),
+        "filter",
+        "FORWARD -p tcp -m tcp --dport 80 -m mark --mark 0x5 -j DROP",
+    );
+    fixed(
+        legacy_stale(lines("mangle", hmark), live),
+        &[tcp(&SERVER, Family::V4, 80)],
+    );
+}
+
+#[test]
+fn known_opening_native_chain_between_the_copies() {
+    // The live backend holds the stale one whole, but a native chain made
+    // between the two clears the mark after the live copy sets it and
+    // before the stale copy sets it again: only the stale copy's mark
+    // reaches the filters.
+    let marked = with(
+        lines(
+            "mangle",
+            "PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x5/0xffffffff",
+        ),
+        "filter",
+        "FORWARD -m mark --mark 0x5 -j DROP",
+    );
+    let mut state = State::fixed(
+        Backend::Legacy,
+        LiveCopy::Whole,
+        vec![(Family::V4, marked.clone(), marked)],
+        &[],
+    );
+    state.node.add_between(
+        "nft add table inet site && nft add chain inet site pre '{ type filter hook prerouting priority -150; }' && nft add rule inet site pre meta mark set 0".into(),
+    );
+    fixed(state, &[tcp(&SERVER, Family::V4, 80)]);
+}
+
+#[test]
 fn known_opening_ip_rule_fwmark() {
     let stale = lines("mangle", "PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-mark 0x1");
     let mut state = legacy_stale(stale, live_beside(Family::V4));

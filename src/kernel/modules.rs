@@ -133,6 +133,19 @@ pub fn nf_tables() -> Presence {
     }
 }
 
+/// Whether nf_tables can be read without loading it: true where it is in
+/// the kernel (or the kernel loads no modules), false where it is not; Err
+/// where that is unknown, as asking could load it.
+pub fn nf_tables_readable() -> Result<bool, String> {
+    match nf_tables() {
+        Presence::Present(_) | Presence::Askable(_) => Ok(true),
+        Presence::NotLoaded(_) | Presence::Missing(_) => Ok(false),
+        Presence::Unknown(why) => Err(format!(
+            "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
+        )),
+    }
+}
+
 /// A family's legacy x_tables presence, from its table list (the kernel's
 /// own, see [`legacy::listed_tables`]), without `modules.dep` (see
 /// [`Presence::or_missing`]).

@@ -1,8 +1,9 @@
 //! Whether a family's decision is one no single source can fake: the
 //! evidence that contradicts it, one line per piece.
 //!
-//! A decision by the override or the host link is contradicted by any host
-//! link candidate that exists and points to the other backend (all of them
+//! A decision (by the override or the host link: nothing else is certain
+//! enough to start from, see [`super::certainty()`]) is contradicted by
+//! any host link candidate that exists and points to the other backend (all of them
 //! are read, not only the first: `/etc/alternatives`, `/usr/sbin`, `/sbin`,
 //! NixOS's, k3s's `aux/` links; for IPv6 the `ip6tables` ones, and the
 //! `iptables` ones only where no `ip6tables` one exists) or exists and
@@ -18,21 +19,13 @@
 //! Calico, Cilium, flannel, ufw, netavark, the CNI plugins) in the backend
 //! to be emptied that the chosen one does not hold alike, chain by chain,
 //! with rules where they have rules.
-//!
-//! A decision by a hint chain alone counts only when the chosen backend
-//! holds, in the family, the hint chain in one of its own tables (for nft:
-//! a table [`find`] takes for iptables-nft's, not a native one) and
-//! kube-proxy's service state beside it: the nat table's `KUBE-SERVICES`
-//! holding rules, reached by a jump from `PREROUTING` or `OUTPUT`. An empty
-//! chain and a `KUBE-` chain with one unrelated rule are what any container
-//! can leave behind.
 
 use super::find;
-use crate::decision::{Decision, Source};
+use crate::decision::Decision;
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLinks};
-use crate::kernel::{KernelReader, HINT_CHAINS};
+use crate::kernel::KernelReader;
 use crate::mode::Mode;
 
 /// The hint chains of each writer: kubelet writes two, kube-proxy one. A
@@ -113,11 +106,6 @@ pub fn contradictions(
                     family.nft_name()
                 ));
             }
-        }
-    }
-    if decision.decided_by == Source::HintChain && !stale.tables.is_empty() {
-        if let Some(why) = writer_state_missing(mode, family) {
-            lines.push(why);
         }
     }
     lines
@@ -212,59 +200,4 @@ fn own_names_first(family: Family, candidates: Vec<&host_link::HostLink>) -> Vec
     } else {
         candidates
     }
-}
-
-/// For a decision by a hint chain: why `mode` does not hold, in `family`,
-/// a hint chain in a table of its own and a Kubernetes writer's state
-/// beside it; None when it does.
-fn writer_state_missing(mode: Mode, family: Family) -> Option<String> {
-    let chosen = find::find(mode, family);
-    if let Some(why) = &chosen.unknown {
-        return Some(format!("{mode} {}'s state cannot be read: {why}", family.label()));
-    }
-    let chains = || {
-        chosen
-            .tables
-            .iter()
-            .flat_map(|t| t.chains.iter().map(move |c| (t.name, c)))
-    };
-    let hint = chains().any(|(table, c)| table == "mangle" && HINT_CHAINS.contains(&c.name.as_str()));
-    if !hint {
-        let left = chosen
-            .left
-            .iter()
-            .find(|l| l.name == "mangle")
-            .map(|l| format!(" (its mangle table is not iptables-nft's own: {})", l.why))
-            .unwrap_or_default();
-        return Some(format!(
-            "the hint chain decides {mode}, but {mode} {} holds no hint chain in a mangle table of its own{left}",
-            family.label()
-        ));
-    }
-    let services = chains().any(|(table, c)| table == "nat" && c.name == "KUBE-SERVICES" && c.rules > 0);
-    let reached = services
-        && match find::save(mode, family) {
-            Ok(save) => reaches_kube_services(&find::sections(&save.stdout, &["nat"])),
-            Err(why) => {
-                return Some(format!("{mode} {}'s nat table cannot be read: {why}", family.label()));
-            }
-        };
-    (!reached).then(|| {
-        format!(
-            "the hint chain decides {mode}, but {mode} {} holds no kube-proxy service state (a nat KUBE-SERVICES chain with rules, jumped to from PREROUTING or OUTPUT): the hint chain may be a stray one",
-            family.label()
-        )
-    })
-}
-
-/// Whether a nat table's save jumps from PREROUTING or OUTPUT to
-/// `KUBE-SERVICES`.
-fn reaches_kube_services(nat: &[u8]) -> bool {
-    nat.split(|&b| b == b'\n').any(|line| {
-        let words: Vec<&[u8]> = line.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()).collect();
-        matches!(words.as_slice(), [b"-A", b"PREROUTING" | b"OUTPUT", ..])
-            && words
-                .windows(2)
-                .any(|pair| matches!(pair[0], b"-j" | b"-g") && pair[1] == b"KUBE-SERVICES")
-    })
 }

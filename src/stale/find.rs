@@ -17,7 +17,7 @@ use crate::command::WrappedCommand;
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily};
-use crate::kernel::modules::{self, Presence};
+use crate::kernel::modules;
 use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 use crate::mode::Mode;
@@ -210,14 +210,8 @@ fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
 
 fn find_nft(finding: &mut Finding, save: Option<&SaveOutput>) -> Result<(), String> {
     let family = finding.family;
-    match modules::nf_tables() {
-        Presence::Present(_) | Presence::Askable(_) => {}
-        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(()),
-        Presence::Unknown(why) => {
-            return Err(format!(
-                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-            ))
-        }
+    if !modules::nf_tables_readable()? {
+        return Ok(());
     }
     let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
     let tables = socket.tables(family).map_err(|e| {
@@ -374,7 +368,7 @@ pub fn nft_own_base_chains(socket: &NftSocket, family: Family) -> std::io::Resul
 }
 
 /// The hook number, priority and type iptables-nft gives a built-in chain.
-fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'static str)> {
+pub(super) fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'static str)> {
     let hook = legacy::HOOK_CHAINS.iter().position(|c| *c == chain)? as u32;
     let (priority, chain_type) = match (table, chain) {
         ("raw", "PREROUTING" | "OUTPUT") => (-300, "filter"),
@@ -390,7 +384,7 @@ fn iptables_nft_base_chain(table: &str, chain: &str) -> Option<(u32, i32, &'stat
     Some((hook, priority, chain_type))
 }
 
-fn builtin_chains_of(table: &str) -> Vec<&'static str> {
+pub(super) fn builtin_chains_of(table: &str) -> Vec<&'static str> {
     BUILTIN_CHAINS
         .iter()
         .find(|(name, _)| *name == table)

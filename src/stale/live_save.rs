@@ -7,7 +7,7 @@ use super::find;
 use super::proof;
 use crate::family::Family;
 use crate::kernel::legacy;
-use crate::kernel::modules::{self, Presence};
+use crate::kernel::modules;
 use crate::kernel::nft::{DumpInterrupted, NftSocket};
 use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
@@ -99,14 +99,8 @@ fn proven_legacy(family: Family, private_lock: &Path) -> Result<Option<LiveSave>
 /// One reading of the live nf_tables tables, all at one generation (None:
 /// it moved meanwhile).
 fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, String> {
-    match modules::nf_tables() {
-        Presence::Present(_) | Presence::Askable(_) => {}
-        Presence::NotLoaded(_) | Presence::Missing(_) => return Ok(Some(LiveSave::default())),
-        Presence::Unknown(why) => {
-            return Err(format!(
-                "whether nf_tables is in the kernel is unknown, and asking could load it: {why}"
-            ))
-        }
+    if !modules::nf_tables_readable()? {
+        return Ok(Some(LiveSave::default()));
     }
     let socket = NftSocket::open().map_err(|e| format!("nf_tables cannot be read: {e}"))?;
     let generation = socket

@@ -4,13 +4,13 @@
 //! evaluates both) without a reboot.
 //!
 //! It decides the host's backend per family as a wrapped call does, and
-//! removes only when that decision is certain: the override, the host link,
-//! or a hint chain present in that backend alone that the rule counts do
-//! not contradict ([`certainty()`]), nor each family's own state
-//! (`family_contradiction`), and no other evidence contradicts
-//! ([`mod@certainty`]). Counts, the lock and the default can be
-//! wrong exactly in the mixed state, so then `--remove` refuses (exit 2)
-//! and says what would make it certain, and showing shows what each backend
+//! removes only when that decision is certain: the override or the host
+//! link ([`certainty()`]), not contradicted by each family's own state
+//! (`family_contradiction`) nor by other evidence ([`mod@certainty`]). A
+//! hint chain says where kubelet and kube-proxy write, not where the
+//! host's other writers do; counts, the lock and the default can be wrong
+//! exactly in the mixed state. So on those `--remove` refuses (exit 2) and
+//! says what would make it certain, and showing shows what each backend
 //! holds, saying that which one is stale is not certain, and why.
 //!
 //! Showing only reads, with `detect`'s promises: legacy tables are looked up
@@ -26,6 +26,7 @@
 pub mod backup;
 pub mod certainty;
 pub mod find;
+pub mod hooks;
 pub mod ipsets;
 pub mod judge;
 pub mod live_save;
@@ -145,18 +146,12 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
             decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
                 .map_err(|invalid| invalid.to_string())?;
         }
-        let by_hint = decision.decided_by == Source::HintChain;
-        let mut certain = certainty(&decision).and_then(|()| match family_state(&decision, family) {
-            Some(why) if by_hint => Err(why),
-            _ => Ok(()),
-        });
+        let mut certain = certainty(&decision);
         let mut against = false;
         if certain.is_ok() {
             let stale = find::find(decision.mode.other(), family);
             let mut lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
-            if !by_hint {
-                lines.extend(family_state(&decision, family));
-            }
+            lines.extend(family_state(&decision, family));
             let overruled = decision.decided_by == Source::Override && options.despite_contradiction;
             if overruled {
                 for line in &lines {
@@ -251,35 +246,23 @@ fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
 }
 
 /// Whether a decision is certain enough to call the other backend stale:
-/// the override, the host link, or a hint chain found in the chosen backend
-/// while the other's hint chains were read and are absent, and that the
-/// rest of the state does not contradict (the chosen backend holding no
-/// rules while the other holds some: see [`Decision::hint_contradicted`]).
-/// Err: what is missing.
+/// the override or the host link. Err: why not. A hint chain says where
+/// kubelet and kube-proxy write, not where the host's other writers do (a
+/// libvirt or hand-written nat table in the other backend is no Kubernetes
+/// state); the counts, the lock and the default say nothing certain.
 pub fn certainty(decision: &Decision) -> Result<(), String> {
     match decision.decided_by {
         Source::Override | Source::HostLink => Ok(()),
-        Source::HintChain => {
-            let hints = || decision.evidence.iter().filter(|e| e.source == Source::HintChain);
-            if let Some(other) = hints().find(|e| e.points_to == Some(decision.mode.other())) {
-                Err(format!("a hint chain is in both backends: {}", other.location))
-            } else if let Some(unread) = hints().find(|e| e.finding.is_unknown()) {
-                Err(format!("{}: {}", unread.location, unread.finding))
-            } else if decision.rule_counts.is_none() {
-                Err("the rule counts could not be read, so nothing shows the hint chain is not a stray one".into())
-            } else if let Some(why) = decision.hint_contradicted() {
-                Err(why)
-            } else {
-                Ok(())
-            }
-        }
+        Source::HintChain => Err(format!(
+            "{}; a hint chain says where kubelet and kube-proxy write, not where the host's other writers do",
+            decision.reason
+        )),
         _ => Err(decision.reason.to_string()),
     }
 }
 
 /// Why `family`'s own state contradicts `decision` (see
-/// [`family_contradiction`]), whichever family a hint chain is in; None
-/// when it does not.
+/// [`family_contradiction`]); None when it does not.
 fn family_state(decision: &Decision, family: Family) -> Option<String> {
     let mode = decision.mode;
     let state = |backend: Mode| {
@@ -289,7 +272,7 @@ fn family_state(decision: &Decision, family: Family) -> Option<String> {
             None => Ok(decisive_state(&finding.tables)),
         }
     };
-    family_contradiction(mode, family, state(mode), state(mode.other()), decision.decided_by)
+    family_contradiction(mode, family, state(mode), state(mode.other()))
 }
 
 /// What in `tables` decides a packet's fate: their rules and non-ACCEPT
@@ -312,36 +295,24 @@ fn decisive_state(tables: &[find::StaleTable]) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// Why `family`'s state contradicts a decision for `mode` by `source`: in
-/// `family`, the other backend holds rules or non-ACCEPT policies
-/// (`other`) while `mode` holds neither (`chosen`), or either is unknown.
-/// Tables are empty at boot: what the other holds, something wrote there
-/// since, and nothing wrote to `mode` (for a hint chain: the pattern of a
-/// stray empty chain, within one family).
+/// Why `family`'s state contradicts a decision for `mode`: in `family`,
+/// the other backend holds rules or non-ACCEPT policies (`other`) while
+/// `mode` holds neither (`chosen`). Tables are empty at boot: what the
+/// other holds, something wrote there since, and nothing wrote to `mode`.
+/// A state that cannot be read stops a removal by itself, saying so.
 fn family_contradiction(
     mode: Mode,
     family: Family,
     chosen: Result<Option<String>, String>,
     other: Result<Option<String>, String>,
-    source: Source,
 ) -> Option<String> {
     match (chosen, other) {
-        // A state that cannot be read stops a removal by itself, saying so.
-        (Err(_), _) | (_, Err(_)) if source != Source::HintChain => None,
-        (Err(why), _) | (_, Err(why)) => Some(format!("{}'s state cannot be read: {why}", family.label())),
         (Ok(None), Ok(Some(held))) => Some(format!(
-            "in {} {} holds {held} while {mode} holds none: {}",
+            "in {} {} holds {held} while {mode} holds none: what wrote them writes to {} (writers not restarted since the host switched, a program that runs iptables-{} by name)",
             family.label(),
             mode.other(),
-            if source == Source::HintChain {
-                "the hint chain may be a stray one".to_string()
-            } else {
-                format!(
-                    "what wrote them writes to {} (writers not restarted since the host switched, a program that runs iptables-{} by name)",
-                    mode.other(),
-                    mode.other()
-                )
-            }
+            mode.other(),
+            mode.other()
         )),
         _ => None,
     }
@@ -350,83 +321,44 @@ fn family_contradiction(
 #[cfg(test)]
 mod tests {
     use super::{certainty, decisive_state, family_contradiction, find};
-    use crate::decision::{Decision, Evidence, Finding, RuleCounts, Source};
+    use crate::decision::{Decision, Source};
     use crate::family::Family;
-    use crate::kernel::RuleBounds;
     use crate::mode::Mode;
 
-    fn counts(legacy: u64, nft: u64) -> Option<RuleCounts> {
-        Some(RuleCounts {
-            legacy: RuleBounds::exact(legacy),
-            legacy_method: "test".into(),
-            nft: RuleBounds::exact(nft),
-            nft_method: "test".into(),
-        })
-    }
-
-    fn by_hint_chain(finding: Finding) -> Decision {
+    fn decided_by(source: Source) -> Decision {
         Decision {
             command: "iptables",
             mode: Mode::Nft,
-            decided_by: Source::HintChain,
+            decided_by: source,
             reason: "hint chain KUBE-IPTABLES-HINT found in nft (ipv4)".into(),
-            evidence: vec![Evidence {
-                source: Source::HintChain,
-                location: "legacy mangle hint chains".into(),
-                finding,
-                method: "none".into(),
-                points_to: None,
-            }],
-            rule_counts: counts(3, 2),
+            evidence: Vec::new(),
+            rule_counts: None,
             lacking: Vec::new(),
             took: None,
         }
     }
 
     #[test]
-    fn a_hint_chain_in_a_backend_without_rules_is_contradicted_by_one_with_rules() {
-        let absent = || Finding::Absent("absent (ipv4, ipv6)".into());
-        let with = |rule_counts| Decision {
-            rule_counts,
-            ..by_hint_chain(absent())
-        };
-        assert_eq!(
-            certainty(&with(counts(202, 0))),
-            Err("nft holds no rules while legacy holds 202: the hint chain may be a stray one".to_string())
-        );
-        assert_eq!(certainty(&with(counts(202, 1))), Ok(()));
-        assert_eq!(certainty(&with(counts(0, 0))), Ok(()));
-        assert!(certainty(&with(None)).is_err());
+    fn only_the_override_and_the_host_link_are_certain() {
+        assert_eq!(certainty(&decided_by(Source::Override)), Ok(()));
+        assert_eq!(certainty(&decided_by(Source::HostLink)), Ok(()));
+        assert!(certainty(&decided_by(Source::HintChain))
+            .is_err_and(|why| why.contains("not where the host's other writers do")));
+        assert!(certainty(&decided_by(Source::RuleCounts)).is_err());
     }
 
     #[test]
-    fn a_hint_chain_is_contradicted_by_its_familys_own_state() {
+    fn a_decision_is_contradicted_by_its_familys_own_state() {
         let held = || Ok(Some("3 rules".to_string()));
-        assert_eq!(
-            family_contradiction(Mode::Nft, Family::Ipv6, Ok(None), held(), Source::HintChain),
-            Some("in ipv6 legacy holds 3 rules while nft holds none: the hint chain may be a stray one".to_string())
-        );
-        assert_eq!(
-            family_contradiction(Mode::Nft, Family::Ipv6, held(), held(), Source::HintChain),
-            None
-        );
-        assert_eq!(
-            family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None), Source::HostLink),
-            None
-        );
         assert!(
-            family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), held(), Source::HostLink)
-                .is_some_and(|why| why.contains("what wrote them writes to legacy"))
+            family_contradiction(Mode::Nft, Family::Ipv6, Ok(None), held()).is_some_and(|why| why
+                .starts_with("in ipv6 legacy holds 3 rules while nft holds none: what wrote them writes to legacy"))
         );
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv6, held(), held()), None);
+        assert_eq!(family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None)), None);
         assert_eq!(
-            family_contradiction(
-                Mode::Legacy,
-                Family::Ipv6,
-                Err("refused".into()),
-                Ok(None),
-                Source::HintChain
-            ),
-            Some("ipv6's state cannot be read: refused".to_string())
+            family_contradiction(Mode::Legacy, Family::Ipv6, Err("refused".into()), Ok(None)),
+            None
         );
     }
 
@@ -457,22 +389,6 @@ mod tests {
         assert_eq!(
             decisive_state(&[table(vec![chain("OUTPUT", true, Some("ACCEPT"), 1)])]),
             Some("1 rule".to_string())
-        );
-    }
-
-    #[test]
-    fn unread_hint_chains_are_found_by_their_finding() {
-        assert_eq!(
-            certainty(&by_hint_chain(Finding::unknown("GET_INFO refused"))),
-            Err("legacy mangle hint chains: unknown: GET_INFO refused".to_string())
-        );
-        assert_eq!(
-            certainty(&by_hint_chain(Finding::Absent("unknown (a name)".into()))),
-            Ok(())
-        );
-        assert_eq!(
-            certainty(&by_hint_chain(Finding::Absent("absent (ipv4, ipv6)".into()))),
-            Ok(())
         );
     }
 }

@@ -6,20 +6,23 @@
 //! short allowlist (`Need`; docs/mixed-state.md has it as a table). Every
 //! other rule, and every non-`ACCEPT` policy, must be in the live backend
 //! too, in the same table and chain (compared as printed, counters aside):
-//! - a rule that can end or leave the chain (`DROP`, `REJECT`, `NFQUEUE`,
-//!   `-g`, an unknown verdict, a jump to a chain holding one) reached the
-//!   same way there: the rules before it that could end the chain other
-//!   than by blocking, or change a packet, are the same rules in both, in
-//!   order, with the same user chains behind them (the stale chain may
-//!   have more that only take packets out); where a rule before it keeps
-//!   state of its own (`limit`, `statistic`, `connlimit`), every rule
-//!   before it is the same, since other packets would feed that state;
+//! - a rule that can only block or queue what it matches (`DROP`,
+//!   `REJECT`, `NFQUEUE`, `QUEUE`, a `-g`, a jump to a chain of only such
+//!   rules) reached the same way there: the rules before it that could
+//!   end the chain other than by blocking, or change a packet, are the
+//!   same rules in both, in order, with the same user chains behind them
+//!   (the stale chain may have more that only take packets out); where a
+//!   rule before it keeps state of its own (`limit`, `statistic`,
+//!   `connlimit`), every rule before it is the same, since other packets
+//!   would feed that state;
 //! - a policy likewise, over its whole chain;
-//! - a rule that changes packets (`MARK`, `CT`, `TTL`, ...) or loads a
-//!   match that may write what others read, in its whole chain's twin: the
-//!   live chain holds the same rules in the same order, and the user
-//!   chains behind them likewise, so no `ACCEPT` before it and no rule
-//!   after it that undoes it makes the twin another rule.
+//! - any other rule (one that changes packets, `MARK`, `CT`, `TTL`, a
+//!   verdict not known here such as `HMARK`, or one that loads a match
+//!   that may write what others read), and a jump to a chain holding one,
+//!   in its whole chain's twin: the live chain holds the same rules in the
+//!   same order, and the user chains behind them likewise, so no `ACCEPT`
+//!   before it and no rule after it that undoes it (a `MARK 0`) makes the
+//!   twin another rule.
 //!
 //! The `security` table's twins never count: the two backends hook it at
 //! different priorities (legacy at 50, iptables-nft at 150, a nat `INPUT`
@@ -28,10 +31,11 @@
 //! count. Rules of a user chain that no built-in chain reaches filter
 //! nothing.
 
+use super::hooks;
 use super::live_save::proven_live_save;
 use super::saved_rules::{
-    goes_to, keeps_no_shared_state, match_modules, parse, targets, SavedTable, BUILTIN_CHAINS, CHANGING_TARGETS,
-    NAT_TARGETS, SEEN_BY_NONE_TARGETS,
+    goes_to, keeps_no_shared_state, match_modules, parse, targets, SavedTable, BUILTIN_CHAINS, NAT_TARGETS,
+    SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
@@ -43,12 +47,15 @@ use std::path::Path;
 enum Need {
     /// Nothing: the rule changes nothing any reader can see.
     Nothing,
-    /// The whole chain's twin ([`same_chain`]): it changes packets or
-    /// loads a match that may write what others read.
-    Twin,
-    /// The same rule in the same chain, reached the same way: it can end
-    /// or leave the chain (filters, queues, goes to a chain).
+    /// The same rule in the same chain, reached the same way: it can only
+    /// block or queue the packets it matches (`DROP`, `REJECT`, `NFQUEUE`,
+    /// `QUEUE`), or goes to a chain needing no more.
     TwinInOrder,
+    /// The whole chain's twin ([`same_chain`]): it changes packets, loads a
+    /// match that may write what others read, or does what is not known
+    /// here (a verdict not listed), so the rules after it count too (a
+    /// live `MARK` after a twin may undo what it does).
+    Twin,
 }
 
 /// What each user chain of one table needs (see [`Need`]), computed once.
@@ -72,10 +79,11 @@ impl<'a> Needs<'a> {
     /// state, and in nat for the NAT verdicts and `MARK` whatever their
     /// matches (kube-proxy's stale DNATs, with the session affinity's
     /// `recent` and the `KUBE-MARK-MASQ` and `KUBE-MARK-DROP` marks); a
-    /// jump (`-j`) to a user chain needs what its rules need. A match that
-    /// may keep shared state makes a `Twin`; a verdict that changes packets
-    /// (`MARK`, ...) a `Twin`; any other verdict and a `-g` a
-    /// `TwinInOrder`.
+    /// jump or a go to a user chain needs what its rules need (a go at
+    /// least `TwinInOrder`). A verdict that only blocks or queues makes a
+    /// `TwinInOrder`; a match that may keep shared state, a verdict that
+    /// changes packets (`MARK`, ...) and any verdict not known here a
+    /// `Twin`.
     fn of_rule(&mut self, rule: &[u8]) -> Need {
         let mut need = if self.nat || keeps_no_shared_state(rule) {
             Need::Nothing
@@ -83,7 +91,7 @@ impl<'a> Needs<'a> {
             Need::Twin
         };
         if goes_to(rule) {
-            return Need::TwinInOrder;
+            need = need.max(Need::TwinInOrder);
         }
         for target in targets(rule) {
             let of_target = if self.table.is_user_chain(&target) {
@@ -92,10 +100,10 @@ impl<'a> Needs<'a> {
                 || (self.nat && (NAT_TARGETS.contains(&target.as_slice()) || target.as_slice() == b"MARK"))
             {
                 Need::Nothing
-            } else if CHANGING_TARGETS.contains(&target.as_slice()) {
-                Need::Twin
-            } else {
+            } else if ENDING_TARGETS.contains(&target.as_slice()) {
                 Need::TwinInOrder
+            } else {
+                Need::Twin
             };
             need = need.max(of_target);
         }
@@ -109,7 +117,7 @@ impl<'a> Needs<'a> {
         if let Some(&need) = self.chains.get(chain) {
             return need;
         }
-        self.chains.insert(chain.to_vec(), Need::TwinInOrder);
+        self.chains.insert(chain.to_vec(), Need::Twin);
         let rules = self.table.chain(chain);
         let need = rules.iter().map(|r| self.of_rule(r)).max().unwrap_or(Need::Nothing);
         self.chains.insert(chain.to_vec(), need);
@@ -207,6 +215,11 @@ fn keeps_own_state(rule: &[u8]) -> bool {
         .any(|m| OWN_STATE_MATCHES.contains(&m.as_slice()))
 }
 
+/// The verdicts that end the chain for the packets they match and can
+/// only block them or hand them to a queue: what follows them in the
+/// chain never meets those packets.
+const ENDING_TARGETS: [&[u8]; 4] = [b"DROP", b"REJECT", b"NFQUEUE", b"QUEUE"];
+
 /// The match modules that keep state of the rule's own (a rate, a count).
 const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
 
@@ -279,7 +292,8 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>) 
 }
 
 /// Per name in `tables`: the items of that table in `stale_save` that
-/// `live_save` does not hold a twin of (empty: it may go). With `own`
+/// `live_save` does not hold a twin of (empty: it may go); for a table in
+/// `no_twin`, every item that needs a twin. With `own`
 /// (nft's tables that are iptables-nft's, each with its base chains), only
 /// those tables of `live_save` count, and in them a built-in chain's name
 /// only where it is such a base chain.
@@ -287,6 +301,7 @@ pub fn unenforced(
     stale_save: &[u8],
     live_save: &[u8],
     own: Option<&[(&str, Vec<String>)]>,
+    no_twin: &[&str],
     tables: &[&str],
 ) -> Vec<Vec<Vec<u8>>> {
     let stale = parse(stale_save);
@@ -310,7 +325,7 @@ pub fn unenforced(
             };
             let live_table = live
                 .iter()
-                .find(|(n, _)| n.as_slice() == name.as_bytes())
+                .find(|(n, _)| n.as_slice() == name.as_bytes() && !no_twin.contains(name))
                 .map(|(_, t)| t);
             unenforced_items(name.as_bytes(), table, live_table)
         })
@@ -329,13 +344,23 @@ pub fn openings(
 ) -> Result<Vec<Option<String>>, String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
+    let shared = hooks::shared(family)?;
+    let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     Ok(
-        unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), tables)
+        unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), &no_twin, tables)
             .into_iter()
             .zip(tables)
             .map(|(items, table)| {
                 let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
-                describe(&items, live, inexact.map(|(_, why)| why.as_str()))
+                let between = shared.iter().find(|(name, _)| name == table);
+                let uncounted = match (inexact, between) {
+                    (_, Some((_, chain))) => Some(format!(
+                        "the base chain {chain} hooks where it does, at its priority, so it can run between the two backends' copies"
+                    )),
+                    (Some((_, why)), None) => Some(why.clone()),
+                    (None, None) => None,
+                };
+                describe(&items, live, uncounted.as_deref())
             })
             .collect(),
     )
@@ -345,8 +370,8 @@ pub fn openings(
 const ITEMS_SHOWN: usize = 20;
 
 /// "removing it would open the host: 2 items that nft holds no twin of:
-/// ...", naming why the live table was not counted (`inexact`).
-fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<String> {
+/// ...", naming why the live table was not counted (`uncounted`).
+fn describe(items: &[Vec<u8>], live: Mode, uncounted: Option<&str>) -> Option<String> {
     if items.is_empty() {
         return None;
     }
@@ -360,7 +385,7 @@ fn describe(items: &[Vec<u8>], live: Mode, inexact: Option<&str>) -> Option<Stri
         "removing it would open the host: {} item{} that {live} holds no twin of{}: {}{}",
         items.len(),
         if items.len() == 1 { "" } else { "s" },
-        inexact
+        uncounted
             .map(|why| format!(" (its own table of that name was not counted: {why})"))
             .unwrap_or_default(),
         shown.join("; "),

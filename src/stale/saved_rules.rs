@@ -25,27 +25,6 @@ pub(super) const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"R
 /// nothing a later rule can match: logging and tracing.
 const NEUTRAL_TARGETS: [&[u8]; 4] = [b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
 
-/// The verdicts after which the chain's evaluation goes on, having changed
-/// the packet, its connection, its route or a set: what they change stays
-/// with the packet, so the live backend must make the same change, in any
-/// order (kube-proxy reorders its rules on each start).
-pub(super) const CHANGING_TARGETS: [&[u8]; 14] = [
-    b"MARK",
-    b"CONNMARK",
-    b"CT",
-    b"NOTRACK",
-    b"CLASSIFY",
-    b"DSCP",
-    b"TOS",
-    b"TCPMSS",
-    b"TTL",
-    b"HL",
-    b"SECMARK",
-    b"CONNSECMARK",
-    b"CHECKSUM",
-    b"SET",
-];
-
 /// The match modules known to keep no state another rule can read: they
 /// read the packet, its connection or a mark, or keep state of the rule's
 /// own (`limit`, `statistic`, `connlimit`, `connbytes` reads). Any other

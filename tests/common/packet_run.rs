@@ -104,6 +104,9 @@ fn build(state: &State, written: Written) -> (Node, Topology) {
     let topology = Topology::around_this_thread();
     let mut script = state.node.commands.join("\n") + "\n";
     for backend in [state.stale_backend, live] {
+        if backend == live {
+            script += &state.node.between.iter().map(|c| format!("{c}\n")).collect::<String>();
+        }
         for (family, stale, live_lines) in &state.families {
             let mut lines: Vec<Line> = if backend == live {
                 live_lines.clone()
@@ -183,9 +186,11 @@ pub fn run(state: &State) -> Tally {
                 | Line::Chain { table: "security", .. }
         )
     };
+    // Nor do a table's twins where a native chain runs between the copies.
     let whole = state.copy == LiveCopy::Whole
         && state.families.iter().any(|(_, stale, _)| !stale.is_empty())
-        && !state.families.iter().any(|(_, stale, _)| stale.iter().any(in_security));
+        && !state.families.iter().any(|(_, stale, _)| stale.iter().any(in_security))
+        && state.node.between.is_empty();
     if whole {
         tally.wholly_copied += 1;
         if code == Some(0) {
@@ -359,19 +364,40 @@ fn judge_openings(state: &State, seemed: &[Flow]) -> Judged {
     judged
 }
 
-/// Whether every stale line is in the live backend too, in the same
-/// family, table and chain (each as often): the removal then leaves the
-/// host exactly as its live backend alone would run.
+/// Whether the stale backend is a copy of (part of) the live one: every
+/// stale line is in the live backend too, in the same family, table and
+/// chain (each as often), and each chain holding stale rules holds the
+/// same rules in the same order in both (a live rule after a copied one
+/// can undo it: that is no copy). The removal then leaves the host exactly
+/// as its live backend alone would run.
 fn stale_within_live(state: &State) -> bool {
+    fn rules_of<'a>(lines: &'a [Line], table: &str, chain: &str) -> Vec<&'a str> {
+        lines
+            .iter()
+            .filter_map(|l| match l {
+                Line::Rule {
+                    table: t,
+                    chain: c,
+                    rule,
+                } if *t == table && c == chain => Some(rule.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
     state.families.iter().all(|(_, stale, live)| {
         let mut left: Vec<&Line> = live.iter().collect();
-        stale.iter().all(|line| match left.iter().position(|l| *l == line) {
+        let within = stale.iter().all(|line| match left.iter().position(|l| *l == line) {
             Some(at) => {
                 left.swap_remove(at);
                 true
             }
             None => false,
-        })
+        });
+        within
+            && stale.iter().all(|line| match line {
+                Line::Rule { table, chain, .. } => rules_of(stale, table, chain) == rules_of(live, table, chain),
+                _ => true,
+            })
     })
 }
 
@@ -395,7 +421,10 @@ fn describe(
             text += &format!("--- {label} {} save:\n{save}", family.name());
         }
     }
-    text += &format!("--- node: {:?}\n", state.node.commands);
+    text += &format!(
+        "--- node: {:?}, between: {:?}\n",
+        state.node.commands, state.node.between
+    );
     text += &format!(
         "--- stale --remove exited {:?}:\n{}{}",
         out.status.code(),

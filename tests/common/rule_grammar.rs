@@ -177,17 +177,30 @@ pub fn restore_text(lines: &[Line]) -> String {
     text
 }
 
-/// What the node holds beside the backends: ipsets and policy routing.
+/// What the node holds beside the backends: ipsets, policy routing and
+/// native nftables tables.
 #[derive(Clone, Default, Debug)]
 pub struct NodeSetup {
-    /// Shell commands, run once each, in order.
+    /// Shell commands, run once each, in order, before either backend is
+    /// written.
     pub commands: Vec<String>,
+    /// Shell commands run after the stale backend is written and before
+    /// the live one: a hook registered then runs after the live copy's
+    /// and before the stale copy's at the same priority (the kernel puts
+    /// a new hook before those of its priority).
+    pub between: Vec<String>,
 }
 
 impl NodeSetup {
     pub fn add(&mut self, command: String) {
         if !self.commands.contains(&command) {
             self.commands.push(command);
+        }
+    }
+
+    pub fn add_between(&mut self, command: String) {
+        if !self.between.contains(&command) {
+            self.between.push(command);
         }
     }
 }
@@ -225,7 +238,7 @@ type Motif = fn(&mut Rng, &mut Rng, Family, &mut NodeSetup) -> Vec<Line>;
 
 /// Each motif with its weight (how often it is drawn): the accept list,
 /// where similar copies differ most subtly, most often.
-pub const MOTIFS: [(&str, Motif, usize); 15] = [
+pub const MOTIFS: [(&str, Motif, usize); 16] = [
     ("accept list before a block", super::rule_motifs::accept_list, 3),
     ("conntrack states", super::rule_motifs::conntrack_states, 1),
     ("mark read by a filter", super::rule_motifs::mark_filter, 1),
@@ -241,6 +254,7 @@ pub const MOTIFS: [(&str, Motif, usize); 15] = [
     ("harmless", super::rule_motifs::harmless, 1),
     ("docker-like writer", super::rule_motifs::docker, 1),
     ("calico-like writer", super::rule_motifs::calico, 1),
+    ("native chain between the copies", super::rule_motifs::native_between, 1),
 ];
 
 /// `count` motifs drawn by weight: (which, its shape's seed, its lines).
@@ -353,6 +367,7 @@ impl State {
             families,
             node: NodeSetup {
                 commands: node.iter().map(|c| c.to_string()).collect(),
+                between: Vec::new(),
             },
         }
     }

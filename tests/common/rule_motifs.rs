@@ -114,6 +114,19 @@ pub fn mark_filter(rng: &mut Rng, detail: &mut Rng, _: Family, _: &mut NodeSetup
     all
 }
 
+/// A mark read by a filter, and a native nftables chain clearing marks
+/// at mangle's hook and priority, made between the two backends: it runs
+/// after the live copy's mark and before the stale copy's, so only the
+/// stale copy's mark reaches the filter.
+pub fn native_between(rng: &mut Rng, detail: &mut Rng, family: Family, node: &mut NodeSetup) -> Vec<Line> {
+    let all = mark_filter(rng, detail, family, node);
+    node.add_between(
+        "nft add table inet native && nft add chain inet native pre '{ type filter hook prerouting priority -150; }' && nft add rule inet native pre meta mark set 0"
+            .into(),
+    );
+    all
+}
+
 pub fn connmark(rng: &mut Rng, detail: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
     let aim = Aim::new(rng, false);
     let mark = mark(detail);

@@ -108,7 +108,7 @@ pub use count::{RuleCount, RulesetKeptChanging};
 pub use empty::Emptied;
 pub use image::NftTableImage;
 pub use lookups::NftObject;
-pub use tables::{BaseChain, NftChain, NftTable, NF_ACCEPT};
+pub use tables::{BaseChain, HookedChain, NftChain, NftTable, NF_ACCEPT};
 
 /// `SO_NETNS_COOKIE` from `<asm-generic/socket.h>` (libc lacks it here).
 const SO_NETNS_COOKIE: c_int = 71;

@@ -37,6 +37,14 @@ pub(super) const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
 pub(super) const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
 pub(super) const NLM_F_DUMP_INTR: u16 = libc::NLM_F_DUMP_INTR as u16;
 
+/// `nfgenmsg`'s family for `family`: `NFPROTO_IPV4` or `NFPROTO_IPV6`.
+pub(super) fn family_nfproto(family: Family) -> u8 {
+    (match family {
+        Family::Ipv4 => libc::NFPROTO_IPV4,
+        Family::Ipv6 => libc::NFPROTO_IPV6,
+    }) as u8
+}
+
 /// An nf_tables request: message, family and attributes (a string, NUL
 /// terminated, or a big-endian u32).
 pub(super) struct Request {
@@ -54,14 +62,10 @@ pub(super) struct Request {
 
 impl Request {
     pub(super) fn new(nft_msg: c_int, family: Family) -> Request {
-        let nfproto = match family {
-            Family::Ipv4 => libc::NFPROTO_IPV4,
-            Family::Ipv6 => libc::NFPROTO_IPV6,
-        };
-        Request::for_nfproto(nft_msg, nfproto as u8)
+        Request::for_nfproto(nft_msg, family_nfproto(family))
     }
 
-    fn for_nfproto(nft_msg: c_int, nfproto: u8) -> Request {
+    pub(super) fn for_nfproto(nft_msg: c_int, nfproto: u8) -> Request {
         Request {
             message_type: ((libc::NFNL_SUBSYS_NFTABLES << 8) | nft_msg) as u16,
             nfproto,

@@ -12,8 +12,8 @@ use std::io;
 use std::ops::ControlFlow;
 
 use super::netlink::{
-    attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
-    NFTA_RULE_TABLE, NFTA_TABLE_NAME,
+    attributes, be_u32, family_nfproto, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
+    NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
 use super::{DumpInterrupted, NftSocket};
 use crate::family::Family;
@@ -114,42 +114,10 @@ impl NftSocket {
         let mut chains = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
         let end = self.dump(&request, |payload| {
-            let mut chain = NftChain {
-                name: String::new(),
-                base: None,
-                rules: 0,
-                rules_without_counter: 0,
-            };
-            let (mut hook, mut priority, mut chain_type, mut policy) = (None, 0, String::new(), NF_ACCEPT);
-            let mut in_table = false;
-            for (kind, value) in attributes(payload) {
-                match kind {
-                    NFTA_CHAIN_TABLE => in_table = until_nul(value) == table.as_bytes(),
-                    NFTA_CHAIN_NAME => chain.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
-                    NFTA_CHAIN_HOOK => {
-                        for (kind, value) in nested(value) {
-                            match kind {
-                                NFTA_HOOK_HOOKNUM => hook = be_u32(value),
-                                NFTA_HOOK_PRIORITY => priority = be_u32(value).unwrap_or(0) as i32,
-                                _ => {}
-                            }
-                        }
-                    }
-                    NFTA_CHAIN_TYPE => chain_type = String::from_utf8_lossy(until_nul(value)).into_owned(),
-                    NFTA_CHAIN_POLICY => policy = be_u32(value).unwrap_or(NF_ACCEPT),
-                    _ => {}
-                }
+            let (in_table, chain) = chain_of(payload);
+            if in_table == table.as_bytes() {
+                chains.push(chain);
             }
-            if !in_table {
-                return ControlFlow::Continue(());
-            }
-            chain.base = hook.map(|hook| BaseChain {
-                hook,
-                priority,
-                chain_type,
-                policy,
-            });
-            chains.push(chain);
             ControlFlow::Continue(())
         })?;
         end.complete()?;
@@ -178,6 +146,89 @@ impl NftSocket {
             end.complete()?;
         }
         Ok(chains)
+    }
+}
+
+/// A chain's table and the chain (its rules not counted), from one
+/// GETCHAIN reply.
+fn chain_of(payload: &[u8]) -> (&[u8], NftChain) {
+    let mut chain = NftChain {
+        name: String::new(),
+        base: None,
+        rules: 0,
+        rules_without_counter: 0,
+    };
+    let (mut hook, mut priority, mut chain_type, mut policy) = (None, 0, String::new(), NF_ACCEPT);
+    let mut table: &[u8] = b"";
+    for (kind, value) in attributes(payload) {
+        match kind {
+            NFTA_CHAIN_TABLE => table = until_nul(value),
+            NFTA_CHAIN_NAME => chain.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
+            NFTA_CHAIN_HOOK => {
+                for (kind, value) in nested(value) {
+                    match kind {
+                        NFTA_HOOK_HOOKNUM => hook = be_u32(value),
+                        NFTA_HOOK_PRIORITY => priority = be_u32(value).unwrap_or(0) as i32,
+                        _ => {}
+                    }
+                }
+            }
+            NFTA_CHAIN_TYPE => chain_type = String::from_utf8_lossy(until_nul(value)).into_owned(),
+            NFTA_CHAIN_POLICY => policy = be_u32(value).unwrap_or(NF_ACCEPT),
+            _ => {}
+        }
+    }
+    chain.base = hook.map(|hook| BaseChain {
+        hook,
+        priority,
+        chain_type,
+        policy,
+    });
+    (table, chain)
+}
+
+/// A base chain of any table that meets `family`'s packets: one of the
+/// family's own tables or of an `inet` one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookedChain {
+    /// As `nft` names it: `inet site pre`.
+    pub shown: String,
+    /// Its table's family is the family itself (not `inet`).
+    pub in_family: bool,
+    pub table: String,
+    pub chain: String,
+    pub hook: u32,
+    pub priority: i32,
+}
+
+impl NftSocket {
+    /// Every base chain `family`'s packets meet: GETCHAIN dumps of the
+    /// family and of `inet`.
+    pub fn hooked_chains(&self, family: Family) -> io::Result<Vec<HookedChain>> {
+        read_again_while_interrupted(|| {
+            let mut hooked = Vec::new();
+            for (nfproto, in_family) in [(family_nfproto(family), true), (libc::NFPROTO_INET as u8, false)] {
+                let request = Request::for_nfproto(libc::NFT_MSG_GETCHAIN, nfproto);
+                let end = self.dump(&request, |payload| {
+                    let (table, chain) = chain_of(payload);
+                    if let Some(base) = chain.base {
+                        let table = String::from_utf8_lossy(table).into_owned();
+                        let family_name = if in_family { family.nft_name() } else { "inet" };
+                        hooked.push(HookedChain {
+                            shown: format!("{family_name} {table} {}", chain.name),
+                            in_family,
+                            table,
+                            chain: chain.name,
+                            hook: base.hook,
+                            priority: base.priority,
+                        });
+                    }
+                    ControlFlow::Continue(())
+                })?;
+                end.complete()?;
+            }
+            Ok(hooked)
+        })
     }
 }
 

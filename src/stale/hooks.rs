@@ -1,0 +1,52 @@
+//! Which stale tables' twins do not count because another nftables base
+//! chain meets packets between the two backends' copies.
+//!
+//! Both backends hook an iptables table at the same point: the same hook
+//! and, but for `security`, the same priority (legacy's `NF_IP_PRI_*`, the
+//! priorities iptables-nft gives its base chains). A base chain of another
+//! table at that very hook and priority (a native `inet` or `ip` table's,
+//! or one of a table not iptables-nft's own) runs in the order the hooks
+//! were registered, so it can run after the live copy and before the stale
+//! one: what it changes (a `meta mark set 0`) the stale copy may change
+//! back, and the live twin, having run before it, cannot stand in for
+//! that. Such a table's twins do not count; it goes only where nothing in
+//! it needs a twin.
+
+use super::find;
+use crate::family::Family;
+use crate::kernel::modules;
+use crate::kernel::nft::{HookedChain, NftSocket};
+use crate::kernel::IPTABLES_TABLES;
+
+/// Per iptables table of `family` whose hook and priority another base
+/// chain shares: its name and that chain, as `nft` names it. Empty where
+/// nf_tables is not in the kernel. Read only.
+pub fn shared(family: Family) -> Result<Vec<(&'static str, String)>, String> {
+    if !modules::nf_tables_readable()? {
+        return Ok(Vec::new());
+    }
+    let unread = |e: std::io::Error| format!("the nftables base chains of {} cannot be read: {e}", family.label());
+    let socket = NftSocket::open().map_err(unread)?;
+    let own = find::nft_own_base_chains(&socket, family).map_err(unread)?;
+    let hooked = socket.hooked_chains(family).map_err(unread)?;
+    let is_own = |h: &HookedChain| {
+        h.in_family
+            && own
+                .iter()
+                .any(|(table, base)| *table == h.table && base.contains(&h.chain))
+    };
+    Ok(IPTABLES_TABLES
+        .iter()
+        .filter_map(|&table| {
+            let points: Vec<(u32, i32)> = find::builtin_chains_of(table)
+                .iter()
+                .filter_map(|chain| find::iptables_nft_base_chain(table, chain))
+                .map(|(hook, priority, _)| (hook, priority))
+                .collect();
+            hooked
+                .iter()
+                .find(|h| !is_own(h) && points.contains(&(h.hook, h.priority)))
+                .map(|h| (table, h.shown.clone()))
+        })
+        .collect())
+}
