@@ -28,6 +28,7 @@
 //! can leave behind.
 
 use super::find;
+use super::save_tool;
 use crate::decision::{Decision, Source};
 use crate::escape::Shown as _;
 use crate::family::Family;
@@ -243,8 +244,8 @@ fn writer_state_missing(mode: Mode, family: Family) -> Option<String> {
     }
     let services = chains().any(|(table, c)| table == "nat" && c.name == "KUBE-SERVICES" && c.rules > 0);
     let reached = services
-        && match find::save(mode, family) {
-            Ok(save) => reaches_kube_services(&find::sections(&save.stdout, &["nat"])),
+        && match save_tool::tables(mode, family, &["nat"]) {
+            Ok(save) => reaches_kube_services(&save_tool::sections(&save.stdout, &["nat"])),
             Err(why) => {
                 return Some(format!("{mode} {}'s nat table cannot be read: {why}", family.label()));
             }
