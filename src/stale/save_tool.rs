@@ -46,8 +46,8 @@ pub type Saved<'a> = (SaveOutput, Vec<(&'a str, String)>);
 /// A save holding `tables` of `family` (each one the kernel holds; it may
 /// hold others too), and each of them that cannot be saved, with why. For
 /// nft, the whole save; where that fails, one `<family>-nft-save -t TABLE`
-/// per table (which creates no table, not even a missing one, in 1.8.9 and
-/// 1.8.11), concatenated. For legacy, the whole save (an error if it fails).
+/// per table (which creates no table, not even a missing one, in 1.8.7,
+/// 1.8.9 and 1.8.11), concatenated. For legacy, the whole save (an error if it fails).
 pub fn each<'a>(backend: Mode, family: Family, tables: &[&'a str]) -> Result<Saved<'a>, String> {
     let mut all = SaveOutput {
         stdout: Vec::new(),
