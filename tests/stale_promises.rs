@@ -131,12 +131,39 @@ fn every_early_stop_prints_one_json_object() {
     );
     one_object(&out, "Not a directory");
     assert_eq!(legacy_saves(&node), legacy_before);
-    // The first reading fails (the stale backend's save tool does).
+    // The first reading fails (nf_tables refuses the wrapper's socket).
     let node = nft_stale_node("json-stops-read");
+    let nft_before = nft_ruleset(&node);
+    let mut command = node.wrapper();
+    command.args(["stale", "--remove", "--json"]);
+    let out = common::refuse_syscall(&mut command, libc::SYS_socket, &[(0, libc::AF_NETLINK as u32)])
+        .output()
+        .unwrap();
+    one_object(&out, "nf_tables cannot be read");
+    assert_eq!(nft_ruleset(&node), nft_before);
+}
+
+#[test]
+fn a_save_tool_that_fails_leaves_each_table_it_cannot_save() {
+    // Each table's own save fails: no backup, so each is left, and said.
+    let node = nft_stale_node("save-fails");
     let nft_before = nft_ruleset(&node);
     let sbin = backends_with(&node, &[("iptables-nft-save", "echo the save broke >&2; exit 3")]);
     let out = stale_with_backends(&node, &sbin, &["--remove", "--json"]);
-    one_object(&out, "the save broke");
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["removal"]["backup_files"], serde_json::json!([]), "{report}");
+    let failed = report["removal"]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{report}");
+    for (entry, table) in failed.iter().zip(["filter", "nat"]) {
+        assert_eq!(entry["table"], table, "{report}");
+        let error = entry["error"].as_str().unwrap();
+        assert!(
+            error.contains("iptables-nft-save cannot save it")
+                && error.contains(&format!("-t {table}) exit status: 3: the save broke")),
+            "{report}"
+        );
+    }
     assert_eq!(nft_ruleset(&node), nft_before);
 }
 

@@ -123,12 +123,92 @@ fn what_only_the_proof_can_see_is_refused_by_the_proof() {
         let failed = &report["removal"]["failed"];
         assert_eq!(failed[0]["table"], "filter", "{name}: {report}");
         let error = failed[0]["error"].as_str().unwrap();
-        assert!(
-            error.contains("does not restore it exactly") && error.contains(why),
-            "{name}: {error}"
-        );
+        // iptables-nft-save 1.8.11 cannot save a range of an IP header
+        // field at all: then the save itself refuses, before any proof.
+        if common::sh_output("iptables-nft-save -t filter").status.success() {
+            assert!(
+                error.contains("does not restore it exactly") && error.contains(why),
+                "{name}: {error}"
+            );
+        } else {
+            assert!(error.contains("iptables-nft-save cannot save it"), "{name}: {error}");
+        }
         assert_eq!(nft_ruleset(&node), before, "{name}");
     }
+}
+
+/// A rule iptables-nft-save cannot parse: it exits 3 ("range with unknown
+/// payload base") in 1.8.9 and 1.8.11 on a negated range of an IP header
+/// field, in a table of an iptables table's name and family (1.8.11 on any
+/// such range; 1.8.7 saves both, and this test has nothing to show there).
+const UNSAVABLE: &str = "ip saddr != 10.0.0.0-10.0.0.9";
+
+#[test]
+fn a_native_table_the_save_tool_cannot_read_fails_only_what_needs_it() {
+    // The native table fails iptables-nft-save for every table of its
+    // family; it is left alone (no counter), so only its own save may fail.
+    let ruleset = format!("{FILTER_CHAINS}add rule ip filter INPUT {UNSAVABLE} accept\n");
+    let tables = |node: &Node| node.sh("nft list tables");
+    let native = |node: &Node| node.sh("nft list table ip filter");
+    // A legacy host whose stale iptables-nft mangle table goes.
+    let node = legacy_host_with_native("unsavable-stale", &ruleset);
+    node.sh("iptables-nft -t mangle -A OUTPUT -j ACCEPT");
+    let whole = common::sh_output("iptables-nft-save");
+    if whole.status.success() {
+        eprintln!("skipped: this iptables-nft-save reads {UNSAVABLE:?}, so nothing here fails it");
+        return;
+    }
+    let (before, tables_before) = (native(&node), tables(&node));
+    let out = stale(&node, &["--remove"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("emptied: nft ipv4 mangle") && text.contains("left alone: nft ipv4 filter"),
+        "{text}"
+    );
+    assert_eq!(native(&node), before, "the native table is as it was");
+    assert_eq!(tables(&node), tables_before, "no table was made by a save of one table");
+    let dir = backup_dir_of(&out);
+    node.sh(&format!("iptables-nft-restore < {}/iptables-nft.rules", dir.display()));
+    assert!(node.sh("iptables-nft-save -t mangle").contains("-A OUTPUT -j ACCEPT"));
+    assert_eq!(native(&node), before, "the undo left the native table as it was");
+
+    // An nft host whose stale legacy mangle rule has its twin in
+    // iptables-nft's mangle table: the live side's proof needs that table's
+    // save, not the native one's.
+    let node = Node::new("unsavable-live");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    let file = node.path("ruleset.nft");
+    std::fs::write(&file, &ruleset).unwrap();
+    node.sh(&format!(
+        "nft -f {}
+iptables-nft -t mangle -A OUTPUT -j MARK --set-mark 1
+iptables-legacy -t mangle -A OUTPUT -j MARK --set-mark 1",
+        file.display()
+    ));
+    let before = native(&node);
+    let out = stale(&node, &["--remove"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("emptied: legacy ipv4 mangle"), "{text}");
+    assert_eq!(native(&node), before);
+
+    // Where the table that cannot be saved passes for iptables-nft's own (a
+    // counter in its rule), it cannot be backed up: its family is left, and
+    // the command says so and fails.
+    let ruleset = format!("{FILTER_CHAINS}add rule ip filter INPUT {UNSAVABLE} counter accept\n");
+    let node = legacy_host_with_native("unsavable-own", &ruleset);
+    node.sh("iptables-nft -t mangle -A OUTPUT -j ACCEPT");
+    let before = nft_ruleset(&node);
+    let out = stale(&node, &["--remove", "--allow-opening"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("left as it was: nft ipv4 filter: iptables-nft-save cannot save it")
+            && text.contains("left as it was: nft ipv4 mangle: left with the filter table"),
+        "{text}"
+    );
+    assert_eq!(nft_ruleset(&node), before);
 }
 
 #[test]

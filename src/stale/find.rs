@@ -12,17 +12,13 @@
 //! its tables in no way (no flag, no user data), so a native table built
 //! exactly like one of iptables-nft's cannot be told from it.
 
-use crate::backend;
-use crate::command::WrappedCommand;
-use crate::escape::Shown as _;
+use super::save_tool;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::kernel::modules;
 use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 use crate::mode::Mode;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 
 /// One chain's stale state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +62,9 @@ pub struct Finding {
     pub left: Vec<LeftTable>,
     /// Why the family could not be read, if it could not.
     pub unknown: Option<String>,
+    /// The stale tables (in `tables`) whose own save failed, and why: they
+    /// can be neither backed up nor removed.
+    pub unsaved: Vec<LeftTable>,
     /// The save tool it was read through, where the kernel refused the
     /// wrapper's own reads (None: read from the kernel directly).
     pub read_by: Option<String>,
@@ -80,29 +79,34 @@ impl Finding {
 
 /// What `backend` holds in `family`.
 pub fn find(backend: Mode, family: Family) -> Finding {
-    find_beside(backend, family, None)
+    find_saved(backend, family).0
 }
 
-/// What `backend` holds in `family`, where `save` is that family's save
-/// just taken, whose notes then need no save of their own.
-pub fn find_beside(backend: Mode, family: Family, save: Option<&SaveOutput>) -> Finding {
+/// What `backend` holds in `family`, with a save holding its stale tables
+/// taken while reading them (for nft, whose notes said each is
+/// iptables-nft's: [`save_tool::each`]; empty for legacy).
+pub fn find_saved(backend: Mode, family: Family) -> (Finding, Vec<u8>) {
+    let mut saved = Vec::new();
     let mut finding = Finding {
         family,
         backend,
         tables: Vec::new(),
         left: Vec::new(),
         unknown: None,
+        unsaved: Vec::new(),
         read_by: None,
     };
     let read = match backend {
         Mode::Legacy => find_legacy(&mut finding),
-        Mode::Nft => find_nft(&mut finding, save),
+        Mode::Nft => find_nft(&mut finding, &mut saved),
     };
     if let Err(why) = read {
         finding.tables.clear();
+        finding.unsaved.clear();
         finding.unknown = Some(why);
+        saved.clear();
     }
-    finding
+    (finding, saved)
 }
 
 fn find_legacy(finding: &mut Finding) -> Result<(), String> {
@@ -141,7 +145,7 @@ fn find_legacy(finding: &mut Finding) -> Result<(), String> {
 /// refused the wrapper's own reads with `refused`.
 fn find_legacy_saved(finding: &mut Finding, refused: &std::io::Error) -> Result<(), String> {
     let family = finding.family;
-    let saved = save(Mode::Legacy, family).map_err(|why| {
+    let saved = save_tool::legacy(family).map_err(|why| {
         format!(
             "legacy {} tables cannot be read: {refused}{}, and {}-legacy-save failed too: {why}",
             family.label(),
@@ -208,7 +212,7 @@ fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
     tables
 }
 
-fn find_nft(finding: &mut Finding, save: Option<&SaveOutput>) -> Result<(), String> {
+fn find_nft(finding: &mut Finding, saved: &mut Vec<u8>) -> Result<(), String> {
     let family = finding.family;
     if !modules::nf_tables_readable()? {
         return Ok(());
@@ -224,7 +228,7 @@ fn find_nft(finding: &mut Finding, save: Option<&SaveOutput>) -> Result<(), Stri
     let set_tables = socket
         .set_tables(family)
         .map_err(|e| format!("nf_tables {} sets cannot be read: {e}", family.nft_name()))?;
-    let mut save_notes: Option<Vec<String>> = None;
+    let mut candidates = Vec::new();
     for table in tables {
         let Some(&name) = IPTABLES_TABLES.iter().find(|t| **t == table.name) else {
             continue; // a native nftables table: never a candidate
@@ -249,32 +253,41 @@ fn find_nft(finding: &mut Finding, save: Option<&SaveOutput>) -> Result<(), Stri
             continue;
         }
         let sets = set_tables.iter().filter(|t| *t == name).count();
-        let mut why = nft_table_not_ours(&table, &chains, sets);
-        if why.is_none() {
-            let notes = match &save_notes {
-                Some(notes) => notes,
-                None => save_notes.insert(match save {
-                    Some(save) => incompatibility_notes(save),
-                    None => incompatibility_notes(&self::save(Mode::Nft, family)?),
-                }),
-            };
-            why = notes
-                .iter()
-                .find(|note| note.contains(&format!("`{name}'")))
-                .map(|note| format!("iptables-nft-save says: {}", note.trim_start_matches("# ")));
-        }
-        match why {
+        match nft_table_not_ours(&table, &chains, sets) {
             Some(why) => finding.left.push(LeftTable {
                 name: name.to_string(),
                 why,
             }),
-            None => finding.tables.push(StaleTable {
-                name,
-                builtin_chains: builtin_chains_of(name),
-                chains: holding,
-            }),
+            None => candidates.push((name, holding)),
         }
     }
+    let names: Vec<&str> = candidates.iter().map(|(name, _)| *name).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let (save, unsaved) = save_tool::each(Mode::Nft, family, &names)?;
+    let notes = incompatibility_notes(&save);
+    for (name, holding) in candidates {
+        if let Some(note) = notes.iter().find(|n| n.contains(&format!("`{name}'"))) {
+            finding.left.push(LeftTable {
+                name: name.to_string(),
+                why: format!("iptables-nft-save says: {}", note.trim_start_matches("# ")),
+            });
+            continue;
+        }
+        if let Some((_, why)) = unsaved.iter().find(|(table, _)| *table == name) {
+            finding.unsaved.push(LeftTable {
+                name: name.to_string(),
+                why: format!("iptables-nft-save cannot save it, so it cannot be backed up: {why}"),
+            });
+        }
+        finding.tables.push(StaleTable {
+            name,
+            builtin_chains: builtin_chains_of(name),
+            chains: holding,
+        });
+    }
+    *saved = save.stdout;
     Ok(())
 }
 
@@ -394,7 +407,7 @@ pub(super) fn builtin_chains_of(table: &str) -> Vec<&'static str> {
 
 /// The `# Table ... incompatible` notes of an `iptables-nft-save` (to
 /// stdout or stderr, depending on the version).
-fn incompatibility_notes(output: &SaveOutput) -> Vec<String> {
+fn incompatibility_notes(output: &save_tool::SaveOutput) -> Vec<String> {
     output
         .stdout
         .split(|&b| b == b'\n')
@@ -403,55 +416,4 @@ fn incompatibility_notes(output: &SaveOutput) -> Vec<String> {
         .filter(|line| line.starts_with("# Table") && line.contains("incompatible"))
         .map(|line| line.into_owned())
         .collect()
-}
-
-/// What a save tool printed, byte for byte.
-pub struct SaveOutput {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-}
-
-/// Runs `<family>-save` of `backend` (never with `-t`: legacy's would look
-/// the table up, and create it); an error unless it exits 0.
-pub fn save(backend: Mode, family: Family) -> Result<SaveOutput, String> {
-    let command = WrappedCommand::save_tool(family);
-    let tool = backend::locate(&command, backend).map_err(|e| e.to_string())?;
-    let output = Command::new(&tool.path)
-        .arg0(command.name)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", tool.path.shown()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} ({}-{backend}-save) {}: {}",
-            tool.path.shown(),
-            family.program(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(SaveOutput {
-        stdout: output.stdout,
-        stderr: output.stderr,
-    })
-}
-
-/// The sections of a save for the given tables (`*name` to `COMMIT`).
-pub fn sections(save: &[u8], tables: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut keep = false;
-    for line in save.split_inclusive(|&b| b == b'\n') {
-        let bare = line.strip_suffix(b"\n").unwrap_or(line);
-        if let Some(table) = bare.strip_prefix(b"*") {
-            keep = tables.iter().any(|t| t.as_bytes() == table);
-        }
-        if keep {
-            out.extend_from_slice(bare);
-            out.push(b'\n');
-        }
-        if bare == b"COMMIT" {
-            keep = false;
-        }
-    }
-    out
 }

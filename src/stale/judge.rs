@@ -12,6 +12,7 @@
 use super::find;
 use super::opening;
 use super::proof::Verdicts;
+use super::save_tool;
 use crate::family::Family;
 use crate::mode::Mode;
 use std::path::Path;
@@ -61,12 +62,26 @@ pub fn as_one((save, mut verdicts): Verdicts, opens: Vec<Option<String>>, names:
         .map(|(name, _)| *name)
         .collect();
     if held.is_empty() {
-        return (find::sections(&save, names), verdicts);
+        return (save_tool::sections(&save, names), verdicts);
     }
     for verdict in verdicts.iter_mut().filter(|v| v.is_ok()) {
         *verdict = Err(left_with(&held));
     }
     (Vec::new(), verdicts)
+}
+
+/// The verdicts of a family some of whose tables (`unsaved`, with why)
+/// have no save, so no backup: every table is left, as [`as_one`] leaves
+/// them.
+pub fn unsaved(unsaved: &[find::LeftTable], names: &[&str]) -> Verdicts {
+    let verdicts = names
+        .iter()
+        .map(|name| match unsaved.iter().find(|t| t.name == *name) {
+            Some(table) => Err(table.why.clone()),
+            None => Ok(()),
+        })
+        .collect();
+    as_one((Vec::new(), verdicts), vec![None; names.len()], names)
 }
 
 /// Per table of one family, what showing says of removing it: why it

@@ -5,6 +5,7 @@
 
 use super::find;
 use super::proof;
+use super::save_tool;
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules;
@@ -69,7 +70,7 @@ fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveS
             Err(why) => live.inexact.push((name.to_string(), why)),
         }
     }
-    live.exact = find::sections(save, &exact);
+    live.exact = save_tool::sections(save, &exact);
     live
 }
 
@@ -87,7 +88,7 @@ fn proven_legacy(family: Family, private_lock: &Path) -> Result<Option<LiveSave>
         return Ok(Some(LiveSave::default()));
     }
     let images = proof::legacy_images(family, &names)?;
-    let save = find::save(Mode::Legacy, family)?.stdout;
+    let save = save_tool::legacy(family)?.stdout;
     if proof::legacy_images(family, &names)? != images {
         return Ok(None);
     }
@@ -110,14 +111,25 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
         Err(e) if DumpInterrupted::is(&e) => return Ok(None),
         own => own.map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?,
     };
-    let names: Vec<&str> = own.iter().map(|(name, _)| *name).collect();
+    // A table iptables-nft-save cannot read (1.8.11 exits 3 on a rule it
+    // cannot parse) is not counted; the others are.
+    let all: Vec<&str> = own.iter().map(|(name, _)| *name).collect();
+    let (save, unsaved) = save_tool::each(Mode::Nft, family, &all)?;
+    let names: Vec<&str> = all
+        .into_iter()
+        .filter(|name| !unsaved.iter().any(|(table, _)| table == name))
+        .collect();
+    let unsaved: Vec<(String, String)> = unsaved
+        .into_iter()
+        .map(|(name, why)| (name.to_string(), format!("iptables-nft-save cannot save it: {why}")))
+        .collect();
     if names.is_empty() {
         return Ok(Some(LiveSave {
+            inexact: unsaved,
             own: Some(own),
             ..LiveSave::default()
         }));
     }
-    let save = find::save(Mode::Nft, family)?.stdout;
     let mut images = Vec::new();
     for table in &names {
         let (image, at) = match socket.table_image(family, table) {
@@ -136,8 +148,9 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
         return Ok(None);
     }
     proof::scratch_namespace_available()?;
-    let (_, verdicts) = proof::prove_nft("its save", family, &save, &names, &images, private_lock)?;
-    let mut live = kept(&save, &names, verdicts);
+    let (_, verdicts) = proof::prove_nft("its save", family, &save.stdout, &names, &images, private_lock)?;
+    let mut live = kept(&save.stdout, &names, verdicts);
+    live.inexact.extend(unsaved);
     live.own = Some(own);
     Ok(Some(live))
 }

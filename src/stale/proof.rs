@@ -23,8 +23,8 @@
 //! tables there. The namespace goes away with the thread. Where it cannot be
 //! made, nothing is proven and nothing is removed.
 
-use super::find;
 use super::ipsets::HostSets;
+use super::save_tool;
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::escape::Shown as _;
@@ -197,7 +197,7 @@ fn narrowed<I>(
             return Ok((Vec::new(), verdicts));
         }
         let chosen: Vec<&str> = candidates.iter().map(|&i| names[i]).collect();
-        let input = find::sections(save, &chosen);
+        let input = save_tool::sections(save, &chosen);
         match restored_by(&input, &chosen) {
             Ok(restored) => {
                 let mut all_exact = true;
@@ -214,7 +214,7 @@ fn narrowed<I>(
             Err(why) if candidates.len() == 1 => verdicts[candidates[0]] = Err(why),
             Err(_) => {
                 for &index in &candidates {
-                    let alone = find::sections(save, &[names[index]]);
+                    let alone = save_tool::sections(save, &[names[index]]);
                     if let Err(why) = restored_by(&alone, &[names[index]]) {
                         verdicts[index] = Err(why);
                     }

@@ -3,7 +3,9 @@
 //! read.
 //!
 //! The backup is the stale backend's full save of each family that holds a
-//! stale table (its own save tool, never with `-t`), byte for byte,
+//! stale table (its own save tool, without `-t`; for iptables-nft, where
+//! that fails, each stale table's own: [`save_tool`]), cut to the tables
+//! emptied, byte for byte,
 //! `iptables-<backend>.rules` and `ip6tables-<backend>.rules` in the backup
 //! directory ([`BackupDir`]). A table is emptied only when restoring that
 //! save into a scratch namespace gives the same table ([`proof`]) and the
@@ -32,6 +34,7 @@ use super::find::{self, Finding, StaleTable};
 use super::judge;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
+use super::save_tool;
 use super::show;
 use super::{HostBackend, Options};
 use crate::escape::Shown as _;
@@ -244,7 +247,7 @@ impl Removing<'_> {
         let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
         for _ in 0..LEGACY_TRIES {
             let live = proof::legacy_images(family, &names)?;
-            let save = find::save(Mode::Legacy, family)?.stdout;
+            let save = save_tool::legacy(family)?.stdout;
             if proof::legacy_images(family, &names)? != live {
                 continue;
             }
@@ -306,10 +309,9 @@ impl Removing<'_> {
             .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
         let mut read = Vec::new();
         for &family in families {
-            // The save first: its notes serve the finding, which needs no save
-            // of its own then; the generation check below covers all three.
-            let save = find::save(Mode::Nft, family)?;
-            let finding = find::find_beside(Mode::Nft, family, Some(&save));
+            // The finding saves each stale table (its notes say whether it is
+            // iptables-nft's); the generation check below covers all three.
+            let (finding, save) = find::find_saved(Mode::Nft, family);
             if let Some(why) = &finding.unknown {
                 return Err(why.clone());
             }
@@ -323,7 +325,7 @@ impl Removing<'_> {
             if at != generation {
                 return Ok(None);
             }
-            read.push((finding, names, images, save.stdout));
+            read.push((finding, names, images, save));
         }
         if socket
             .generation()
@@ -335,9 +337,13 @@ impl Removing<'_> {
         let mut judged = Vec::new();
         for (finding, names, images, save) in read {
             let family = finding.family;
-            let (save, verdicts) = self.judge(Mode::Nft, family, &save, &names, || {
-                proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
-            })?;
+            let (save, verdicts) = if finding.unsaved.is_empty() {
+                self.judge(Mode::Nft, family, &save, &names, || {
+                    proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
+                })?
+            } else {
+                judge::unsaved(&finding.unsaved, &names)
+            };
             judged.push(Proven {
                 finding,
                 save,

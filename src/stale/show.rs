@@ -9,6 +9,7 @@ use super::find::{self, Finding};
 use super::judge;
 use super::opening;
 use super::proof;
+use super::save_tool;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::escape::{bytes_shown, printable, saved_line, string};
 use crate::standard_fds::say;
@@ -64,7 +65,7 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
                 return Ok(Vec::new());
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
-            find::save(f.backend, f.family).map(|save| find::sections(&save.stdout, &names))
+            save_tool::tables(f.backend, f.family, &names).map(|save| save_tool::sections(&save.stdout, &names))
         })
         .collect()
 }
@@ -85,7 +86,7 @@ fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Openings {
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
             let opens = proof::AnonymousLock::new().and_then(|lock| {
-                find::save(f.backend, f.family)
+                save_tool::tables(f.backend, f.family, &names)
                     .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
             });
             let opens = match opens {

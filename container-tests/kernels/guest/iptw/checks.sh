@@ -208,11 +208,7 @@ while read -r name; do
         kernel_nft) skip=(--skip counts_stay_consistent_while_the_ruleset_changes
             --skip no_call_decides_on_a_count_torn_by_a_concurrent_restore --skip no_count_is_torn_by
             --skip commits_in_other_tables_leave_the_count_known --skip counts_are_never_torn_by_atomic_swaps) ;;
-        stale_safety) skip=(--skip an_nft_writer_loses_no_rule)
-            # Open (docs/testing.md): iptables-nft-save 1.8.11 (trixie) exits 3
-            # on a native table's range ("range with unknown payload base").
-            [[ "$(iptables-nft --version)" == *v1.8.11* ]] && skip+=(--skip native_nftables_rulesets_on_a_legacy_host_are_never_touched
-                --skip what_only_the_proof_can_see_is_refused_by_the_proof) ;;
+        stale_safety) skip=(--skip an_nft_writer_loses_no_rule) ;;
         kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules)
             # Open (docs/testing.md): two tests that refuse sockets by a
             # seccomp filter fail on armv7 and s390x.
