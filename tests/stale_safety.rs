@@ -941,3 +941,44 @@ iptables-nft -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 3 -
     assert!(stdout(&out).contains("emptied: nft ipv4 nat"), "{}", stdout(&out));
     assert!(!nft_ruleset(&node).contains("recent"), "{}", nft_ruleset(&node));
 }
+
+#[test]
+fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
+    // A legacy host: its writers take the lock, and the removal reads their
+    // twins, so it waits for the lock before it judges stale nft.
+    let node = Node::new("locknft");
+    node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
+    node.sh(
+        "iptables-legacy -A FORWARD -p tcp --dport 22 -j DROP && iptables-nft -A FORWARD -p tcp --dport 22 -j DROP",
+    );
+    let before = nft_ruleset(&node);
+    let mut holder = Command::new("flock")
+        .arg(&node.lockfile)
+        .args(["sleep", "15"])
+        .spawn()
+        .unwrap();
+    // The holder has the lock once `flock -n` fails.
+    while Command::new("flock")
+        .args(["-n"])
+        .arg(&node.lockfile)
+        .arg("true")
+        .status()
+        .unwrap()
+        .success()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = stale(&node, &["--remove"]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        format!("{}{}", stdout(&out), stderr(&out)).contains("nothing was changed"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(nft_ruleset(&node), before);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}

@@ -104,8 +104,10 @@ fn a_jump_is_judged_by_the_chain_it_reaches() {
 #[test]
 fn only_the_allowlist_goes_without_a_twin() {
     let save = b"*mangle\n:PREROUTING ACCEPT [0:0]\n:quiet - [0:0]\n-A PREROUTING -p tcp -m tcp --dport 22 -m comment --comment x -j ACCEPT\n-A PREROUTING -j LOG\n-A PREROUTING -m conntrack --ctstate NEW -j quiet\n-A PREROUTING -m mark --mark 0x1\n-A PREROUTING -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -j DSCP --set-dscp 0x2e\n-A PREROUTING -m recent --set --name BAD\n-A PREROUTING -m recent --rcheck --name BAD -j RETURN\n-A PREROUTING -g quiet\n-A quiet -j RETURN\nCOMMIT\n";
+    // A live nat table keeps connection tracking on without the stale rules.
+    let live = b"*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
     assert_eq!(
-        shown(unenforced(save, b"", None, &[], &["mangle"]))[0],
+        shown(unenforced(save, live, None, &[], &["mangle"]))[0],
         [
             "-A PREROUTING -j MARK --set-xmark 0x1/0xffffffff",
             "-A PREROUTING -j DSCP --set-dscp 0x2e",
@@ -205,4 +207,29 @@ fn a_jump_to_a_chain_that_changes_packets_needs_the_callers_whole_chain() {
         ["-A FORWARD -j x"]
     );
     assert_eq!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].len(), 0);
+}
+
+#[test]
+fn a_rule_keeping_conntrack_on_needs_a_twin_where_nothing_else_would() {
+    let stale =
+        b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n";
+    // Live: stateless. Emptying the last user turns conntrack and
+    // defragmentation off: the live length match would meet fragments.
+    let stateless =
+        b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -p udp -m length --length 1000:65535 -j DROP\nCOMMIT\n";
+    assert_eq!(
+        shown(unenforced(stale, stateless, None, &[], &["filter"]))[0],
+        ["-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"]
+    );
+    // A live rule using conntrack, a live nat table or a stale one (which
+    // stays, emptied) keeps it on.
+    let stateful = b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m state --state INVALID -j DROP\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale, stateful, None, &[], &["filter"]))[0].len(), 0);
+    let nat = b"*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale, nat, None, &[], &["filter"]))[0].len(), 0);
+    let with_nat = [stale.as_slice(), nat].concat();
+    assert_eq!(
+        shown(unenforced(&with_nat, stateless, None, &[], &["filter"]))[0].len(),
+        0
+    );
 }

@@ -168,11 +168,10 @@ impl Removing<'_> {
         nft_before: &[&Finding],
         removal: &mut Removal,
     ) -> Result<Option<HeldLock>, String> {
-        let lock = self.hold_xtables_lock(legacy, removal);
-        let legacy_judged = match lock {
-            Some(_) => self.judge_legacy(legacy, removal),
-            None => Vec::new(),
+        let Some(lock) = self.hold_xtables_lock(legacy, nft_before, removal) else {
+            return Ok(None);
         };
+        let legacy_judged = self.judge_legacy(legacy, removal);
         let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
         let socket = self.open_nft(&nft, removal);
         let first = match &socket {
@@ -191,23 +190,21 @@ impl Removing<'_> {
         if let Some(socket) = socket {
             self.empty_nft(&socket, nft_before, first, written, removal);
         }
-        Ok(lock)
+        Ok(Some(lock))
     }
 
-    /// The xtables lock, when legacy holds anything stale (None, with every
-    /// legacy table left, when it cannot be taken).
-    fn hold_xtables_lock(&self, legacy: &[Family], removal: &mut Removal) -> Option<HeldLock> {
-        if legacy.is_empty() {
-            return None;
-        }
+    /// The xtables lock, whichever backend is stale: legacy's writers
+    /// take it, so they wait while a stale legacy backend is judged and
+    /// emptied, and while a live legacy backend is read for the twins of a
+    /// stale nft one and that is emptied (None, with every stale family
+    /// left, when it cannot be taken).
+    fn hold_xtables_lock(&self, legacy: &[Family], nft_before: &[&Finding], removal: &mut Removal) -> Option<HeldLock> {
         match xtables_lock::hold(LOCK_WAIT) {
             Ok(held) => Some(held),
             Err(why) => {
                 let findings: Vec<Finding> = legacy.iter().map(|&f| find::find(Mode::Legacy, f)).collect();
-                removal.fail_all(
-                    &findings.iter().collect::<Vec<_>>(),
-                    &format!("{why}; nothing was changed"),
-                );
+                let all: Vec<&Finding> = findings.iter().chain(nft_before.iter().copied()).collect();
+                removal.fail_all(&all, &format!("{why}; nothing was changed"));
                 None
             }
         }

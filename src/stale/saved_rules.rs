@@ -91,6 +91,40 @@ pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
         .all(|m| SHARELESS_MATCHES.contains(&m.as_slice()))
 }
 
+/// The match modules and verdicts that keep connection tracking (and with
+/// it defragmentation) on in their family while a rule loads them: the
+/// kernel counts their users and turns both off with the last, so live
+/// rules that read whole datagrams (`length`, `string`) or a connection
+/// would then meet fragments and untracked packets.
+const CONNTRACK_USERS: [&[u8]; 17] = [
+    b"conntrack",
+    b"state",
+    b"helper",
+    b"connmark",
+    b"connbytes",
+    b"connlimit",
+    b"connlabel",
+    b"cluster",
+    b"CT",
+    b"CONNMARK",
+    b"CONNSECMARK",
+    b"SYNPROXY",
+    b"DNAT",
+    b"SNAT",
+    b"MASQUERADE",
+    b"REDIRECT",
+    b"NETMAP",
+];
+
+/// Whether `rule` loads a match or verdict that keeps connection tracking
+/// on (see [`CONNTRACK_USERS`]).
+pub(super) fn uses_conntrack(rule: &[u8]) -> bool {
+    match_modules(rule)
+        .iter()
+        .chain(&targets(rule))
+        .any(|m| CONNTRACK_USERS.contains(&m.as_slice()))
+}
+
 /// The match modules a rule loads (`-m NAME`, `--match NAME`).
 pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     let mut found = Vec::new();
