@@ -982,3 +982,60 @@ fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
 }
+
+/// How many packets the live `length` rule counts when a client one hop
+/// away (MTU 576) sends one 1,200-byte UDP datagram: 1 while the kernel
+/// defragments, 0 once it sees the three fragments alone.
+fn whole_datagrams_counted(node: &Node) -> u64 {
+    let counted = |node: &Node| -> u64 {
+        let listed = node.sh("iptables-nft -t mangle -L PREROUTING -v -x -n");
+        let line = listed.lines().find(|l| l.contains("length")).expect("the length rule");
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let before = counted(node);
+    node.sh("unshare -n sleep 30 & c=$!
+sleep 0.3
+ip link add vh type veth peer name vc
+ip link set vc netns $c
+ip addr add 10.9.0.1/24 dev vh
+ip link set vh up
+nsenter -t $c -n sh -ec 'ip link set lo up; ip addr add 10.9.0.2/24 dev vc; ip link set vc mtu 576; ip link set vc up'
+sleep 0.3
+nsenter -t $c -n bash -c 'printf \"%1200s\" x > /dev/udp/10.9.0.1/5000'
+sleep 0.3
+kill $c
+wait $c || true
+ip link del vh 2>/dev/null || true");
+    counted(node) - before
+}
+
+#[test]
+fn removing_the_last_rule_that_keeps_defragmentation_on_is_held() {
+    // Live: a stateless rule that drops whole datagrams of 1,000 bytes or
+    // more. Stale: the only rule that keeps conntrack, and with it
+    // defragmentation, on. Emptying it would let fragments past the rule.
+    let node = Node::new("defrag");
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.sh(
+        "iptables-nft -t mangle -A PREROUTING -p udp -m length --length 1000:65535 -j DROP
+iptables-legacy -N OLD
+iptables-legacy -A OLD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+    );
+    assert_eq!(whole_datagrams_counted(&node), 1, "defragmented before");
+    let before = legacy_saves(&node);
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("-A OLD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(legacy_saves(&node), before);
+    assert_eq!(whole_datagrams_counted(&node), 1, "still defragmented");
+    // A live rule that keeps it on lets the stale one go, and the live
+    // rule still meets whole datagrams.
+    node.sh("iptables-nft -A INPUT -m conntrack --ctstate INVALID -j DROP");
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_eq!(whole_datagrams_counted(&node), 1, "defragmented after");
+}

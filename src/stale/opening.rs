@@ -34,7 +34,7 @@
 use super::hooks;
 use super::live_save::proven_live_save;
 use super::saved_rules::{
-    goes_to, keeps_no_shared_state, match_modules, parse, targets, uses_conntrack, SavedTable, BUILTIN_CHAINS,
+    goes_to, keeps_defrag, keeps_no_shared_state, match_modules, parse, targets, SavedTable, BUILTIN_CHAINS,
     NAT_TARGETS, SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
@@ -62,18 +62,18 @@ enum Need {
 struct Needs<'a> {
     table: &'a SavedTable,
     nat: bool,
-    /// Connection tracking stays on in the family without the stale
-    /// backend's rules (see [`conntrack_stays`]).
-    conntrack_stays: bool,
+    /// Defragmentation stays on in the family without the stale backend's
+    /// rules (see [`defrag_stays`]).
+    defrag_stays: bool,
     chains: HashMap<Vec<u8>, Need>,
 }
 
 impl<'a> Needs<'a> {
-    fn new(table: &'a SavedTable, name: &[u8], conntrack_stays: bool) -> Needs<'a> {
+    fn new(table: &'a SavedTable, name: &[u8], defrag_stays: bool) -> Needs<'a> {
         Needs {
             table,
             nat: name == b"nat",
-            conntrack_stays,
+            defrag_stays,
             chains: HashMap::new(),
         }
     }
@@ -87,16 +87,15 @@ impl<'a> Needs<'a> {
     /// least `TwinInOrder`). A verdict that only blocks or queues makes a
     /// `TwinInOrder`; a match that may keep shared state, a verdict that
     /// changes packets (`MARK`, ...) and any verdict not known here a
-    /// `Twin`. Where connection tracking would go off without the stale
-    /// rules, a rule that keeps it on needs a twin too (one would keep it
-    /// on).
+    /// `Twin`. Where defragmentation would go off without the stale rules,
+    /// a rule that keeps it on needs a twin too (one would keep it on).
     fn of_rule(&mut self, rule: &[u8]) -> Need {
         let mut need = if self.nat || keeps_no_shared_state(rule) {
             Need::Nothing
         } else {
             Need::Twin
         };
-        if !self.conntrack_stays && uses_conntrack(rule) {
+        if !self.defrag_stays && keeps_defrag(rule) {
             need = need.max(Need::TwinInOrder);
         }
         if goes_to(rule) {
@@ -244,7 +243,7 @@ const NO_TWIN_ACROSS_BACKENDS: [&[u8]; 1] = [b"security"];
 /// packets to as the stale one does (a stale `RETURN` or `-g` in a
 /// built-in chain, which sends packets to its policy at once, is then in
 /// the live chain too).
-fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, conntrack_stays: bool) -> Vec<Vec<u8>> {
+fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, defrag_stays: bool) -> Vec<Vec<u8>> {
     let empty = SavedTable::default();
     let live = match live {
         Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
@@ -255,7 +254,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         live: live.harmless_chains(),
         stale_exiting: table.exiting_chains(),
     };
-    let mut needs = Needs::new(table, name, conntrack_stays);
+    let mut needs = Needs::new(table, name, defrag_stays);
     let mut items = Vec::new();
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
@@ -274,6 +273,11 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         *at += 1;
         let at = *at - 1;
         if !reachable.contains(chain) {
+            // It filters nothing, but the kernel loads its matches all
+            // the same.
+            if !defrag_stays && keeps_defrag(line) {
+                items.push(line.clone());
+            }
             continue;
         }
         let need = needs.of_rule(line);
@@ -336,23 +340,19 @@ pub fn unenforced(
                 .iter()
                 .find(|(n, _)| n.as_slice() == name.as_bytes() && !no_twin.contains(name))
                 .map(|(_, t)| t);
-            unenforced_items(name.as_bytes(), table, live_table, conntrack_stays(&stale, &live))
+            unenforced_items(name.as_bytes(), table, live_table, defrag_stays(&live))
         })
         .collect()
 }
 
-/// Whether connection tracking stays on in the family once the stale
-/// backend is emptied: the live backend holds a nat table (its hooks use
-/// it) or a rule that keeps it on, or the stale backend a nat table (an
-/// emptied table stays, hooks and all). Users outside iptables (a native
-/// nftables `ct` rule, IPVS) are not read, so they do not count.
-fn conntrack_stays(stale: &[(Vec<u8>, SavedTable)], live: &[(Vec<u8>, SavedTable)]) -> bool {
-    let nat = |tables: &[(Vec<u8>, SavedTable)]| tables.iter().any(|(name, _)| name.as_slice() == b"nat");
-    nat(stale)
-        || nat(live)
-        || live
-            .iter()
-            .any(|(_, table)| table.rules.iter().any(|(_, rule)| uses_conntrack(rule)))
+/// Whether defragmentation stays on in the family once the stale backend
+/// is emptied: the live backend holds a rule that keeps it on, in any
+/// chain (a nat table alone does not: its NAT verdicts do). Users outside
+/// iptables (a native nftables `ct` rule, IPVS) are not read, so they do
+/// not count.
+fn defrag_stays(live: &[(Vec<u8>, SavedTable)]) -> bool {
+    live.iter()
+        .any(|(_, table)| table.rules.iter().any(|(_, rule)| keeps_defrag(rule)))
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it

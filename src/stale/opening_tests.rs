@@ -11,10 +11,14 @@ fn shown(items: Vec<Vec<Vec<u8>>>) -> Vec<Vec<String>> {
 
 const FERM: &[u8] = b"*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:blocked - [0:0]\n-A INPUT -i lo -j ACCEPT\n-A INPUT -s 192.0.2.0/24 -j blocked\n-A INPUT -p tcp -m tcp --dport 22 -j REJECT --reject-with icmp-port-unreachable\n-A blocked -j DROP\nCOMMIT\n*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MASQUERADE\nCOMMIT\n";
 
+/// A live backend whose one rule keeps defragmentation on (and changes no
+/// other table's items).
+const KEEPS_DEFRAG: &[u8] = b"*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o nosuch0 -j MASQUERADE\nCOMMIT\n";
+
 #[test]
 fn drops_rejects_chains_leading_to_them_and_policies_are_filtering() {
     assert_eq!(
-        shown(unenforced(FERM, b"", None, &[], &["filter", "nat", "raw"])),
+        shown(unenforced(FERM, KEEPS_DEFRAG, None, &[], &["filter", "nat", "raw"])),
         [
             vec![
                 ":INPUT DROP",
@@ -104,8 +108,8 @@ fn a_jump_is_judged_by_the_chain_it_reaches() {
 #[test]
 fn only_the_allowlist_goes_without_a_twin() {
     let save = b"*mangle\n:PREROUTING ACCEPT [0:0]\n:quiet - [0:0]\n-A PREROUTING -p tcp -m tcp --dport 22 -m comment --comment x -j ACCEPT\n-A PREROUTING -j LOG\n-A PREROUTING -m conntrack --ctstate NEW -j quiet\n-A PREROUTING -m mark --mark 0x1\n-A PREROUTING -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -j DSCP --set-dscp 0x2e\n-A PREROUTING -m recent --set --name BAD\n-A PREROUTING -m recent --rcheck --name BAD -j RETURN\n-A PREROUTING -g quiet\n-A quiet -j RETURN\nCOMMIT\n";
-    // A live nat table keeps connection tracking on without the stale rules.
-    let live = b"*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
+    // A live rule keeps defragmentation on without the stale rules.
+    let live = b"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j MASQUERADE\nCOMMIT\n";
     assert_eq!(
         shown(unenforced(save, live, None, &[], &["mangle"]))[0],
         [
@@ -123,7 +127,12 @@ fn nat_rules_go_without_a_twin_but_a_filtering_verdict_there_does_not() {
     // kube-proxy's stale Service to an endpoint long gone: its marks, its
     // session affinity's recent list, its DNAT.
     let save = b"*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SEP-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-X --mask 255.255.255.255 --rsource -j KUBE-SEP-X\n-A KUBE-SEP-X -s 10.244.0.9/32 -j KUBE-MARK-MASQ\n-A KUBE-SEP-X -p tcp -m recent --set --name KUBE-SEP-X --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.0.9:6443\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\nCOMMIT\n";
-    assert_eq!(shown(unenforced(save, b"", None, &[], &["nat"]))[0].len(), 0);
+    assert_eq!(shown(unenforced(save, KEEPS_DEFRAG, None, &[], &["nat"]))[0].len(), 0);
+    // Without a live rule keeping defragmentation on, the DNAT needs its
+    // twin, and so do the jumps that lead to it.
+    let items = shown(unenforced(save, b"", None, &[], &["nat"])).remove(0);
+    assert_eq!(items.len(), 3, "{items:?}");
+    assert!(items.iter().all(|i| !i.contains("MARK")), "{items:?}");
     // A verdict no NAT or mark in nat needs its twin.
     let queue = b"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 22 -j NFQUEUE --queue-num 1\n-A PREROUTING -j CONNMARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
     assert_eq!(shown(unenforced(queue, b"", None, &[], &["nat"]))[0].len(), 2);
@@ -210,26 +219,27 @@ fn a_jump_to_a_chain_that_changes_packets_needs_the_callers_whole_chain() {
 }
 
 #[test]
-fn a_rule_keeping_conntrack_on_needs_a_twin_where_nothing_else_would() {
+fn a_rule_keeping_defrag_on_needs_a_twin_where_nothing_else_would() {
     let stale =
         b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n";
     // Live: stateless. Emptying the last user turns conntrack and
     // defragmentation off: the live length match would meet fragments.
     let stateless =
         b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -p udp -m length --length 1000:65535 -j DROP\nCOMMIT\n";
-    assert_eq!(
-        shown(unenforced(stale, stateless, None, &[], &["filter"]))[0],
-        ["-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"]
-    );
-    // A live rule using conntrack, a live nat table or a stale one (which
-    // stays, emptied) keeps it on.
-    let stateful = b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m state --state INVALID -j DROP\nCOMMIT\n";
-    assert_eq!(shown(unenforced(stale, stateful, None, &[], &["filter"]))[0].len(), 0);
-    let nat = b"*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
-    assert_eq!(shown(unenforced(stale, nat, None, &[], &["filter"]))[0].len(), 0);
+    let item = ["-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"];
+    assert_eq!(shown(unenforced(stale, stateless, None, &[], &["filter"]))[0], item);
+    // A nat table alone keeps nothing on, nor does a stale one.
+    let nat = b"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j ACCEPT\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale, nat, None, &[], &["filter"]))[0], item);
     let with_nat = [stale.as_slice(), nat].concat();
+    assert_eq!(shown(unenforced(&with_nat, stateless, None, &[], &["filter"]))[0], item);
+    // A live rule keeping it on, in any chain, does.
+    let stateful = b"*filter\n:FORWARD ACCEPT [0:0]\n:unused - [0:0]\n-A unused -m socket -j ACCEPT\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale, stateful, None, &[], &["filter"]))[0].len(), 0);
+    // A chain nothing reaches still keeps it on: its rule is an item.
+    let unreached = b"*mangle\n:PREROUTING ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -m socket -j ACCEPT\nCOMMIT\n";
     assert_eq!(
-        shown(unenforced(&with_nat, stateless, None, &[], &["filter"]))[0].len(),
-        0
+        shown(unenforced(unreached, stateless, None, &[], &["mangle"]))[0],
+        ["-A OLD -m socket -j ACCEPT"]
     );
 }

@@ -91,12 +91,13 @@ pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
         .all(|m| SHARELESS_MATCHES.contains(&m.as_slice()))
 }
 
-/// The match modules and verdicts that keep connection tracking (and with
-/// it defragmentation) on in their family while a rule loads them: the
-/// kernel counts their users and turns both off with the last, so live
-/// rules that read whole datagrams (`length`, `string`) or a connection
-/// would then meet fragments and untracked packets.
-const CONNTRACK_USERS: [&[u8]; 17] = [
+/// The match modules and verdicts that keep defragmentation on in their
+/// family while a rule loads them, reached by a hook or not: connection
+/// tracking's users (which defragments for them) and `socket` and
+/// `TPROXY`. The kernel counts them and turns defragmentation off with
+/// the last, so live rules that read whole datagrams (`length`, `string`)
+/// would then meet fragments (and, with conntrack off, untracked packets).
+const DEFRAG_KEEPERS: [&[u8]; 19] = [
     b"conntrack",
     b"state",
     b"helper",
@@ -105,10 +106,12 @@ const CONNTRACK_USERS: [&[u8]; 17] = [
     b"connlimit",
     b"connlabel",
     b"cluster",
+    b"socket",
     b"CT",
     b"CONNMARK",
     b"CONNSECMARK",
     b"SYNPROXY",
+    b"TPROXY",
     b"DNAT",
     b"SNAT",
     b"MASQUERADE",
@@ -116,13 +119,13 @@ const CONNTRACK_USERS: [&[u8]; 17] = [
     b"NETMAP",
 ];
 
-/// Whether `rule` loads a match or verdict that keeps connection tracking
-/// on (see [`CONNTRACK_USERS`]).
-pub(super) fn uses_conntrack(rule: &[u8]) -> bool {
+/// Whether `rule` loads a match or verdict that keeps defragmentation on
+/// (see [`DEFRAG_KEEPERS`]).
+pub(super) fn keeps_defrag(rule: &[u8]) -> bool {
     match_modules(rule)
         .iter()
         .chain(&targets(rule))
-        .any(|m| CONNTRACK_USERS.contains(&m.as_slice()))
+        .any(|m| DEFRAG_KEEPERS.contains(&m.as_slice()))
 }
 
 /// The match modules a rule loads (`-m NAME`, `--match NAME`).
