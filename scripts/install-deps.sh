@@ -11,10 +11,14 @@
 #     scripts/qemu-smoke.sh and scripts/qemu-lib-tests.sh), the cross gcc
 #     and libc of armv7, ppc64le, riscv64 and s390x (their static glibc
 #     builds link with it), python3-venv where python3 cannot make a venv,
-#     prometheus (promtool: the alert rules' tests), and conntrack, ipset and
-#     ebtables, which a node usually has (kube-proxy runs conntrack from its
-#     syncs where it is installed: the suite passes on a machine set up
-#     like a node, not only on a bare one);
+#     prometheus (promtool: the alert rules' tests), and conntrack, ipset,
+#     ebtables and arptables, which a node usually has (kube-proxy runs
+#     conntrack from its syncs where it is installed: the suite passes on a
+#     machine set up like a node, not only on a bare one). arptables is
+#     looked for as arptables-legacy, the package's own: iptables' package
+#     already links /usr/sbin/arptables to arptables-nft (an alternative at
+#     priority 20, above the package's arptables-legacy at 10, so
+#     installing it leaves the link where it was);
 #   - the Rust targets of all six shipped architectures (.cargo/config.toml
 #     builds for x86_64 musl by default, so `cargo test` needs it;
 #     scripts/build-static.sh --all all six), rustfmt and clippy (the style
@@ -34,7 +38,8 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 packages=()
 for pair in iptables-legacy:iptables iptables-nft:iptables xtables-legacy-multi:iptables \
     xtables-nft-multi:iptables nft:nftables unshare:util-linux strace:strace promtool:prometheus \
-    setcap:libcap2-bin conntrack:conntrack ipset:ipset ebtables:ebtables; do
+    setcap:libcap2-bin conntrack:conntrack ipset:ipset ebtables:ebtables \
+    arptables-legacy:arptables; do
     has_tool "${pair%%:*}" || packages+=("${pair#*:}")
 done
 if [[ "$(uname -m)" == x86_64 ]] && ! has_tool qemu-s390x-static; then packages+=(qemu-user-static); fi

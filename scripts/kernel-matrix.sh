@@ -17,17 +17,17 @@
 #    apt with a private configuration and pinned with their sha256
 #    (container-tests/kernels/fetch.sh).
 # 2. The wrapper for its architecture (dist/iptables-wrapper-ARCH, from
-#    scripts/build-static.sh --all) and the test binaries of
-#    tests/kernel_evidence.rs, kernel_legacy.rs, kernel_nft.rs,
-#    stale_safety.rs and count_cache.rs, cross-built by cargo for
-#    TEST_GUESTS' architectures (profile kernel-matrix: unoptimised, no
-#    debug information;
-#    the wrapper they run goes to the path cargo built it at).
+#    scripts/build-static.sh --all) and the test binaries GUEST_TESTS
+#    names (of tests/kernel_evidence.rs, kernel_legacy.rs, kernel_nft.rs,
+#    stale_safety.rs and count_cache.rs), cross-built by cargo for their
+#    guests' architectures (profile kernel-matrix: unoptimised, no debug
+#    information; the wrapper they run goes to the path cargo built it at).
 # 3. Kernel and initramfs, offline from the cache
 #    (container-tests/kernels/build-initramfs.sh), kept under a key of
 #    everything that goes in: built again only when something changed.
 # 4. Boot under qemu-system-ARCH (-smp 1, 1 GiB), IPTW_KERNEL_JOBS guests
-#    at once (2); the console goes to target/kernel-matrix/GUEST.console,
+#    at once (2), in the order of guests.txt, which lists the longest
+#    first (the short ones fill in at the end); the console goes to target/kernel-matrix/GUEST.console,
 #    and only its checksummed lines count (container-tests/kernels/guest/init).
 #
 # Installs what it needs (scripts/apt-install.sh): qemu-system-x86,
@@ -41,12 +41,23 @@ CACHE="${IPTW_KERNEL_CACHE:-/var/cache/iptables-wrapper-kernels}"
 JOBS="${IPTW_KERNEL_JOBS:-2}"
 OUT="$REPO/target/kernel-matrix"
 TESTS=(kernel_evidence kernel_legacy kernel_nft stale_safety count_cache)
-# The guests that run the integration tests too: the oldest kernel (5.10,
-# no netns cookie), 32-bit armv7 (the x_tables walk of its own layout) and
-# big-endian s390x. Each architecture costs a cross build of the crate and
-# its test dependencies, each guest minutes of emulation; docs/testing.md
-# says what the others run instead.
-TEST_GUESTS=(amd64-5.10 armv7-6.12 s390x-6.12)
+# The integration tests each guest runs (the other guests run none): the
+# kernel-facing three on the oldest kernel (5.10, no netns cookie), on
+# 32-bit armv7 (the x_tables walk of its own layout) and on big-endian
+# s390x; the removal's safety tests on 5.10 (the oldest kernel's lock
+# and generation) and on amd64 6.12 (trixie's iptables 1.8.11 and its
+# save tool; every guest runs the stale checks), the count
+# cache's on s390x only (its file and the cookie in the other byte order;
+# every guest but 5.10 runs the count cache check). Each architecture
+# costs a cross build of the crate and its test dependencies, each test
+# minutes of emulation on armv7 and s390x; docs/testing.md says what the
+# others run instead.
+declare -A GUEST_TESTS=(
+    [amd64-5.10]="kernel_evidence kernel_legacy kernel_nft stale_safety"
+    [armv7-6.12]="kernel_evidence kernel_legacy kernel_nft"
+    [s390x-6.12]="kernel_evidence kernel_legacy kernel_nft count_cache"
+    [amd64-6.12]="stale_safety"
+)
 # A guest that has not powered off by then has hung.
 BOOT_TIMEOUT="${IPTW_KERNEL_TIMEOUT:-900}"
 
@@ -56,8 +67,8 @@ log() { echo "kernel-matrix: $*" >&2; }
 guest_line() { awk -v n="$1" '$1 == n' "$KDIR/guests.txt"; }
 
 # qemu_command DEBIAN-ARCH KERNEL INITRD TESTS: sets QEMU to the command
-# booting it; TESTS (0 or 1, on the kernel's command line) says whether the
-# guest runs the integration tests.
+# booting it; TESTS (on the kernel's command line: the names, comma
+# separated, or "none") says which integration tests the guest runs.
 qemu_command() {
     local arch="$1" append="quiet loglevel=1 panic=-1 rdinit=/init iptw.tests=$4"
     local common=(-m 1024 -smp 1 -nographic -no-reboot -nic none -kernel "$2" -initrd "$3")
@@ -72,21 +83,25 @@ qemu_command() {
     esac
 }
 
-# test_binaries ARCH PAYLOAD: cross-builds the integration tests for ARCH
-# and lays them out under PAYLOAD (/iptw/tests/NAME, and the wrapper they
-# run at the path cargo built it at).
+# test_binaries ARCH PAYLOAD: cross-builds the integration tests ARCH's
+# guests run and lays them out under PAYLOAD (/iptw/tests/NAME, and the
+# wrapper they run at the path cargo built it at).
 test_binaries() {
-    local arch="$1" payload="$2" target json
+    local arch="$1" payload="$2" target json guest more wanted=()
     target="$(bash scripts/static-target.sh "$arch")"
     mkdir -p "$payload/iptw/tests"
     printf '%s\n' "${TESTS[@]}" >"$payload/iptw/tests.list"
-    local guest tested=0
-    for guest in "${TEST_GUESTS[@]}"; do [[ "$(guest_line "$guest" | awk '{print $6}')" == "$arch" ]] && tested=1; done
-    ((tested)) || return 0
-    local build=(cargo test --no-run --profile kernel-matrix --target "$target" "${TESTS[@]/#/--test=}")
+    for guest in "${!GUEST_TESTS[@]}"; do
+        [[ "$(guest_line "$guest" | awk '{print $6}')" == "$arch" ]] || continue
+        read -ra more <<<"${GUEST_TESTS[$guest]}"
+        wanted+=("${more[@]}")
+    done
+    ((${#wanted[@]})) || return 0
+    mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | sort -u)
+    local build=(cargo test --no-run --profile kernel-matrix --target "$target" "${wanted[@]/#/--test=}")
     json="$(nice "${build[@]}" --quiet --message-format=json 2>/dev/null)" || { "${build[@]}" >&2; return 1; }
     local name path
-    for name in "${TESTS[@]}"; do
+    for name in "${wanted[@]}"; do
         path="$(grep -F "\"name\":\"$name\"" <<<"$json" | grep -F '"kind":["test"]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n1)"
         [[ -x "$path" ]] || { log "cargo built no test binary for $name ($target)"; return 1; }
         cp "$path" "$payload/iptw/tests/$name"
@@ -119,8 +134,8 @@ boot() {
     local name="$1" image="$2" arch
     arch="$(guest_line "$name" | awk '{print $2}')"
     local QEMU
-    local tests=0
-    [[ " ${TEST_GUESTS[*]} " == *" $name "* ]] && tests=1
+    local tests="${GUEST_TESTS[$name]:-none}"
+    tests="${tests// /,}"
     qemu_command "$arch" "$image/kernel" "$image/initrd.cpio" "$tests"
     timeout "$BOOT_TIMEOUT" "${QEMU[@]}" </dev/null >"$OUT/$name.console" 2>&1 \
         || log "$name: qemu exited $? (timeout: ${BOOT_TIMEOUT}s)"

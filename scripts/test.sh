@@ -33,7 +33,7 @@
 # command changes"; scripts/test-in-container.sh runs all of it in a
 # container instead, leaving only two images here):
 #   - Debian packages, by scripts/apt-install.sh: iptables, nftables,
-#     util-linux, strace, libcap2-bin, conntrack, ipset, ebtables (as on a
+#     util-linux, strace, libcap2-bin, conntrack, ipset, ebtables, arptables (as on a
 #     node), python3-venv where python3 cannot make a venv,
 #     qemu-user-static on x86_64 (its package registers binfmt handlers for
 #     other architectures in the machine's kernel) (scripts/install-deps.sh,

@@ -129,7 +129,7 @@ fn nat_rules_go_without_a_twin_but_a_filtering_verdict_there_does_not() {
     let save = b"*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SEP-X - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-X --mask 255.255.255.255 --rsource -j KUBE-SEP-X\n-A KUBE-SEP-X -s 10.244.0.9/32 -j KUBE-MARK-MASQ\n-A KUBE-SEP-X -p tcp -m recent --set --name KUBE-SEP-X --mask 255.255.255.255 --rsource -m tcp -j DNAT --to-destination 10.244.0.9:6443\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\nCOMMIT\n";
     assert_eq!(shown(unenforced(save, KEEPS_DEFRAG, None, &[], &["nat"]))[0].len(), 0);
     // Without a live rule keeping defragmentation on, the DNAT needs its
-    // twin, and so do the jumps that lead to it.
+    // twin, and so do the jumps that reach it.
     let items = shown(unenforced(save, b"", None, &[], &["nat"])).remove(0);
     assert_eq!(items.len(), 3, "{items:?}");
     assert!(items.iter().all(|i| !i.contains("MARK")), "{items:?}");

@@ -21,10 +21,13 @@ rules() {
 }
 # decided [ENV...]: "MODE SOURCE" of `detect -v` (its first word, and the
 # source of its "decided by:" line).
+# (Bash's own matching, here and below, where a sed or grep would be one
+# more process: each costs the emulated guest a tenth of a second.)
 decided() {
-    local out
+    local out source=""
     out="$(env "$@" "$W" detect -v 2>&1)"
-    printf '%s %s\n' "${out%% *}" "$(sed -n 's/^decided by: \([a-z-]*\).*/\1/p' <<<"$out")"
+    [[ $'\n'"$out" =~ $'\n'"decided by: "([a-z-]*) ]] && source="${BASH_REMATCH[1]}"
+    printf '%s %s\n' "${out%% *}" "$source"
 }
 # count MODE [ENV...]: the "[rule-counts] MODE rules" figure of `detect -v`.
 count() {
@@ -39,18 +42,19 @@ host() {
     ln -sfn "/usr/sbin/ip6tables-$2" "$1/etc/alternatives/ip6tables"
 }
 # saved SAVE-TOOL: its output without comments and counters.
-saved() { "$1" | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]$//'; }
+saved() { "$1" | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]$//'; }
 export W
 export -f rules decided count host saved
 
 # in_netns NAME SCRIPT: runs SCRIPT in a fresh network namespace; its last
 # line (the observation) becomes "check NAME|LINE", the others detail.
 in_netns() {
-    local out start=$SECONDS
+    local out start=$SECONDS lines line
     out="$(unshare -n bash -c "set -u; $2" 2>&1)"
-    sed '$d' <<<"$out" | sed "s/^/  $1: /"
+    mapfile -t lines <<<"$out"
+    for line in "${lines[@]:0:${#lines[@]}-1}"; do echo "  $1: $line"; done
     echo "  $1: took $((SECONDS - start))s"
-    echo "check $1|$(tail -n1 <<<"$out")"
+    echo "check $1|${lines[-1]}"
 }
 
 # --- The decision, tier by tier ----------------------------------------------
@@ -135,17 +139,35 @@ sequence() {
 }
 # alike: the backend's name for itself as called, and the save tools' dated comments, made alike.
 alike() { sed -E -e 's/^# .*//' -e 's/(ip6?tables)-(nft|legacy)(-save|-restore)?/\1\3/g'; }
+# parts FILE ARRAY: ARRAY[NAME] is what FILE holds between "== NAME" and
+# the next "== " line.
+parts() {
+    local -n into="$2"
+    local line name=""
+    into=()
+    while IFS= read -r line; do
+        if [[ "$line" == "== "* ]]; then name="${line#== }" into[$name]=""; continue; fi
+        [[ -n "$name" ]] && into[$name]+="$line"$'\n'
+    done <"$1"
+}
 export -f sequence
+declare -A wrapped direct
 for mode in nft legacy; do
     unshare -n bash -c "sequence $mode 1" 2>&1 | alike >/tmp/wrapped.out
     unshare -n bash -c "sequence $mode 0" 2>&1 | alike >/tmp/direct.out
+    parts /tmp/wrapped.out wrapped
+    parts /tmp/direct.out direct
     for name in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
-        part() { sed -n "/^== $name\$/,/^== /p" "$1" | sed '/^== /d'; }
-        part /tmp/wrapped.out >/tmp/wrapped.part
-        part /tmp/direct.out >/tmp/direct.part
-        if cmp -s /tmp/wrapped.part /tmp/direct.part; then
-            echo "check wrapped call: $name in a $mode namespace|as the backend's own ($(grep -c '^rc=' /tmp/direct.part) exit statuses, $(grep -c '^rc=[1-9]' /tmp/direct.part) failing)"
+        if [[ -v "direct[$name]" && "${wrapped[$name]-}" == "${direct[$name]}" ]]; then
+            statuses=0 failing=0
+            while IFS= read -r line; do
+                [[ "$line" == rc=* ]] && statuses=$((statuses + 1))
+                [[ "$line" == rc=[1-9]* ]] && failing=$((failing + 1))
+            done <<<"${direct[$name]}"
+            echo "check wrapped call: $name in a $mode namespace|as the backend's own ($statuses exit statuses, $failing failing)"
         else
+            printf '%s' "${direct[$name]-}" >/tmp/direct.part
+            printf '%s' "${wrapped[$name]-}" >/tmp/wrapped.part
             echo "check wrapped call: $name in a $mode namespace|differs: $(diff /tmp/direct.part /tmp/wrapped.part | head -n4 | paste -sd' ')"
         fi
     done
@@ -182,13 +204,20 @@ in_netns "stale: nft left behind, the host on legacy" 'stale_both nft legacy'
 
 # --- The integration tests, cross-built for this architecture ----------------
 # /iptw/tests.list names the test binaries (tests/kernel_*.rs, the removal's
-# safety tests, the count cache's); /iptw/tests holds them where the host
-# cross-built them, and the kernel's command line says iptw.tests=1 on the
-# guests that run them (scripts/kernel-matrix.sh, TEST_GUESTS). Each runs whole, one test at a time; the wrapper they run is at
-# the path cargo built it at (the host put it there). One line per binary.
+# safety tests, the count cache's); the kernel's command line names those
+# this guest runs (iptw.tests=NAME,NAME...; scripts/kernel-matrix.sh,
+# GUEST_TESTS), which /iptw/tests holds where the host cross-built them.
+# Each runs whole, one test at a time; the wrapper they run is at the path
+# cargo built it at (the host put it there). One line per binary.
+read -r cmdline </proc/cmdline
+[[ " $cmdline " =~ \ iptw\.tests=([^ ]*)\  ]] && run=",${BASH_REMATCH[1]}," || run=,
 while read -r name; do
     test="/iptw/tests/$name"
-    if ! grep -qw 'iptw.tests=1' /proc/cmdline; then
+    if [[ "$name" == count_cache && "$(uname -r)" == 5.10.* ]]; then
+        echo "check cargo test $name|not run: no netns cookie, nothing is cached"
+        continue
+    fi
+    if [[ "$run" != *",$name,"* ]]; then
         echo "check cargo test $name|not run on this guest"
         continue
     fi
@@ -214,10 +243,6 @@ while read -r name; do
             # seccomp filter fail on armv7 and s390x.
             [[ "$(uname -m)" == x86_64 ]] || skip+=(--skip save_tool_fallback_reads_bytes_not_text
                 --skip a_backend_this_process_cannot_use_is_never_the_default) ;;
-        count_cache) if [[ "$(uname -r)" == 5.10.* ]]; then
-            echo "check cargo test $name|not run: no netns cookie, nothing is cached"
-            continue
-        fi ;;
     esac
     IPTW_STALE_ROUNDS=2 "$test" --test-threads=1 -q "${skip[@]}" >/tmp/test.out 2>&1
     rc=$?
