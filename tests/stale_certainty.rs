@@ -213,9 +213,9 @@ COMMIT
 -A POSTROUTING -o eth9 -j MASQUERADE
 COMMIT
 EOF
-iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT");
+iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     let before = legacy_saves(&node);
-    // Shown: filter would open the host, and nat, which goes only with it
+    // Shown (nft's rule keeps defragmentation on): filter would open the host, and nat, which goes only with it
     // (its port forwards feed filter), is left with it.
     let shown = json(&stale(&node, &["--json"]));
     let tables = shown["findings"][0]["tables"].as_array().unwrap().clone();
@@ -674,11 +674,14 @@ fn the_backup_holds_only_the_families_emptied() {
     let node = Node::new("cert-held-backup");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
-    node.sh("iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
-ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT
+    // nft's rules keep defragmentation on in both families.
+    node.sh(
+        "iptables-nft -A OUTPUT -d 192.0.2.9 -m conntrack --ctstate NEW -j ACCEPT
+ip6tables-nft -A OUTPUT -d 2001:db8::9 -m conntrack --ctstate NEW -j ACCEPT
 iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
 iptables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80
-ip6tables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80");
+ip6tables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 80",
+    );
     let out = stale(&node, &["--remove", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let report = json(&out);

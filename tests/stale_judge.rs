@@ -205,12 +205,13 @@ iptables-legacy -A INPUT -m connmark --mark 1 -j DROP",
         let lab = Lab::new(&node, &[8080, 8081], false);
         assert_stays_blocked(&node, &lab, "10.0.0.1:8080", "10.0.0.1:8081", "holds no twin of");
     }
-    // A DNAT into a port the stale filter drops: nat goes with filter.
+    // A DNAT into a port the stale filter drops: nat goes with filter
+    // (nft's rule keeps defragmentation on without the DNAT).
     let node = node_with(
         "judge-dnat",
         "iptables-legacy -t nat -A PREROUTING -p tcp --dport 9999 -j DNAT --to-destination 10.0.0.1:8080
 iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP",
-        "",
+        "iptables-nft -A OUTPUT -m conntrack --ctstate INVALID -j DROP",
     );
     let lab = Lab::new(&node, &[8080, 8081, 9999], false);
     assert_stays_blocked(

@@ -361,7 +361,12 @@ fn documented_limit_stale_dnat_into_a_live_block_is_counted_apart() {
         "nat",
         "PREROUTING -d 10.2.0.2 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080",
     );
-    let live = lines("filter", "FORWARD -p tcp -m tcp --dport 8080 -j DROP");
+    // The live conntrack rule keeps defragmentation on without the DNAT.
+    let live = with(
+        lines("filter", "FORWARD -p tcp -m tcp --dport 8080 -j DROP"),
+        "filter",
+        "FORWARD -m conntrack --ctstate INVALID -j DROP",
+    );
     let tally = run(&legacy_stale(stale, live));
     verdict(&tally);
     assert_eq!(tally.nat_limit_flows, 1, "{}", tally.counts());

@@ -20,23 +20,27 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// A host on nft with stale legacy rules that open nothing.
+/// A host on nft with stale legacy rules that open nothing (nft's rule
+/// keeps defragmentation on without them).
 fn legacy_stale_node(name: &str) -> Node {
     let node = Node::new(name);
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -A INPUT -s 10.0.0.1/32 -j ACCEPT
 iptables-legacy -t nat -A POSTROUTING -s 10.0.0.0/8 -j MASQUERADE
-iptables-nft -A INPUT -s 10.9.9.9/32 -j ACCEPT");
+iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     node
 }
 
-/// A host on legacy with stale nft rules that open nothing.
+/// A host on legacy with stale nft rules that open nothing (legacy's rule
+/// keeps defragmentation on without them).
 fn nft_stale_node(name: &str) -> Node {
     let node = Node::new(name);
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
-    node.sh("iptables-legacy -A INPUT -s 10.1.1.1/32 -j ACCEPT
+    node.sh(
+        "iptables-legacy -A INPUT -s 10.1.1.1/32 -m conntrack --ctstate NEW -j ACCEPT
 iptables-nft -A INPUT -s 10.0.0.1/32 -j ACCEPT
-iptables-nft -t nat -A POSTROUTING -s 10.0.0.0/8 -j MASQUERADE");
+iptables-nft -t nat -A POSTROUTING -s 10.0.0.0/8 -j MASQUERADE",
+    );
     node
 }
 
