@@ -34,8 +34,8 @@
 use super::hooks;
 use super::live_save::proven_live_save;
 use super::saved_rules::{
-    goes_to, keeps_defrag, keeps_no_shared_state, match_modules, parse, targets, SavedTable, BUILTIN_CHAINS,
-    NAT_TARGETS, SEEN_BY_NONE_TARGETS,
+    goes_to, keeps_defrag, keeps_no_shared_state, match_modules, parse, surely_keeps_defrag, targets, SavedTable,
+    BUILTIN_CHAINS, NAT_TARGETS, SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
@@ -346,13 +346,14 @@ pub fn unenforced(
 }
 
 /// Whether defragmentation stays on in the family once the stale backend
-/// is emptied: the live backend holds a rule that keeps it on, in any
-/// chain (a nat table alone does not: its NAT verdicts do). Users outside
+/// is emptied: the live backend holds a rule that surely keeps it on, in
+/// any chain (a nat table alone does not: its NAT verdicts do; a chain
+/// named like a verdict, a comment's words and `CT --notrack` do not). Users outside
 /// iptables (a native nftables `ct` rule, IPVS) are not read, so they do
 /// not count.
 fn defrag_stays(live: &[(Vec<u8>, SavedTable)]) -> bool {
     live.iter()
-        .any(|(_, table)| table.rules.iter().any(|(_, rule)| keeps_defrag(rule)))
+        .any(|(_, table)| table.rules.iter().any(|(_, rule)| surely_keeps_defrag(rule, table)))
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it

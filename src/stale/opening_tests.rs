@@ -243,3 +243,31 @@ fn a_rule_keeping_defrag_on_needs_a_twin_where_nothing_else_would() {
         ["-A OLD -m socket -j ACCEPT"]
     );
 }
+
+#[test]
+fn only_a_live_rule_that_surely_keeps_defrag_on_counts() {
+    let stale =
+        b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n";
+    let item = ["-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"];
+    // CT --notrack tracks nothing; a chain named CONNMARK is a chain; a
+    // comment's words are no match.
+    for live in [
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j CT --notrack\nCOMMIT\n",
+        "*filter\n:INPUT ACCEPT [0:0]\n:CONNMARK - [0:0]\n-A INPUT -j CONNMARK\nCOMMIT\n",
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 192.0.2.1/32 -m comment --comment \"allow -m conntrack later\" -j ACCEPT\nCOMMIT\n",
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -s 192.0.2.1/32 -m comment --comment conntrack -j ACCEPT\nCOMMIT\n",
+    ] {
+        assert_eq!(shown(unenforced(stale, live.as_bytes(), None, &[], &["filter"]))[0], item, "{live}");
+    }
+    // CT with a zone, a CONNMARK verdict: they do.
+    for live in [
+        "*raw\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j CT --zone 1\nCOMMIT\n",
+        "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -j CONNMARK --restore-mark\nCOMMIT\n",
+    ] {
+        assert_eq!(
+            shown(unenforced(stale, live.as_bytes(), None, &[], &["filter"]))[0].len(),
+            0,
+            "{live}"
+        );
+    }
+}

@@ -128,6 +128,31 @@ pub(super) fn keeps_defrag(rule: &[u8]) -> bool {
         .any(|m| DEFRAG_KEEPERS.contains(&m.as_slice()))
 }
 
+/// Whether the live rule `rule` (of `table`) surely keeps defragmentation
+/// on: read only as the save tool quotes it, a `-m` module or a `-j`
+/// verdict that is no user chain of `table` on [`DEFRAG_KEEPERS`], a
+/// comment's text skipped, and not `CT --notrack` (which tracks nothing).
+/// [`keeps_defrag`] errs the other way, for the stale side.
+pub(super) fn surely_keeps_defrag(rule: &[u8], table: &SavedTable) -> bool {
+    let mut words = quoted_words(rule).into_iter();
+    let mut keepers = Vec::new();
+    let mut notrack = false;
+    while let Some(word) = words.next() {
+        match word.as_slice() {
+            b"--comment" => {
+                words.next();
+            }
+            b"--notrack" => notrack = true,
+            b"-m" | b"--match" => keepers.extend(words.next()),
+            b"-j" | b"--jump" => keepers.extend(words.next().filter(|t| !table.is_user_chain(t))),
+            _ => {}
+        }
+    }
+    keepers
+        .iter()
+        .any(|k| DEFRAG_KEEPERS.contains(&k.as_slice()) && !(notrack && k.as_slice() == b"CT"))
+}
+
 /// The match modules a rule loads (`-m NAME`, `--match NAME`).
 pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     let mut found = Vec::new();
