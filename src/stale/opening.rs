@@ -34,7 +34,7 @@
 use super::hooks;
 use super::live_save::proven_live_save;
 use super::saved_rules::{
-    goes_to, keeps_defrag, keeps_no_shared_state, match_modules, parse, surely_keeps_defrag, targets, SavedTable,
+    goes_to, keeps, keeps_no_shared_state, match_modules, parse, surely_keeps, targets, Kept, SavedTable,
     BUILTIN_CHAINS, NAT_TARGETS, SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
@@ -62,18 +62,18 @@ enum Need {
 struct Needs<'a> {
     table: &'a SavedTable,
     nat: bool,
-    /// Defragmentation stays on in the family without the stale backend's
-    /// rules (see [`defrag_stays`]).
-    defrag_stays: bool,
+    /// What stays on in the family without the stale backend's rules (see
+    /// [`kept_live`]).
+    kept_live: Kept,
     chains: HashMap<Vec<u8>, Need>,
 }
 
 impl<'a> Needs<'a> {
-    fn new(table: &'a SavedTable, name: &[u8], defrag_stays: bool) -> Needs<'a> {
+    fn new(table: &'a SavedTable, name: &[u8], kept_live: Kept) -> Needs<'a> {
         Needs {
             table,
             nat: name == b"nat",
-            defrag_stays,
+            kept_live,
             chains: HashMap::new(),
         }
     }
@@ -87,15 +87,15 @@ impl<'a> Needs<'a> {
     /// least `TwinInOrder`). A verdict that only blocks or queues makes a
     /// `TwinInOrder`; a match that may keep shared state, a verdict that
     /// changes packets (`MARK`, ...) and any verdict not known here a
-    /// `Twin`. Where defragmentation would go off without the stale rules,
-    /// a rule that keeps it on needs a twin too (one would keep it on).
+    /// `Twin`. A rule that keeps on what the live rules do not (connection
+    /// tracking, defragmentation) needs a twin too (one would keep it on).
     fn of_rule(&mut self, rule: &[u8]) -> Need {
         let mut need = if self.nat || keeps_no_shared_state(rule) {
             Need::Nothing
         } else {
             Need::Twin
         };
-        if !self.defrag_stays && keeps_defrag(rule) {
+        if keeps(rule) > self.kept_live {
             need = need.max(Need::TwinInOrder);
         }
         if goes_to(rule) {
@@ -243,7 +243,7 @@ const NO_TWIN_ACROSS_BACKENDS: [&[u8]; 1] = [b"security"];
 /// packets to as the stale one does (a stale `RETURN` or `-g` in a
 /// built-in chain, which sends packets to its policy at once, is then in
 /// the live chain too).
-fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, defrag_stays: bool) -> Vec<Vec<u8>> {
+fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, kept_live: Kept) -> Vec<Vec<u8>> {
     let empty = SavedTable::default();
     let live = match live {
         Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
@@ -254,7 +254,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         live: live.harmless_chains(),
         stale_exiting: table.exiting_chains(),
     };
-    let mut needs = Needs::new(table, name, defrag_stays);
+    let mut needs = Needs::new(table, name, kept_live);
     let mut items = Vec::new();
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
@@ -275,7 +275,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         if !reachable.contains(chain) {
             // It filters nothing, but the kernel loads its matches all
             // the same.
-            if !defrag_stays && keeps_defrag(line) {
+            if keeps(line) > kept_live {
                 items.push(line.clone());
             }
             continue;
@@ -340,20 +340,22 @@ pub fn unenforced(
                 .iter()
                 .find(|(n, _)| n.as_slice() == name.as_bytes() && !no_twin.contains(name))
                 .map(|(_, t)| t);
-            unenforced_items(name.as_bytes(), table, live_table, defrag_stays(&live))
+            unenforced_items(name.as_bytes(), table, live_table, kept_live(&live))
         })
         .collect()
 }
 
-/// Whether defragmentation stays on in the family once the stale backend
-/// is emptied: the live backend holds a rule that surely keeps it on, in
-/// any chain (a nat table alone does not: its NAT verdicts do; a chain
-/// named like a verdict, a comment's words and `CT --notrack` do not). Users outside
-/// iptables (a native nftables `ct` rule, IPVS) are not read, so they do
-/// not count.
-fn defrag_stays(live: &[(Vec<u8>, SavedTable)]) -> bool {
+/// What stays on in the family once the stale backend is emptied: the
+/// most any live rule surely keeps on, in any chain (a nat table alone
+/// keeps nothing on: its NAT verdicts do; a chain named like a verdict, a
+/// comment's words and `CT --notrack` keep nothing on; `socket` and
+/// `TPROXY` defragmentation alone). Users outside iptables (a native
+/// nftables `ct` rule, IPVS) are not read, so they do not count.
+fn kept_live(live: &[(Vec<u8>, SavedTable)]) -> Kept {
     live.iter()
-        .any(|(_, table)| table.rules.iter().any(|(_, rule)| surely_keeps_defrag(rule, table)))
+        .flat_map(|(_, table)| table.rules.iter().map(move |(_, rule)| surely_keeps(rule, table)))
+        .max()
+        .unwrap_or(Kept::Nothing)
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it

@@ -219,7 +219,7 @@ fn a_jump_to_a_chain_that_changes_packets_needs_the_callers_whole_chain() {
 }
 
 #[test]
-fn a_rule_keeping_defrag_on_needs_a_twin_where_nothing_else_would() {
+fn a_rule_keeping_conntrack_or_defrag_on_needs_a_twin_where_nothing_else_would() {
     let stale =
         b"*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\nCOMMIT\n";
     // Live: stateless. Emptying the last user turns conntrack and
@@ -234,8 +234,20 @@ fn a_rule_keeping_defrag_on_needs_a_twin_where_nothing_else_would() {
     let with_nat = [stale.as_slice(), nat].concat();
     assert_eq!(shown(unenforced(&with_nat, stateless, None, &[], &["filter"]))[0], item);
     // A live rule keeping it on, in any chain, does.
-    let stateful = b"*filter\n:FORWARD ACCEPT [0:0]\n:unused - [0:0]\n-A unused -m socket -j ACCEPT\nCOMMIT\n";
+    let stateful =
+        b"*filter\n:FORWARD ACCEPT [0:0]\n:unused - [0:0]\n-A unused -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
     assert_eq!(shown(unenforced(stale, stateful, None, &[], &["filter"]))[0].len(), 0);
+    // A live socket match keeps defragmentation on, not connection
+    // tracking: a nat table without NAT verdicts would go unrun.
+    let socket = b"*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m socket -j ACCEPT\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale, socket, None, &[], &["filter"]))[0], item);
+    // It keeps a stale socket match's defragmentation on (in a chain
+    // nothing reaches: only what it keeps on counts).
+    let stale_socket = b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -m socket -j ACCEPT\nCOMMIT\n";
+    assert_eq!(
+        shown(unenforced(stale_socket, socket, None, &[], &["filter"]))[0].len(),
+        0
+    );
     // A chain nothing reaches still keeps it on: its rule is an item.
     let unreached = b"*mangle\n:PREROUTING ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -m socket -j ACCEPT\nCOMMIT\n";
     assert_eq!(

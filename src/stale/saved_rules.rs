@@ -91,13 +91,23 @@ pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
         .all(|m| SHARELESS_MATCHES.contains(&m.as_slice()))
 }
 
-/// The match modules and verdicts that keep defragmentation on in their
-/// family while a rule loads them, reached by a hook or not: connection
-/// tracking's users (which defragments for them) and `socket` and
-/// `TPROXY`. The kernel counts them and turns defragmentation off with
-/// the last, so live rules that read whole datagrams (`length`, `string`)
-/// would then meet fragments (and, with conntrack off, untracked packets).
-const DEFRAG_KEEPERS: [&[u8]; 19] = [
+/// What a loaded rule keeps on in its family, least first: the kernel
+/// counts the rules that need each, reached by a hook or not, and turns it
+/// off with the last. Without defragmentation, live rules that read whole
+/// datagrams (`length`, `string`) meet fragments; without connection
+/// tracking, a nat table whose rules hold no NAT verdict is not run at all
+/// and conntrack's matches see untracked packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Kept {
+    Nothing,
+    /// Defragmentation alone (`socket`, `TPROXY`).
+    Defrag,
+    /// Connection tracking, which defragments for itself.
+    Conntrack,
+}
+
+/// The match modules and verdicts that keep connection tracking on.
+const CONNTRACK_USERS: [&[u8]; 17] = [
     b"conntrack",
     b"state",
     b"helper",
@@ -106,12 +116,10 @@ const DEFRAG_KEEPERS: [&[u8]; 19] = [
     b"connlimit",
     b"connlabel",
     b"cluster",
-    b"socket",
     b"CT",
     b"CONNMARK",
     b"CONNSECMARK",
     b"SYNPROXY",
-    b"TPROXY",
     b"DNAT",
     b"SNAT",
     b"MASQUERADE",
@@ -119,23 +127,38 @@ const DEFRAG_KEEPERS: [&[u8]; 19] = [
     b"NETMAP",
 ];
 
-/// Whether `rule` loads a match or verdict that keeps defragmentation on
-/// (see [`DEFRAG_KEEPERS`]).
-pub(super) fn keeps_defrag(rule: &[u8]) -> bool {
+/// The match modules and verdicts that keep defragmentation alone on.
+const DEFRAG_USERS: [&[u8]; 2] = [b"socket", b"TPROXY"];
+
+/// What a match module or verdict named `name` keeps on.
+fn kept_by(name: &[u8]) -> Kept {
+    if CONNTRACK_USERS.contains(&name) {
+        Kept::Conntrack
+    } else if DEFRAG_USERS.contains(&name) {
+        Kept::Defrag
+    } else {
+        Kept::Nothing
+    }
+}
+
+/// What `rule` may keep on, read both ways (see the module's note): for
+/// the stale side, where reading too much only asks for a twin.
+pub(super) fn keeps(rule: &[u8]) -> Kept {
     match_modules(rule)
         .iter()
         .chain(&targets(rule))
-        .any(|m| DEFRAG_KEEPERS.contains(&m.as_slice()))
+        .map(|name| kept_by(name))
+        .max()
+        .unwrap_or(Kept::Nothing)
 }
 
-/// Whether the live rule `rule` (of `table`) surely keeps defragmentation
-/// on: read only as the save tool quotes it, a `-m` module or a `-j`
-/// verdict that is no user chain of `table` on [`DEFRAG_KEEPERS`], a
-/// comment's text skipped, and not `CT --notrack` (which tracks nothing).
-/// [`keeps_defrag`] errs the other way, for the stale side.
-pub(super) fn surely_keeps_defrag(rule: &[u8], table: &SavedTable) -> bool {
+/// What the live rule `rule` (of `table`) surely keeps on: read only as
+/// the save tool quotes it, a `-m` module or a `-j` verdict that is no
+/// user chain of `table`, a comment's text skipped, and not `CT
+/// --notrack` (which tracks nothing). [`keeps`] errs the other way.
+pub(super) fn surely_keeps(rule: &[u8], table: &SavedTable) -> Kept {
     let mut words = quoted_words(rule).into_iter();
-    let mut keepers = Vec::new();
+    let mut names = Vec::new();
     let mut notrack = false;
     while let Some(word) = words.next() {
         match word.as_slice() {
@@ -143,14 +166,17 @@ pub(super) fn surely_keeps_defrag(rule: &[u8], table: &SavedTable) -> bool {
                 words.next();
             }
             b"--notrack" => notrack = true,
-            b"-m" | b"--match" => keepers.extend(words.next()),
-            b"-j" | b"--jump" => keepers.extend(words.next().filter(|t| !table.is_user_chain(t))),
+            b"-m" | b"--match" => names.extend(words.next()),
+            b"-j" | b"--jump" => names.extend(words.next().filter(|t| !table.is_user_chain(t))),
             _ => {}
         }
     }
-    keepers
+    names
         .iter()
-        .any(|k| DEFRAG_KEEPERS.contains(&k.as_slice()) && !(notrack && k.as_slice() == b"CT"))
+        .filter(|name| !(notrack && name.as_slice() == b"CT"))
+        .map(|name| kept_by(name))
+        .max()
+        .unwrap_or(Kept::Nothing)
 }
 
 /// The match modules a rule loads (`-m NAME`, `--match NAME`).

@@ -237,7 +237,10 @@ while read -r name; do
         kernel_nft) skip=(--skip counts_stay_consistent_while_the_ruleset_changes
             --skip no_call_decides_on_a_count_torn_by_a_concurrent_restore --skip no_count_is_torn_by
             --skip commits_in_other_tables_leave_the_count_known --skip counts_are_never_torn_by_atomic_swaps) ;;
-        stale_safety) skip=(--skip an_nft_writer_loses_no_rule) ;;
+        # The initramfs carries netfilter's modules, not veth: the test
+        # that sends a datagram from a client namespace runs natively.
+        stale_safety) skip=(--skip an_nft_writer_loses_no_rule
+            --skip removing_the_last_rule_that_keeps_defragmentation_on_is_held) ;;
         kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules)
             # Open (docs/testing.md): two tests that refuse sockets by a
             # seccomp filter fail on armv7 and s390x.
