@@ -228,6 +228,36 @@ fn keeps_own_state(rule: &[u8]) -> bool {
 /// chain never meets those packets.
 const ENDING_TARGETS: [&[u8]; 4] = [b"DROP", b"REJECT", b"NFQUEUE", b"QUEUE"];
 
+/// The verdicts known to name no state the kernel keeps by name for every
+/// rule that names it (as `IDLETIMER`, `RATEEST` or `CT --timeout` do).
+const NAMELESS_TARGETS: [&[u8]; 10] = [
+    b"MARK",
+    b"CONNMARK",
+    b"DSCP",
+    b"TOS",
+    b"TTL",
+    b"HL",
+    b"TCPMSS",
+    b"CLASSIFY",
+    b"NOTRACK",
+    b"CHECKSUM",
+];
+
+/// Whether loading `rule` (of `table`) keeps alive no state shared by
+/// name: its matches keep no shared state, and each verdict is a user
+/// chain, an allowlisted one, a NAT verdict or one of
+/// [`NAMELESS_TARGETS`] (a queue's number is no state).
+fn names_nothing_shared(rule: &[u8], table: &SavedTable) -> bool {
+    keeps_no_shared_state(rule)
+        && targets(rule).iter().all(|t| {
+            table.is_user_chain(t)
+                || SEEN_BY_NONE_TARGETS.contains(&t.as_slice())
+                || NAT_TARGETS.contains(&t.as_slice())
+                || ENDING_TARGETS.contains(&t.as_slice())
+                || NAMELESS_TARGETS.contains(&t.as_slice())
+        })
+}
+
 /// The match modules that keep state of the rule's own (a rate, a count).
 const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
 
@@ -273,9 +303,12 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         *at += 1;
         let at = *at - 1;
         if !reachable.contains(chain) {
-            // It filters nothing, but the kernel loads its matches all
-            // the same.
-            if keeps(line) > kept_live {
+            // It filters nothing, but the kernel loads it all the same:
+            // it keeps on what it needs, and alive what it names (a
+            // `recent` list, a `hashlimit` table the live rules share),
+            // unless the live chain loads the same rule.
+            let only_loaded = keeps(line) <= kept_live && names_nothing_shared(line, table);
+            if !only_loaded && !live.chain(chain).contains(&line.as_slice()) {
                 items.push(line.clone());
             }
             continue;

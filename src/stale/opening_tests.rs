@@ -241,11 +241,15 @@ fn a_rule_keeping_conntrack_or_defrag_on_needs_a_twin_where_nothing_else_would()
     // tracking: a nat table without NAT verdicts would go unrun.
     let socket = b"*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m socket -j ACCEPT\nCOMMIT\n";
     assert_eq!(shown(unenforced(stale, socket, None, &[], &["filter"]))[0], item);
-    // It keeps a stale socket match's defragmentation on (in a chain
-    // nothing reaches: only what it keeps on counts).
-    let stale_socket = b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -m socket -j ACCEPT\nCOMMIT\n";
+    // It keeps on what a stale DNAT into no chain a packet reaches needs
+    // only where that is defragmentation: the DNAT needs conntrack.
+    let stale_dnat =
+        b"*nat\n:PREROUTING ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -p tcp -j DNAT --to-destination 10.0.0.1\nCOMMIT\n";
+    assert_eq!(shown(unenforced(stale_dnat, socket, None, &[], &["nat"]))[0].len(), 1);
+    let stale_mark =
+        b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -p tcp -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
     assert_eq!(
-        shown(unenforced(stale_socket, socket, None, &[], &["filter"]))[0].len(),
+        shown(unenforced(stale_mark, socket, None, &[], &["filter"]))[0].len(),
         0
     );
     // A chain nothing reaches still keeps it on: its rule is an item.
@@ -282,4 +286,18 @@ fn only_a_live_rule_that_surely_keeps_defrag_on_counts() {
             "{live}"
         );
     }
+}
+
+#[test]
+fn a_rule_nothing_reaches_goes_only_where_it_keeps_nothing_alive() {
+    // A recent list, shared by name with the live rules: the stale rule
+    // keeps it alive until the live ones are written again.
+    let stale = b"*filter\n:INPUT ACCEPT [0:0]\n:OLD - [0:0]\n-A OLD -m recent --rcheck --name bad --mask 255.255.255.255 --rsource\n-A OLD -p tcp -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
+    let live = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 5000 -m recent --rcheck --name bad --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
+    assert_eq!(
+        shown(unenforced(stale, live, None, &[], &["filter"]))[0],
+        ["-A OLD -m recent --rcheck --name bad --mask 255.255.255.255 --rsource"]
+    );
+    // The same rule loaded in the live chain keeps it alive as well.
+    assert_eq!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].len(), 0);
 }
