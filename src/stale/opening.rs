@@ -29,7 +29,10 @@
 //! chain at 100 between them). The live side is what [`super::live_save`]
 //! proves it holds; for nft only iptables-nft's own tables and base chains
 //! count. Rules of a user chain that no built-in chain reaches filter
-//! nothing.
+//! nothing, but are loaded all the same. Wherever a rule goes without a
+//! twin, what it keeps on (connection tracking, defragmentation) must stay
+//! on by the live rules ([`kept_live`]), and a rule no chain reaches must
+//! keep alive nothing shared by name (a `recent` list).
 
 use super::hooks;
 use super::live_save::proven_live_save;
