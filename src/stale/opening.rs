@@ -31,7 +31,7 @@
 //! count. Rules of a user chain that no built-in chain reaches filter
 //! nothing, but are loaded all the same. Wherever a rule goes without a
 //! twin, what it keeps on (connection tracking, defragmentation) must stay
-//! on by the live rules ([`kept_live`]), and a rule no chain reaches must
+//! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
 
 use super::hooks;
