@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::stale::{json, legacy_saves, nft_ruleset, stale, stderr, stdout};
+use common::stale::{json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout};
 use common::Node;
 
 /// Asserts that a removal refused (exit 2), naming each of `evidence` on a
@@ -101,14 +101,7 @@ fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
 fn the_override_needs_its_own_option_against_contradicting_evidence() {
     let node = Node::new("cert-override");
     node.sh(KUBELET_IN_LEGACY);
-    let with_override = |args: &[&str]| {
-        node.wrapper()
-            .env("IPTABLES_MODE", "nft")
-            .arg("stale")
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let with_override = |args: &[&str]| stale_by_override(&node, args);
     let before = legacy_saves(&node);
     let out = with_override(&["--remove", "--allow-opening"]);
     assert_eq!(out.status.code(), Some(2), "{}{}", stdout(&out), stderr(&out));

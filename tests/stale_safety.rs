@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::stale::{backup_dir_of, json, legacy_saves, nft_ruleset, stale, stderr, stdout};
+use common::stale::{backup_dir_of, json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout};
 use common::Node;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -593,16 +593,6 @@ fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
         "{}",
         stdout(&out)
     );
-}
-
-/// `stale` with `IPTABLES_MODE=nft`.
-fn stale_by_override(node: &Node, args: &[&str]) -> std::process::Output {
-    node.wrapper()
-        .env("IPTABLES_MODE", "nft")
-        .arg("stale")
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 #[test]

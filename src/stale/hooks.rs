@@ -20,14 +20,25 @@ use crate::kernel::IPTABLES_TABLES;
 
 /// Per iptables table of `family` whose hook and priority another base
 /// chain shares: its name and that chain, as `nft` names it. Empty where
-/// nf_tables is not in the kernel. Read only.
-pub fn shared(family: Family) -> Result<Vec<(&'static str, String)>, String> {
+/// nf_tables is not in the kernel. Read only. `own`: iptables-nft's own
+/// tables with their base chains, where already read (the live save's).
+pub fn shared(
+    family: Family,
+    own: Option<&[(&'static str, Vec<String>)]>,
+) -> Result<Vec<(&'static str, String)>, String> {
     if !modules::nf_tables_readable()? {
         return Ok(Vec::new());
     }
     let unread = |e: std::io::Error| format!("the nftables base chains of {} cannot be read: {e}", family.label());
     let socket = NftSocket::open().map_err(unread)?;
-    let own = find::nft_own_base_chains(&socket, family).map_err(unread)?;
+    let read;
+    let own = match own {
+        Some(own) => own,
+        None => {
+            read = find::nft_own_base_chains(&socket, family).map_err(unread)?;
+            &read[..]
+        }
+    };
     let hooked = socket.hooked_chains(family).map_err(unread)?;
     let is_own = |h: &HookedChain| {
         h.in_family

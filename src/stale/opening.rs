@@ -406,7 +406,7 @@ pub fn openings(
 ) -> Result<Vec<Option<String>>, String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    let shared = hooks::shared(family)?;
+    let shared = hooks::shared(family, live_save.own.as_deref())?;
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     Ok(
         unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), &no_twin, tables)

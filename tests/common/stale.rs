@@ -9,6 +9,16 @@ pub fn stale(node: &Node, args: &[&str]) -> Output {
     node.wrapper().arg("stale").args(args).output().unwrap()
 }
 
+/// `stale` with `IPTABLES_MODE=nft`.
+pub fn stale_by_override(node: &Node, args: &[&str]) -> Output {
+    node.wrapper()
+        .env("IPTABLES_MODE", "nft")
+        .arg("stale")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
