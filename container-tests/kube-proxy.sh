@@ -187,11 +187,13 @@ rule_count() { grep -c '^-A' "$1" || true; }
 # norm_log FILE: kube-proxy's distinct log lines, the klog header reduced to
 # severity and source line, durations and pointers masked. Distinct: a run
 # with one more start-up sync repeats a sync's lines (see calls.py).
-# The errors of a missing `conntrack` (not installed: with it, kube-proxy
-# runs it from its syncs) are left out: how many it logs depends on when
-# its syncs fall, not on iptables.
+# Two lines depend on when its syncs fall, not on iptables, and are left
+# out: the errors of a missing `conntrack` (not installed: with it,
+# kube-proxy runs it from its syncs), and "Not syncing iptables until
+# Services and Endpoints have been received", logged only when a sync is
+# due before the informers' first events arrive.
 norm_log() {
-    grep -v 'error looking for path of conntrack' "$1" \
+    grep -v -e 'error looking for path of conntrack' -e 'Not syncing iptables until' "$1" \
         | sed -E 's/^([IWEF])[0-9]{4} [0-9:.]+ +[0-9]+ /\1 /; s/[0-9]+(\.[0-9]+)?(ns|µs|us|ms|s)\b/DUR/g; s/0x[0-9a-f]+/PTR/g' | sort -u
 }
 same() { diff -q "$1" "$2" >/dev/null; }
