@@ -3,7 +3,8 @@
 //! object on every path, a removal that never reads a steady nf_tables
 //! ruleset saying why, a backup that restores without error into another
 //! table than the live one, and the nf_tables generation moving between the
-//! proof and the emptying. Each test in a network namespace of its own,
+//! proof and the emptying (no backup of an attempt that did not happen is
+//! offered as an undo). Each test in a network namespace of its own,
 //! against the real iptables-legacy / iptables-nft.
 //!
 //! Where a backend tool must misbehave (a save that prints another rule than
@@ -238,6 +239,8 @@ fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing(
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let report = json(&out);
     assert_eq!(report["removal"]["emptied"], serde_json::json!([]), "{report}");
+    // Each attempt wrote a backup, none was applied: none is offered.
+    assert_eq!(report["removal"]["backup_files"], serde_json::json!([]), "{report}");
     let failed = report["removal"]["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 2, "{report}");
     for entry in failed {
@@ -249,4 +252,42 @@ fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing(
     }
     assert_eq!(nft_ruleset(&node), nft_before);
     assert_eq!(legacy_saves(&node), legacy_before);
+}
+
+#[test]
+fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
+    let node = nft_stale_node("later-attempt-left");
+    let marker = node.path("dropped");
+    // The first proof's restore ends by committing, to the live ruleset, a
+    // stale nft rule with no twin, once, as a writer still on nft would
+    // between the proof and the emptying: the first attempt's backup is
+    // written, its emptying finds the generation moved, and the next
+    // attempt leaves the family for that rule.
+    let restore = format!(
+        "/usr/sbin/iptables-nft-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-nft -A INPUT -s 10.66.0.1/32 -j DROP",
+        m = marker.display()
+    );
+    let sbin = backends_with(&node, &[("iptables-nft-restore", &restore)]);
+    let backups = node.path("backups");
+    let dir = backups.to_str().unwrap();
+    let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(marker.exists(), "the restore never ran: {}", stderr(&out));
+    let nft_held = nft_ruleset(&node);
+    assert!(nft_held.contains("10.66.0.1"), "{nft_held}");
+    let report = json(&out);
+    let removal = &report["removal"];
+    assert_eq!(removal["emptied"], serde_json::json!([]), "{report}");
+    assert!(
+        removal["failed"].to_string().contains("10.66.0.1"),
+        "the rule with no twin is not named: {report}"
+    );
+    // Nothing went, so there is nothing to undo: the first attempt's
+    // backup, which lacks the new rule, is neither offered nor kept.
+    assert_eq!(removal["backup_files"], serde_json::json!([]), "{report}");
+    let kept: Vec<_> = std::fs::read_dir(&backups)
+        .map(|entries| entries.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "files left in the backup directory: {kept:?}");
+    assert_eq!(nft_ruleset(&node), nft_held);
 }

@@ -16,12 +16,28 @@ use std::path::{Path, PathBuf};
 /// What the removal did, for the report.
 #[derive(Default)]
 pub struct Removal {
-    pub files: Vec<(PathBuf, String)>,
+    /// Each backup written: the backend and family whose tables it holds,
+    /// its path, the tool that restores it.
+    pub files: Vec<((Mode, Family), PathBuf, String)>,
     pub emptied: Vec<(Table, String)>,
     pub failed: Vec<(Table, String)>,
 }
 
 impl Removal {
+    /// Takes out of the report the backups of each backend and family that
+    /// nothing was emptied from, and returns their paths (to be removed).
+    /// Such a backup was written for an attempt that did not happen (a
+    /// later nft attempt left the family, or its emptying failed): offered
+    /// as an undo, it would write back an older state than the kernel's.
+    pub fn take_unused_backups(&mut self) -> Vec<PathBuf> {
+        let emptied: Vec<(Mode, Family)> = self.emptied.iter().map(|((b, f, _), _)| (*b, *f)).collect();
+        let (used, unused) = std::mem::take(&mut self.files)
+            .into_iter()
+            .partition(|(whose, _, _)| emptied.contains(whose));
+        self.files = used;
+        unused.into_iter().map(|(_, path, _)| path).collect()
+    }
+
     /// Every stale table of `findings` left, for `why`.
     pub fn fail_all(&mut self, findings: &[&Finding], why: &str) {
         for finding in findings {
@@ -67,7 +83,7 @@ pub fn report(
             None if removal.failed.is_empty() => "no backup written: nothing was proven, nothing removed\n".to_string(),
             None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
         };
-        for (file, tool) in &removal.files {
+        for (_, file, tool) in &removal.files {
             let _ = writeln!(out, "  {} (undo: {tool} < {})", file.shown(), file.shown());
         }
         for ((backend, family, table), summary) in &removal.emptied {
@@ -144,7 +160,7 @@ pub fn removal_json(dir: Option<&Path>, removal: &Removal, stopped: Option<&str>
     };
     let files: Vec<String> = files
         .iter()
-        .map(|(file, tool)| format!("{{\"path\":{},\"undo\":{}}}", string(&file.shown()), string(tool)))
+        .map(|(_, file, tool)| format!("{{\"path\":{},\"undo\":{}}}", string(&file.shown()), string(tool)))
         .collect();
     let emptied: Vec<String> = emptied.iter().map(|(t, _)| format!("{{{}}}", table(t))).collect();
     let failed: Vec<String> = failed

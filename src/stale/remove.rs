@@ -135,6 +135,11 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
             ));
         }
     };
+    for unused in removal.take_unused_backups() {
+        if let Some(name) = unused.file_name().and_then(|n| n.to_str()) {
+            backup.remove(name);
+        }
+    }
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     drop(lock);
     backup.remove(PRIVATE_LOCK);
@@ -365,6 +370,7 @@ impl Removing<'_> {
             .map_err(|e| format!("{name}: {e}"))?;
         if !replace {
             removal.files.push((
+                (judged.finding.backend, judged.finding.family),
                 path,
                 format!("{}-{}-restore", judged.finding.family.program(), judged.finding.backend),
             ));
