@@ -9,8 +9,9 @@
 #    namespace, one transaction); prints the seconds it took.
 # 2. legacy direction: the same number of stale legacy rules.
 # 3. A legacy writer that bypasses the lock (its own XTABLES_LOCKFILE) adding
-#    rules beside ITERATIONS (default 20) removals: how many of the rules it was
-#    told were added are in neither a backup nor the kernel afterwards.
+#    a rule every 50 ms beside ITERATIONS (default 20) removals of a stale DROP whose twin
+#    nft holds: how many of the rules it was told were added are in neither a
+#    backup nor the kernel afterwards, and how many removals emptied legacy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wrapper=${1:-target/x86_64-unknown-linux-musl/release/iptables-wrapper}
@@ -50,15 +51,21 @@ unshare -n bash -c '
     set -e
     export XTABLES_LOCKFILE="$0/lock" IPTABLES_WRAPPER_HOST_ROOT="$0/host" IPTABLES_WRAPPER_RUN_DIR="$0/run-bypass"
     ln -sfn /usr/sbin/iptables-nft "$0/host/etc/alternatives/iptables"
-    iptables-nft -A INPUT -j ACCEPT
+    iptables-nft -A INPUT -s 10.9.0.1 -j DROP
     iptables-legacy -A INPUT -s 10.9.0.1 -j DROP
     : >"$0/added"
     ( i=0; while [ ! -e "$0/stop" ]; do
         rule="10.40.$((i / 250 % 250)).$((i % 250 + 1))"
         XTABLES_LOCKFILE="$0/other-lock" iptables-legacy -w -A INPUT -s "$rule" -j ACCEPT 2>/dev/null && echo "$rule/32" >>"$0/added"
         i=$((i + 1))
+        sleep 0.05
       done ) &
-    for r in $(seq "$2"); do "$1" stale --remove >/dev/null || true; done
+    emptied=0
+    for r in $(seq "$2"); do
+        "$1" stale --remove >"$0/out-bypass" || true
+        grep -q "^emptied: legacy" "$0/out-bypass" && emptied=$((emptied + 1))
+        iptables-legacy -C INPUT -s 10.9.0.1 -j DROP 2>/dev/null || iptables-legacy -I INPUT -s 10.9.0.1 -j DROP
+    done
     touch "$0/stop"; wait
     cat "$0"/run-bypass/stale-backup-*/* 2>/dev/null >"$0/backups" || true
     iptables-legacy-save >"$0/kernel"
@@ -67,5 +74,5 @@ unshare -n bash -c '
         total=$((total + 1))
         grep -qF -- "-s $rule " "$0/backups" "$0/kernel" || lost=$((lost + 1))
     done <"$0/added"
-    echo "a writer bypassing the xtables lock beside $2 removals: $lost of $total rules lost"
+    echo "a writer bypassing the xtables lock beside $2 removals ($emptied emptied legacy): $lost of $total rules lost"
 ' "$work" "$(realpath "$wrapper")" "$iterations"

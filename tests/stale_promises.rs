@@ -291,3 +291,43 @@ fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
     assert!(kept.is_empty(), "files left in the backup directory: {kept:?}");
     assert_eq!(nft_ruleset(&node), nft_held);
 }
+
+#[test]
+fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family() {
+    let node = legacy_stale_node("bypass-during-judgement");
+    let marker = node.path("written");
+    // The first restore (the proof's, in the removal's scratch namespace)
+    // ends by writing to the live legacy filter table with the lock file
+    // the restore tools are given, not the xtables lock the removal holds:
+    // a writer that bypasses the lock, after the readings the judgement
+    // rests on and before the emptying.
+    let restore = format!(
+        "/usr/sbin/iptables-legacy-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-legacy -A INPUT -s 10.66.0.1/32 -j DROP",
+        m = marker.display()
+    );
+    let sbin = backends_with(&node, &[("iptables-legacy-restore", &restore)]);
+    let backups = node.path("backups");
+    let dir = backups.to_str().unwrap();
+    let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(marker.exists(), "the restore never ran: {}", stderr(&out));
+    let report = json(&out);
+    let removal = &report["removal"];
+    assert_eq!(removal["emptied"], serde_json::json!([]), "{report}");
+    let failed = removal["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{report}");
+    for entry in failed {
+        let why = entry["error"].as_str().unwrap();
+        assert!(why.contains("changed after they were judged"), "{report}");
+    }
+    assert_eq!(removal["backup_files"], serde_json::json!([]), "{report}");
+    // The write is kept, beside what was there.
+    let legacy = legacy_saves(&node);
+    for rule in [
+        "-A INPUT -s 10.66.0.1/32 -j DROP",
+        "-A INPUT -s 10.0.0.1/32 -j ACCEPT",
+        "MASQUERADE",
+    ] {
+        assert!(legacy.contains(rule), "{rule} lost: {legacy}");
+    }
+}

@@ -20,7 +20,8 @@
 //! tools the removal runs get a lock file of their own meanwhile), so every
 //! writer that takes the lock waits; the tables are read before and after
 //! the save, and a change between the two (a writer that bypasses the lock)
-//! means reading again. Each table is then replaced by an empty one (its
+//! means reading again; they are read once more just before the emptying,
+//! and a change since the judgement leaves the family ([`legacy`]). Each table is then replaced by an empty one (its
 //! built-in chains, ACCEPT policies) by `<family>-legacy-restore`, one
 //! commit per table; legacy tables stay registered. nft: the tables and the
 //! save are read at one generation, and the emptying is one transaction that
@@ -34,24 +35,22 @@ use super::find::{self, Finding, StaleTable};
 use super::judge;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
-use super::save_tool;
 use super::show;
 use super::{HostBackend, Options};
 use crate::escape::Shown as _;
 use crate::family::Family;
+use crate::kernel::legacy::LegacyTableImage;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
 use crate::xtables_lock::{self, HeldLock};
 use std::collections::HashSet;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
+
+mod legacy;
 
 /// How long the removal waits for the xtables lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// Readings of the legacy tables that may be spoilt by a writer that
-/// bypasses the lock before the removal gives up on a family.
-const LEGACY_TRIES: usize = 3;
 /// Attempts at the nft removal while the generation keeps moving.
 const NFT_TRIES: usize = 5;
 /// The wait before the next nft attempt, times the attempts so far.
@@ -68,6 +67,8 @@ struct Proven {
     verdicts: Vec<Result<(), String>>,
     /// nft: the tables' images at the generation of the save.
     images: Vec<NftTableImage>,
+    /// legacy: the tables' images the save was read and judged between.
+    legacy_read: Vec<Option<LegacyTableImage>>,
 }
 
 impl Proven {
@@ -215,53 +216,6 @@ impl Removing<'_> {
         }
     }
 
-    /// Each legacy family read afresh and judged, under the xtables lock.
-    fn judge_legacy(&self, legacy: &[Family], removal: &mut Removal) -> Vec<Proven> {
-        let mut judged = Vec::new();
-        for &family in legacy {
-            let finding = find::find(Mode::Legacy, family);
-            if let Some(why) = &finding.unknown {
-                removal.fail_all(&[&finding], why);
-                continue;
-            }
-            if finding.tables.is_empty() {
-                continue; // emptied meanwhile (by another removal)
-            }
-            match self.judge_legacy_family(&finding) {
-                Ok((save, verdicts)) => judged.push(Proven {
-                    finding,
-                    save,
-                    verdicts,
-                    images: Vec::new(),
-                }),
-                Err(why) => removal.fail_all(&[&finding], &why),
-            }
-        }
-        judged
-    }
-
-    /// Reads a legacy family's stale tables, saves it, reads the tables
-    /// again (a difference: a writer that bypasses the xtables lock, so
-    /// again), and judges the save against them. Called with the xtables
-    /// lock held.
-    fn judge_legacy_family(&self, finding: &Finding) -> Result<proof::Verdicts, String> {
-        let family = finding.family;
-        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
-        for _ in 0..LEGACY_TRIES {
-            let live = proof::legacy_images(family, &names)?;
-            let save = save_tool::legacy(family)?.stdout;
-            if proof::legacy_images(family, &names)? != live {
-                continue;
-            }
-            return self.judge(Mode::Legacy, family, &save, &names, || {
-                proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
-            });
-        }
-        Err(format!(
-            "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
-        ))
-    }
-
     /// One family's verdict ([`judge::as_one`]): whether removing it would
     /// open the host the other backend filters, and its backup's proof.
     fn judge(
@@ -351,6 +305,7 @@ impl Removing<'_> {
                 save,
                 verdicts,
                 images,
+                legacy_read: Vec::new(),
             });
         }
         Ok(Some((generation, judged)))
@@ -377,20 +332,6 @@ impl Removing<'_> {
             written.insert(name);
         }
         Ok(())
-    }
-
-    /// Empties each legacy family that may go, table by table.
-    fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
-        for proven in judged {
-            removal.record_verdicts(&proven.finding, &proven.verdicts);
-            for (_, table) in proven.proven_tables() {
-                let what = (Mode::Legacy, proven.finding.family, table.name);
-                match empty_legacy_table(proven.finding.family, table, &self.private_lock) {
-                    Ok(()) => removal.emptied.push((what, show::table_summary(table))),
-                    Err(why) => removal.failed.push((what, why)),
-                }
-            }
-        }
     }
 
     /// Empties each nft family that may go in one transaction at the
@@ -482,15 +423,4 @@ impl Removing<'_> {
 /// The findings of proofs, to be left with a reason.
 fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
     proven.iter().map(|p| &p.finding).collect()
-}
-
-/// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
-/// policies) in one commit of `<family>-legacy-restore`.
-fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
-    let mut input = format!("*{}\n", table.name);
-    for chain in &table.builtin_chains {
-        let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
-    }
-    input.push_str("COMMIT\n");
-    proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
 }

@@ -1,0 +1,121 @@
+//! The legacy half of a removal: each stale legacy family read, saved and
+//! judged under the xtables lock, then read once more and emptied table by
+//! table. Legacy has no generation to tie the emptying to: a writer that
+//! bypasses the lock and writes between two readings changes what they
+//! read, so a change between the readings around the save means reading
+//! again, and a change between the judgement and the emptying leaves the
+//! family.
+
+use super::{Proven, Removing};
+use crate::family::Family;
+use crate::kernel::legacy::LegacyTableImage;
+use crate::mode::Mode;
+use crate::stale::find::{self, Finding, StaleTable};
+use crate::stale::proof;
+use crate::stale::removal_report::Removal;
+use crate::stale::save_tool;
+use crate::stale::show;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Readings of the legacy tables that may be spoilt by a writer that
+/// bypasses the lock before the removal gives up on a family.
+const LEGACY_TRIES: usize = 3;
+
+impl Removing<'_> {
+    /// Each legacy family read afresh and judged, under the xtables lock.
+    pub(super) fn judge_legacy(&self, legacy: &[Family], removal: &mut Removal) -> Vec<Proven> {
+        let mut judged = Vec::new();
+        for &family in legacy {
+            let finding = find::find(Mode::Legacy, family);
+            if let Some(why) = &finding.unknown {
+                removal.fail_all(&[&finding], why);
+                continue;
+            }
+            if finding.tables.is_empty() {
+                continue; // emptied meanwhile (by another removal)
+            }
+            match self.judge_legacy_family(&finding) {
+                Ok(((save, verdicts), legacy_read)) => judged.push(Proven {
+                    finding,
+                    save,
+                    verdicts,
+                    images: Vec::new(),
+                    legacy_read,
+                }),
+                Err(why) => removal.fail_all(&[&finding], &why),
+            }
+        }
+        judged
+    }
+
+    /// Reads a legacy family's stale tables, saves it, reads the tables
+    /// again (a difference: a writer that bypasses the xtables lock, so
+    /// again), and judges the save against them; returns the verdicts and
+    /// the tables' images. Called with the xtables lock held.
+    fn judge_legacy_family(
+        &self,
+        finding: &Finding,
+    ) -> Result<(proof::Verdicts, Vec<Option<LegacyTableImage>>), String> {
+        let family = finding.family;
+        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
+        for _ in 0..LEGACY_TRIES {
+            let live = proof::legacy_images(family, &names)?;
+            let save = save_tool::legacy(family)?.stdout;
+            if proof::legacy_images(family, &names)? != live {
+                continue;
+            }
+            let verdicts = self.judge(Mode::Legacy, family, &save, &names, || {
+                proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
+            })?;
+            return Ok((verdicts, live));
+        }
+        Err(format!(
+            "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
+        ))
+    }
+
+    /// Empties each legacy family that may go, table by table, once its
+    /// tables are read again as they were judged: a writer that bypasses
+    /// the xtables lock and wrote during the judgement, the proof or the
+    /// backups leaves the family (what it wrote is in no backup).
+    pub(super) fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
+        for proven in judged {
+            let family = proven.finding.family;
+            let names: Vec<&str> = proven.finding.tables.iter().map(|t| t.name).collect();
+            match proof::legacy_images(family, &names) {
+                Ok(now) if now == proven.legacy_read => {}
+                Ok(_) => {
+                    removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed");
+                    continue;
+                }
+                Err(why) => {
+                    removal.fail_all(
+                        &[&proven.finding],
+                        &format!("reading again before the emptying: {why}; nothing removed"),
+                    );
+                    continue;
+                }
+            }
+            removal.record_verdicts(&proven.finding, &proven.verdicts);
+            for (_, table) in proven.proven_tables() {
+                let what = (Mode::Legacy, family, table.name);
+                match empty_legacy_table(family, table, &self.private_lock) {
+                    Ok(()) => removal.emptied.push((what, show::table_summary(table))),
+                    Err(why) => removal.failed.push((what, why)),
+                }
+            }
+        }
+    }
+}
+
+/// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
+/// policies) in one commit of `<family>-legacy-restore`.
+fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
+    let mut input = format!("*{}\n", table.name);
+    for chain in &table.builtin_chains {
+        let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
+    }
+    input.push_str("COMMIT\n");
+    proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
+}
