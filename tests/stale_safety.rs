@@ -390,7 +390,9 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
 }
 
 /// Removals each race test runs: `IPTW_STALE_ROUNDS`, or 12 (the figures
-/// in docs/mixed-state.md were taken with thousands).
+/// in docs/mixed-state.md were taken with thousands). A race counts when
+/// its writer wrote at least two rules a removal: under emulation (the
+/// kernel matrix, two removals) a writer manages a handful.
 fn rounds() -> usize {
     std::env::var("IPTW_STALE_ROUNDS")
         .ok()
@@ -490,7 +492,7 @@ fn writers_that_take_the_xtables_lock_lose_no_rule() {
         out.status.success().then(|| vec![rule])
     });
     assert!(
-        written > 10 && removed > 1,
+        written >= 2 * rounds() && removed > 1,
         "{written} rules written, {removed} removals"
     );
     // Restores with --noflush, several rules a commit.
@@ -523,7 +525,7 @@ fn writers_that_take_the_xtables_lock_lose_no_rule() {
         child.wait().unwrap().success().then_some(rules)
     });
     assert!(
-        written > 10 && removed > 1,
+        written >= 2 * rounds() && removed > 1,
         "{written} rules written, {removed} removals"
     );
 }
@@ -544,7 +546,7 @@ fn an_nft_writer_loses_no_rule() {
         out.status.success().then(|| vec![rule])
     });
     assert!(
-        written > 10 && removed > 0,
+        written >= 2 * rounds() && removed > 0,
         "{written} rules written, {removed} removals"
     );
 }
