@@ -6,7 +6,7 @@
 //! legacy tables, host link names and the hint chains.
 
 mod common;
-use common::{refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
+use common::{refuse_sockets, refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
 use serde_json::Value;
 use std::process::{Command, Output};
 
@@ -737,7 +737,7 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     std::fs::write(node.path("rules"), format!("*filter\n{rules}COMMIT\n")).unwrap();
     node.sh(&format!("iptables-legacy-restore < {}", node.path("rules").display()));
     let refuse_netlink = |command: &mut Command| {
-        refuse_syscall(command, libc::SYS_socket, &[(0, libc::AF_NETLINK as u32)]);
+        refuse_sockets(command, |call| call.domain == libc::AF_NETLINK);
     };
     let mut call = node.command("iptables");
     call.arg("-V");
@@ -772,11 +772,9 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     let mut call = node.command("iptables");
     call.env("IPTABLES_WRAPPER_LOG", "warn").arg("-V");
-    refuse_syscall(
-        &mut call,
-        libc::SYS_socket,
-        &[(0, libc::AF_INET as u32), (2, libc::IPPROTO_RAW as u32)],
-    );
+    refuse_sockets(&mut call, |call| {
+        call.domain == libc::AF_INET && call.protocol == libc::IPPROTO_RAW
+    });
     let out = call.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
