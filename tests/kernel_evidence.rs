@@ -6,7 +6,8 @@
 //! legacy tables, host link names and the hint chains.
 
 mod common;
-use common::{refuse_sockets, refuse_syscall, refuse_wrapper_raw_sockets, Node, WRAPPER};
+use common::seccomp::{refuse_sockets, refuse_syscall, refuse_wrapper_raw_sockets};
+use common::{Node, WRAPPER};
 use serde_json::Value;
 use std::process::{Command, Output};
 

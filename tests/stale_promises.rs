@@ -140,7 +140,7 @@ fn every_early_stop_prints_one_json_object() {
     let nft_before = nft_ruleset(&node);
     let mut command = node.wrapper();
     command.args(["stale", "--remove", "--json"]);
-    let out = common::refuse_sockets(&mut command, |call| call.domain == libc::AF_NETLINK)
+    let out = common::seccomp::refuse_sockets(&mut command, |call| call.domain == libc::AF_NETLINK)
         .output()
         .unwrap();
     one_object(&out, "nf_tables cannot be read");

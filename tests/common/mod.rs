@@ -10,8 +10,6 @@ pub mod save_tables;
 pub mod seccomp;
 pub mod stale;
 
-pub use seccomp::{refuse_sockets, refuse_syscall, refuse_wrapper_raw_sockets};
-
 use std::process::{Command, Output};
 
 /// Moves the calling thread into a new, empty network namespace.

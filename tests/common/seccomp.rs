@@ -56,7 +56,10 @@ fn filter(alternatives: &[Vec<(u32, u32)>], action: u32) -> Vec<libc::sock_filte
     let mut program = Vec::new();
     for checks in alternatives {
         let next = program.len() + 2 * (checks.len() + 1);
-        let words: Vec<_> = [(SECCOMP_DATA_ARCH, AUDIT_ARCH)].into_iter().chain(checks.iter().copied()).collect();
+        let words: Vec<_> = [(SECCOMP_DATA_ARCH, AUDIT_ARCH)]
+            .into_iter()
+            .chain(checks.iter().copied())
+            .collect();
         for (i, &(offset, value)) in words.iter().enumerate() {
             program.push(statement(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, offset));
             let here = program.len();
@@ -87,7 +90,11 @@ fn install(command: &mut Command, program: Vec<libc::sock_filter>, listener_to: 
                 len: program.len() as u16,
                 filter: program.as_ptr() as *mut libc::sock_filter,
             };
-            let flags = if listener_to.is_some() { libc::SECCOMP_FILTER_FLAG_NEW_LISTENER } else { 0 };
+            let flags = if listener_to.is_some() {
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+            } else {
+                0
+            };
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -111,7 +118,11 @@ fn install(command: &mut Command, program: Vec<libc::sock_filter>, listener_to: 
 pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: &[(u32, u32)]) -> &'a mut Command {
     let mut checks = vec![(SECCOMP_DATA_NR, number as u32)];
     checks.extend(when.iter().map(|&(index, value)| (argument(index), value)));
-    install(command, filter(&[checks], libc::SECCOMP_RET_ERRNO | libc::EPERM as u32), None);
+    install(
+        command,
+        filter(&[checks], libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        None,
+    );
     command
 }
 
@@ -129,10 +140,7 @@ pub struct SocketCall {
 /// Makes `command`'s child, and every process it runs, refuse with EPERM
 /// each socket `refuse` says so of; every other call goes on as if no
 /// filter were there.
-pub fn refuse_sockets(
-    command: &mut Command,
-    refuse: impl Fn(&SocketCall) -> bool + Send + 'static,
-) -> &mut Command {
+pub fn refuse_sockets(command: &mut Command, refuse: impl Fn(&SocketCall) -> bool + Send + 'static) -> &mut Command {
     let alternatives = [
         vec![(SECCOMP_DATA_NR, libc::SYS_socket as u32)],
         #[cfg(target_arch = "s390x")]
@@ -142,7 +150,11 @@ pub fn refuse_sockets(
         ],
     ];
     let (ours, theirs) = UnixStream::pair().expect("socketpair");
-    install(command, filter(&alternatives, libc::SECCOMP_RET_USER_NOTIF), Some(theirs.into()));
+    install(
+        command,
+        filter(&alternatives, libc::SECCOMP_RET_USER_NOTIF),
+        Some(theirs.into()),
+    );
     std::thread::spawn(move || supervise(&ours, refuse));
     command
 }
@@ -155,7 +167,7 @@ pub fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
     refuse_sockets(command, |call| {
         call.kind & 0xf == libc::SOCK_RAW
             && call.protocol == libc::IPPROTO_RAW
-            && call.program.file_name().is_none_or(|name| name != "xtables-legacy-multi")
+            && call.program.file_name() != Some("xtables-legacy-multi".as_ref())
     })
 }
 
@@ -207,7 +219,9 @@ fn receive_fd(from: &UnixStream) -> Option<OwnedFd> {
         if header.is_null() || (*header).cmsg_type != libc::SCM_RIGHTS {
             return None;
         }
-        Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<RawFd>())))
+        Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(
+            libc::CMSG_DATA(header).cast::<RawFd>(),
+        )))
     }
 }
 
@@ -243,7 +257,11 @@ fn supervise(from: &UnixStream, refuse: impl Fn(&SocketCall) -> bool) {
                 id: request.id,
                 val: 0,
                 error: if refused { -libc::EPERM } else { 0 },
-                flags: if refused { 0 } else { libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32 },
+                flags: if refused {
+                    0
+                } else {
+                    libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32
+                },
             };
             libc::ioctl(fd, libc::SECCOMP_IOCTL_NOTIF_SEND, &response);
         }
@@ -256,20 +274,20 @@ fn socket_call(request: &libc::seccomp_notif) -> Option<SocketCall> {
     let pid = request.pid;
     let args = request.data.args;
     let [domain, kind, protocol] = if request.data.nr as libc::c_long == libc::SYS_socket {
-        [args[0], args[1], args[2]]
+        [args[0] as i32, args[1] as i32, args[2] as i32]
     } else {
         const WORD: usize = size_of::<libc::c_ulong>();
         let mut words = [0u8; 3 * WORD];
         std::fs::File::open(format!("/proc/{pid}/mem"))
             .and_then(|mem| mem.read_exact_at(&mut words, args[1]))
             .ok()?;
-        let word = |i: usize| libc::c_ulong::from_ne_bytes(words[i * WORD..][..WORD].try_into().unwrap()) as u64;
+        let word = |i: usize| libc::c_ulong::from_ne_bytes(words[i * WORD..][..WORD].try_into().unwrap()) as i32;
         [word(0), word(1), word(2)]
     };
     Some(SocketCall {
         program: std::fs::read_link(format!("/proc/{pid}/exe")).ok()?,
-        domain: domain as i32,
-        kind: kind as i32,
-        protocol: protocol as i32,
+        domain,
+        kind,
+        protocol,
     })
 }
