@@ -3,7 +3,8 @@
 //! namespace per test.
 
 mod common;
-use common::{refuse_syscall, Node};
+use common::seccomp::refuse_syscall;
+use common::Node;
 
 /// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
 fn legacy_rules(node: &Node, n: usize) {

@@ -6,9 +6,8 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
-use common::{
-    copy_program, refuse_syscall, refuse_wrapper_raw_sockets, stub_backend as stub, without_proc, Node, WRAPPER,
-};
+use common::seccomp::{refuse_syscall, refuse_wrapper_raw_sockets};
+use common::{copy_program, stub_backend as stub, without_proc, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};

@@ -141,7 +141,7 @@ fn every_early_stop_prints_one_json_object() {
     let nft_before = nft_ruleset(&node);
     let mut command = node.wrapper();
     command.args(["stale", "--remove", "--json"]);
-    let out = common::refuse_syscall(&mut command, libc::SYS_socket, &[(0, libc::AF_NETLINK as u32)])
+    let out = common::seccomp::refuse_sockets(&mut command, |call| call.domain == libc::AF_NETLINK)
         .output()
         .unwrap();
     one_object(&out, "nf_tables cannot be read");

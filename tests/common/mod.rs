@@ -7,6 +7,7 @@ pub mod packet_run;
 pub mod rule_grammar;
 pub mod rule_motifs;
 pub mod save_tables;
+pub mod seccomp;
 pub mod stale;
 
 use std::process::{Command, Output};
@@ -55,97 +56,6 @@ pub fn copy_program(from: &Path, to: &Path) {
         to.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// The running architecture's `AUDIT_ARCH_*` (linux/audit.h): a seccomp
-/// filter checks it before it trusts a system call number.
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xc000_003e;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xc000_00b7;
-#[cfg(target_arch = "arm")]
-const AUDIT_ARCH: u32 = 0x4000_0028;
-#[cfg(all(target_arch = "powerpc64", target_endian = "little"))]
-const AUDIT_ARCH: u32 = 0xc000_0015;
-#[cfg(target_arch = "riscv64")]
-const AUDIT_ARCH: u32 = 0xc000_00f3;
-#[cfg(target_arch = "s390x")]
-const AUDIT_ARCH: u32 = 0x8000_0016;
-
-/// Makes `command`'s child refuse one system call with EPERM (a seccomp
-/// filter for this architecture), when each `(argument index, value)` in
-/// `when` matches the low 32 bits of that argument; every other call is
-/// allowed.
-pub fn refuse_syscall<'a>(command: &'a mut Command, number: libc::c_long, when: &[(u32, u32)]) -> &'a mut Command {
-    const SECCOMP_DATA_NR: u32 = 0;
-    const SECCOMP_DATA_ARCH: u32 = 4;
-    const SECCOMP_DATA_ARGS: u32 = 16;
-    // Each argument is 64 bits in the machine's byte order: its low half
-    // comes second on a big-endian machine.
-    const LOW_HALF: u32 = if cfg!(target_endian = "big") { 4 } else { 0 };
-    let load = |offset| libc::sock_filter {
-        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
-        jt: 0,
-        jf: 0,
-        k: offset,
-    };
-    let ret = |value| libc::sock_filter {
-        code: (libc::BPF_RET | libc::BPF_K) as u16,
-        jt: 0,
-        jf: 0,
-        k: value,
-    };
-    let mut checks = vec![(SECCOMP_DATA_ARCH, AUDIT_ARCH), (SECCOMP_DATA_NR, number as u32)];
-    checks.extend(
-        when.iter()
-            .map(|&(index, value)| (SECCOMP_DATA_ARGS + 8 * index + LOW_HALF, value)),
-    );
-    // Each check loads a word and jumps to the final `allow` unless it is
-    // equal; past all of them, `refuse`.
-    let last = 2 * checks.len() + 1;
-    let mut filter = Vec::new();
-    for (offset, value) in checks {
-        filter.push(load(offset));
-        filter.push(libc::sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt: 0,
-            jf: (last - filter.len() - 1) as u8,
-            k: value,
-        });
-    }
-    filter.push(ret(libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
-    filter.push(ret(libc::SECCOMP_RET_ALLOW));
-    // SAFETY: prctl only affects the child between fork and exec; the
-    // filter outlives the call (moved into the closure).
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(command, move || {
-            let program = libc::sock_fprog {
-                len: filter.len() as u16,
-                filter: filter.as_ptr() as *mut libc::sock_filter,
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Refuses the wrapper's own raw IP sockets (`SOCK_RAW | SOCK_CLOEXEC`,
-/// `IPPROTO_RAW`) but not libiptc's (plain `SOCK_RAW`, close-on-exec set
-/// later): the wrapper's legacy getsockopt reads fail and it falls back to
-/// `iptables-legacy-save`, which works.
-pub fn refuse_wrapper_raw_sockets(command: &mut Command) -> &mut Command {
-    refuse_syscall(
-        command,
-        libc::SYS_socket,
-        &[
-            (1, (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u32),
-            (2, libc::IPPROTO_RAW as u32),
-        ],
-    )
 }
 
 /// Writes a script and makes it executable, by way of [`copy_program`]: the

@@ -159,7 +159,16 @@ pub fn listed_tables(family: Family) -> Result<Option<Vec<String>>, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let net = Path::new(relative).parent().expect("a file in a directory");
             return match procfs::open(net.to_str().expect("UTF-8"), libc::O_PATH | libc::O_DIRECTORY) {
-                Ok(_) => Ok(None),
+                // Looked up without opening: a procfs mounted with
+                // `subset=pid` lists the file but refuses to open it on
+                // Linux 5.10 (6.12 opens it), which is no absent list.
+                Ok(_) => match procfs::open(relative, libc::O_PATH) {
+                    Ok(_) => Err(cannot(&format!(
+                        "{file} is there, but procfs refuses to open it (a procfs mounted with subset=pid, on an older kernel)"
+                    ))),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(cannot(&e)),
+                },
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
                     "/proc/{} is absent (/proc not mounted, or a procfs that does not show this process?): the legacy tables cannot be listed",
                     net.shown()

@@ -230,8 +230,7 @@ while read -r name; do
     # the writer's bursts (400 ms apart), which the emulated CPU is too slow
     # for: in the guests it wrote its rules and lost none, but no removal
     # finished. On 5.10 (no netns cookie) nothing is cached, so count_cache.rs
-    # does not apply (the check above shows detect saying why), and
-    # a_procfs_showing_only_processes_... is open there (docs/testing.md).
+    # does not apply (the check above shows detect saying why).
     skip=()
     case "$name" in
         kernel_nft) skip=(--skip counts_stay_consistent_while_the_ruleset_changes
@@ -241,11 +240,6 @@ while read -r name; do
         # that sends a datagram from a client namespace runs natively.
         stale_safety) skip=(--skip an_nft_writer_loses_no_rule
             --skip removing_the_last_rule_that_keeps_defragmentation_on_is_held) ;;
-        kernel_evidence) [[ "$(uname -r)" == 5.10.* ]] && skip=(--skip a_procfs_showing_only_processes_is_not_a_kernel_without_modules)
-            # Open (docs/testing.md): two tests that refuse sockets by a
-            # seccomp filter fail on armv7 and s390x.
-            [[ "$(uname -m)" == x86_64 ]] || skip+=(--skip save_tool_fallback_reads_bytes_not_text
-                --skip a_backend_this_process_cannot_use_is_never_the_default) ;;
     esac
     IPTW_STALE_ROUNDS=2 "$test" --test-threads=1 -q "${skip[@]}" >/tmp/test.out 2>&1
     rc=$?
