@@ -12,11 +12,15 @@
 #    a rule every 50 ms beside ITERATIONS (default 20) removals of a stale DROP whose twin
 #    nft holds: how many of the rules it was told were added are in neither a
 #    backup nor the kernel afterwards, and how many removals emptied legacy.
+# 4. `stale` (the judgement alone) over one chain of BLOCKING (default 2,000)
+#    stale legacy DROP rules, each with its twin in nft, in order: the
+#    xtables lock is held that long during a removal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wrapper=${1:-target/x86_64-unknown-linux-musl/release/iptables-wrapper}
 rules=${RULES:-55000}
 iterations=${ITERATIONS:-20}
+blocking=${BLOCKING:-2000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/host/etc/alternatives"
@@ -76,3 +80,17 @@ unshare -n bash -c '
     done <"$0/added"
     echo "a writer bypassing the xtables lock beside $2 removals ($emptied emptied legacy): $lost of $total rules lost"
 ' "$work" "$(realpath "$wrapper")" "$iterations"
+
+unshare -n bash -c '
+    set -e
+    export IPTABLES_WRAPPER_HOST_ROOT="$0/host" IPTABLES_WRAPPER_RUN_DIR="$0/run-blocking"
+    ln -sfn /usr/sbin/iptables-nft "$0/host/etc/alternatives/iptables"
+    awk -v n="$2" '"'"'BEGIN { print "*filter"; for (i = 0; i < n; i++) printf "-A INPUT -s 10.%d.%d.%d/32 -j DROP\n", i / 65025 % 250, i / 255 % 255, i % 255 + 1; print "COMMIT" }'"'"' >"$0/blocking"
+    iptables-legacy-restore <"$0/blocking"
+    iptables-nft-restore <"$0/blocking"
+    start=$(date +%s.%N)
+    "$1" stale >"$0/out-blocking" || true
+    end=$(date +%s.%N)
+    grep -q "removing it opens nothing" "$0/out-blocking" || { cat "$0/out-blocking"; exit 1; }
+    echo "$2 stale legacy DROP rules in one chain, each with its twin: judged in $(awk -v a="$start" -v b="$end" "BEGIN { printf \"%.2f\", b - a }") s"
+' "$work" "$(realpath "$wrapper")" "$blocking"

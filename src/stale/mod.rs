@@ -35,6 +35,7 @@ pub mod proof;
 pub mod removal_report;
 pub mod remove;
 pub mod rotation;
+mod same_way;
 pub mod save_tool;
 mod saved_rules;
 pub mod show;

@@ -36,13 +36,14 @@
 
 use super::hooks;
 use super::live_save::proven_live_save;
+use super::same_way::Twins;
 use super::saved_rules::{
-    goes_to, keeps, keeps_no_shared_state, match_modules, parse, surely_keeps, targets, Kept, SavedTable,
-    BUILTIN_CHAINS, NAT_TARGETS, SEEN_BY_NONE_TARGETS,
+    goes_to, keeps, keeps_no_shared_state, parse, surely_keeps, targets, Kept, SavedTable, BUILTIN_CHAINS, NAT_TARGETS,
+    SEEN_BY_NONE_TARGETS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What the live backend must hold for a stale rule to go, least first.
@@ -54,7 +55,7 @@ enum Need {
     /// block or queue the packets it matches (`DROP`, `REJECT`, `NFQUEUE`,
     /// `QUEUE`), or goes to a chain needing no more.
     TwinInOrder,
-    /// The whole chain's twin ([`same_chain`]): it changes packets, loads a
+    /// The whole chain's twin ([`Twins::whole_chain`]): it changes packets, loads a
     /// match that may write what others read, or does what is not known
     /// here (a verdict not listed), so the rules after it count too (a
     /// live `MARK` after a twin may undo what it does).
@@ -136,96 +137,6 @@ impl<'a> Needs<'a> {
     }
 }
 
-/// Whether the user chains `rule` jumps to are the same in `stale` and
-/// `live`, rule for rule, and so on for the chains they jump to.
-fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
-    for t in targets(rule) {
-        if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
-            continue;
-        }
-        if !seen.insert(t.clone()) {
-            continue;
-        }
-        let rules = stale.chain(&t);
-        if !(stale.is_user_chain(&t) && live.is_user_chain(&t) && rules == live.chain(&t)) {
-            return false;
-        }
-        if !rules.iter().all(|r| same_chains(r, stale, live, seen)) {
-            return false;
-        }
-    }
-    true
-}
-
-/// The rules of `rules` that could end the evaluation other than by
-/// blocking, or change what a later rule matches (see
-/// [`SavedTable::harmless`]).
-fn significant<'a>(rules: &[&'a [u8]], table: &SavedTable, harmless: &HashSet<Vec<u8>>) -> Vec<&'a [u8]> {
-    rules.iter().copied().filter(|r| !table.harmless(r, harmless)).collect()
-}
-
-/// Whether the live rules `before` (of one chain) bring to what follows
-/// every packet the stale chain's rules `stale_before` do, in the same
-/// state: the rules of each that could end the evaluation other than by
-/// blocking or change a packet are the same rules, in the same order (not
-/// only as many: a live `-s 10.0.0.0/8 -j ACCEPT` is not the stale
-/// `-s 192.168.0.1/32 -j ACCEPT`), and the user chains they jump to are
-/// the same in both. Rules that only log or block may differ, and the
-/// stale chain may have more rules that only take packets out of it
-/// ([`SavedTable::exits`]): those packets never reach what follows there.
-/// `to_policy`: what follows is the policy.
-fn same_way_in(
-    before: &[&[u8]],
-    stale_before: &[&[u8]],
-    stale: &SavedTable,
-    live: &SavedTable,
-    harmless: &Harmless,
-    to_policy: bool,
-) -> bool {
-    if before.iter().chain(stale_before).any(|r| keeps_own_state(r)) {
-        return before == stale_before
-            && before
-                .iter()
-                .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()));
-    }
-    let live_significant = significant(before, live, &harmless.live);
-    let mut stale_significant = significant(stale_before, stale, &harmless.stale);
-    stale_significant.retain(|r| live_significant.contains(r) || !stale.exits(r, to_policy, &harmless.stale_exiting));
-    live_significant == stale_significant
-        && live_significant
-            .iter()
-            .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()))
-}
-
-/// The harmless user chains of each side (see [`SavedTable::harmless_chains`]),
-/// and the stale side's exiting ones ([`SavedTable::exiting_chains`]).
-struct Harmless {
-    stale: HashSet<Vec<u8>>,
-    live: HashSet<Vec<u8>>,
-    stale_exiting: HashSet<Vec<u8>>,
-}
-
-/// Whether the live chain `chain` is the stale one's twin: declared there
-/// too, the same rules, as printed, in the same order, and the user chains
-/// they jump or go to the same, and so on.
-fn same_chain(chain: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
-    let rules = stale.chain(chain);
-    live.policy(chain).is_some()
-        && live.is_user_chain(chain) == stale.is_user_chain(chain)
-        && live.chain(chain) == rules
-        && rules
-            .iter()
-            .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()))
-}
-
-/// Whether `rule` loads a match that keeps state of the rule's own, which
-/// every packet reaching the rule feeds.
-fn keeps_own_state(rule: &[u8]) -> bool {
-    match_modules(rule)
-        .iter()
-        .any(|m| OWN_STATE_MATCHES.contains(&m.as_slice()))
-}
-
 /// The verdicts that end the chain for the packets they match and can
 /// only block them or hand them to a queue: what follows them in the
 /// chain never meets those packets.
@@ -261,9 +172,6 @@ fn names_nothing_shared(rule: &[u8], table: &SavedTable) -> bool {
         })
 }
 
-/// The match modules that keep state of the rule's own (a rate, a count).
-const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
-
 /// The tables whose twins in the other backend do not count: iptables-nft
 /// hooks `security` at priority 150, legacy at 50, so a nat `INPUT` chain
 /// (100) or a native one between them meets packets between the two.
@@ -282,19 +190,14 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
         _ => &empty,
     };
-    let harmless = Harmless {
-        stale: table.harmless_chains(),
-        live: live.harmless_chains(),
-        stale_exiting: table.exiting_chains(),
-    };
+    let mut twins = Twins::new(table, live);
     let mut needs = Needs::new(table, name, kept_live);
     let mut items = Vec::new();
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
             continue;
         }
-        let enforced = live.policy(chain) == Some(policy.as_slice())
-            && same_way_in(&live.chain(chain), &table.chain(chain), table, live, &harmless, true);
+        let enforced = live.policy(chain) == Some(policy.as_slice()) && twins.policy_reached_same_way(chain);
         if !enforced {
             items.push([b":".as_slice(), chain, b" ", policy].concat());
         }
@@ -317,21 +220,10 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             continue;
         }
         let need = needs.of_rule(line);
-        let live_rules = live.chain(chain);
         let enforced = match need {
             Need::Nothing => true,
-            Need::Twin => same_chain(chain, table, live),
-            Need::TwinInOrder => live_rules.iter().enumerate().any(|(i, rule)| {
-                *rule == line.as_slice()
-                    && same_way_in(
-                        &live_rules[..i],
-                        &table.chain(chain)[..at],
-                        table,
-                        live,
-                        &harmless,
-                        false,
-                    )
-            }),
+            Need::Twin => twins.whole_chain(chain),
+            Need::TwinInOrder => twins.in_order(chain, at),
         };
         if !enforced {
             items.push(line.clone());

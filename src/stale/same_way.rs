@@ -1,0 +1,202 @@
+//! Whether the host's backend holds a stale rule's twin where the twin
+//! counts: reached the same way (the rules before a rule that only
+//! blocks, or before a policy), or in its whole chain's twin. What each
+//! rule is (harmless, exiting, keeping state of its own) is read once per
+//! chain, so a chain of thousands of blocking rules is judged in passes
+//! over booleans: the removal holds the xtables lock meanwhile, and a
+//! writer such as kube-proxy waits only seconds for it (`-w 5`).
+
+use super::saved_rules::{match_modules, targets, SavedTable};
+use std::collections::{HashMap, HashSet};
+
+/// The match modules that keep state of the rule's own (a rate, a count).
+const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
+
+/// The two sides of one table, and what was read of their chains.
+pub(super) struct Twins<'a> {
+    stale: &'a SavedTable,
+    live: &'a SavedTable,
+    /// Each side's harmless user chains ([`SavedTable::harmless_chains`]).
+    stale_harmless: HashSet<Vec<u8>>,
+    live_harmless: HashSet<Vec<u8>>,
+    /// The stale side's exiting user chains ([`SavedTable::exiting_chains`]).
+    stale_exiting: HashSet<Vec<u8>>,
+    chains: HashMap<Vec<u8>, (StaleChain<'a>, LiveChain<'a>)>,
+    whole_chains: HashMap<Vec<u8>, bool>,
+}
+
+/// The rules of one chain of one side, and what each is.
+struct ChainRules<'a> {
+    rules: Vec<&'a [u8]>,
+    /// Loads a match that keeps state of its own, which every packet
+    /// reaching the rule feeds.
+    own_state: Vec<bool>,
+    /// Can neither end the chain other than by blocking nor change what a
+    /// later rule matches ([`SavedTable::harmless`]).
+    harmless: Vec<bool>,
+}
+
+struct StaleChain<'a> {
+    read: ChainRules<'a>,
+    /// [`SavedTable::exits`] where what follows is the next rule, then
+    /// where it is the policy.
+    exits: [Vec<bool>; 2],
+}
+
+struct LiveChain<'a> {
+    read: ChainRules<'a>,
+    /// The user chains the rule jumps to are the same in both sides.
+    same_chains: Vec<bool>,
+}
+
+impl<'a> ChainRules<'a> {
+    fn read(side: &'a SavedTable, chain: &[u8], harmless: &HashSet<Vec<u8>>) -> ChainRules<'a> {
+        let rules = side.chain(chain);
+        ChainRules {
+            own_state: rules.iter().map(|r| keeps_own_state(r)).collect(),
+            harmless: rules.iter().map(|r| side.harmless(r, harmless)).collect(),
+            rules,
+        }
+    }
+}
+
+impl<'a> Twins<'a> {
+    pub(super) fn new(stale: &'a SavedTable, live: &'a SavedTable) -> Twins<'a> {
+        Twins {
+            stale,
+            live,
+            stale_harmless: stale.harmless_chains(),
+            live_harmless: live.harmless_chains(),
+            stale_exiting: stale.exiting_chains(),
+            chains: HashMap::new(),
+            whole_chains: HashMap::new(),
+        }
+    }
+
+    fn chain(&mut self, chain: &[u8]) -> &(StaleChain<'a>, LiveChain<'a>) {
+        if !self.chains.contains_key(chain) {
+            let stale = ChainRules::read(self.stale, chain, &self.stale_harmless);
+            let exits = [false, true].map(|to_policy| {
+                stale
+                    .rules
+                    .iter()
+                    .map(|r| self.stale.exits(r, to_policy, &self.stale_exiting))
+                    .collect()
+            });
+            let live = ChainRules::read(self.live, chain, &self.live_harmless);
+            let same_chains = live
+                .rules
+                .iter()
+                .map(|r| same_chains(r, self.stale, self.live, &mut HashSet::new()))
+                .collect();
+            let read = (
+                StaleChain { read: stale, exits },
+                LiveChain {
+                    read: live,
+                    same_chains,
+                },
+            );
+            self.chains.insert(chain.to_vec(), read);
+        }
+        &self.chains[chain]
+    }
+
+    /// Whether the live chain brings to its policy every packet the stale
+    /// chain brings to its own ([`same_way_in`] over whole chains).
+    pub(super) fn policy_reached_same_way(&mut self, chain: &[u8]) -> bool {
+        let (stale, live) = self.chain(chain);
+        same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
+    }
+
+    /// Whether the live chain holds rule `at` of the stale chain, reached
+    /// the same way ([`same_way_in`] over the rules before each).
+    pub(super) fn in_order(&mut self, chain: &[u8], at: usize) -> bool {
+        let (stale, live) = self.chain(chain);
+        let line = stale.read.rules[at];
+        live.read
+            .rules
+            .iter()
+            .enumerate()
+            .any(|(i, rule)| *rule == line && same_way_in(live, i, stale, at, false))
+    }
+
+    /// Whether the live chain is the stale one's twin: declared there too,
+    /// the same rules, as printed, in the same order, and the user chains
+    /// they jump or go to the same, and so on.
+    pub(super) fn whole_chain(&mut self, chain: &[u8]) -> bool {
+        if let Some(&same) = self.whole_chains.get(chain) {
+            return same;
+        }
+        let (stale, live) = (self.stale, self.live);
+        let rules = stale.chain(chain);
+        let same = live.policy(chain).is_some()
+            && live.is_user_chain(chain) == stale.is_user_chain(chain)
+            && live.chain(chain) == rules
+            && rules
+                .iter()
+                .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()));
+        self.whole_chains.insert(chain.to_vec(), same);
+        same
+    }
+}
+
+/// Whether the user chains `rule` jumps to are the same in `stale` and
+/// `live`, rule for rule, and so on for the chains they jump to.
+fn same_chains(rule: &[u8], stale: &SavedTable, live: &SavedTable, seen: &mut HashSet<Vec<u8>>) -> bool {
+    for t in targets(rule) {
+        if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
+            continue;
+        }
+        if !seen.insert(t.clone()) {
+            continue;
+        }
+        let rules = stale.chain(&t);
+        if !(stale.is_user_chain(&t) && live.is_user_chain(&t) && rules == live.chain(&t)) {
+            return false;
+        }
+        if !rules.iter().all(|r| same_chains(r, stale, live, seen)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether the live chain's first `live_len` rules bring to what follows
+/// every packet the stale chain's first `stale_len` do, in the same
+/// state: the rules of each that could end the evaluation other than by
+/// blocking or change a packet are the same rules, in the same order (not
+/// only as many: a live `-s 10.0.0.0/8 -j ACCEPT` is not the stale
+/// `-s 192.168.0.1/32 -j ACCEPT`), and the user chains they jump to are
+/// the same in both. Rules that only log or block may differ, and the
+/// stale chain may have more rules that only take packets out of it
+/// ([`SavedTable::exits`]): those packets never reach what follows there.
+/// Where a rule before keeps state of its own, every rule before is the
+/// same, since other packets would feed that state. `to_policy`: what
+/// follows is the policy.
+fn same_way_in(live: &LiveChain, live_len: usize, stale: &StaleChain, stale_len: usize, to_policy: bool) -> bool {
+    let (live_rules, stale_rules) = (&live.read.rules[..live_len], &stale.read.rules[..stale_len]);
+    let own_state = live.read.own_state[..live_len]
+        .iter()
+        .chain(&stale.read.own_state[..stale_len]);
+    if own_state.copied().any(|own| own) {
+        return live_rules == stale_rules && live.same_chains[..live_len].iter().all(|&same| same);
+    }
+    let live_significant: Vec<usize> = (0..live_len).filter(|&i| !live.read.harmless[i]).collect();
+    let in_live: HashSet<&[u8]> = live_significant.iter().map(|&i| live_rules[i]).collect();
+    let exits = &stale.exits[usize::from(to_policy)];
+    let mut stale_significant = (0..stale_len)
+        .filter(|&j| !stale.read.harmless[j] && (in_live.contains(stale_rules[j]) || !exits[j]))
+        .map(|j| stale_rules[j]);
+    live_significant
+        .iter()
+        .all(|&i| stale_significant.next() == Some(live_rules[i]) && live.same_chains[i])
+        && stale_significant.next().is_none()
+}
+
+/// Whether `rule` loads a match that keeps state of the rule's own, which
+/// every packet reaching the rule feeds.
+fn keeps_own_state(rule: &[u8]) -> bool {
+    match_modules(rule)
+        .iter()
+        .any(|m| OWN_STATE_MATCHES.contains(&m.as_slice()))
+}
