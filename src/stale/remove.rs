@@ -4,7 +4,7 @@
 //!
 //! The backup is the stale backend's full save of each family that holds a
 //! stale table (its own save tool, without `-t`; for iptables-nft, where
-//! that fails, each stale table's own: [`save_tool`]), cut to the tables
+//! that fails, each stale table's own: [`super::save_tool`]), cut to the tables
 //! emptied, byte for byte,
 //! `iptables-<backend>.rules` and `ip6tables-<backend>.rules` in the backup
 //! directory ([`BackupDir`]). A table is emptied only when restoring that
@@ -21,7 +21,8 @@
 //! writer that takes the lock waits; the tables are read before and after
 //! the save, and a change between the two (a writer that bypasses the lock)
 //! means reading again; they are read once more just before the emptying,
-//! and a change since the judgement leaves the family ([`legacy`]). Each table is then replaced by an empty one (its
+//! and a change since the judgement leaves the family (`remove/legacy.rs`).
+//! Each table is then replaced by an empty one (its
 //! built-in chains, ACCEPT policies) by `<family>-legacy-restore`, one
 //! commit per table; legacy tables stay registered. nft: the tables and the
 //! save are read at one generation, and the emptying is one transaction that
