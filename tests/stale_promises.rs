@@ -4,7 +4,8 @@
 //! ruleset saying why, a backup that restores without error into another
 //! table than the live one, and the nf_tables generation moving between the
 //! proof and the emptying (no backup of an attempt that did not happen is
-//! offered as an undo). Each test in a network namespace of its own,
+//! offered as an undo, nor kept where a backup cannot be written), and a
+//! legacy writer that bypasses the lock during the judgement. Each test in a network namespace of its own,
 //! against the real iptables-legacy / iptables-nft.
 //!
 //! Where a backend tool must misbehave (a save that prints another rule than
@@ -294,40 +295,76 @@ fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
 
 #[test]
 fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family() {
-    let node = legacy_stale_node("bypass-during-judgement");
-    let marker = node.path("written");
-    // The first restore (the proof's, in the removal's scratch namespace)
-    // ends by writing to the live legacy filter table with the lock file
-    // the restore tools are given, not the xtables lock the removal holds:
-    // a writer that bypasses the lock, after the readings the judgement
-    // rests on and before the emptying.
-    let restore = format!(
-        "/usr/sbin/iptables-legacy-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-legacy -A INPUT -s 10.66.0.1/32 -j DROP",
-        m = marker.display()
-    );
-    let sbin = backends_with(&node, &[("iptables-legacy-restore", &restore)]);
-    let backups = node.path("backups");
-    let dir = backups.to_str().unwrap();
-    let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
-    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
-    assert!(marker.exists(), "the restore never ran: {}", stderr(&out));
-    let report = json(&out);
-    let removal = &report["removal"];
-    assert_eq!(removal["emptied"], serde_json::json!([]), "{report}");
-    let failed = removal["failed"].as_array().unwrap();
-    assert_eq!(failed.len(), 2, "{report}");
-    for entry in failed {
-        let why = entry["error"].as_str().unwrap();
-        assert!(why.contains("changed after they were judged"), "{report}");
-    }
-    assert_eq!(removal["backup_files"], serde_json::json!([]), "{report}");
-    // The write is kept, beside what was there.
-    let legacy = legacy_saves(&node);
-    for rule in [
-        "-A INPUT -s 10.66.0.1/32 -j DROP",
-        "-A INPUT -s 10.0.0.1/32 -j ACCEPT",
-        "MASQUERADE",
+    // To a stale table, and to a table of the family that held nothing
+    // (one family's tables go together or not at all).
+    for (name, write) in [
+        ("bypass-stale-table", "-A INPUT -s 10.66.0.1/32 -j DROP"),
+        (
+            "bypass-empty-table",
+            "-t mangle -A PREROUTING -j MARK --set-xmark 0x7/0xffffffff",
+        ),
     ] {
-        assert!(legacy.contains(rule), "{rule} lost: {legacy}");
+        let node = legacy_stale_node(name);
+        let marker = node.path("written");
+        // The first restore (the proof's, in the removal's scratch
+        // namespace) ends by writing to the live legacy tables with the
+        // lock file the restore tools are given, not the xtables lock the
+        // removal holds: a writer that bypasses the lock, after the
+        // readings the judgement rests on and before the emptying.
+        let restore = format!(
+            "/usr/sbin/iptables-legacy-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-legacy {write}",
+            m = marker.display()
+        );
+        let sbin = backends_with(&node, &[("iptables-legacy-restore", &restore)]);
+        let backups = node.path("backups");
+        let dir = backups.to_str().unwrap();
+        let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}{}", stdout(&out), stderr(&out));
+        assert!(marker.exists(), "{name}: the restore never ran: {}", stderr(&out));
+        let report = json(&out);
+        let removal = &report["removal"];
+        assert_eq!(removal["emptied"], serde_json::json!([]), "{name}: {report}");
+        let failed = removal["failed"].as_array().unwrap();
+        assert_eq!(failed.len(), 2, "{name}: {report}");
+        for entry in failed {
+            let why = entry["error"].as_str().unwrap();
+            assert!(why.contains("changed after they were judged"), "{name}: {report}");
+        }
+        assert_eq!(removal["backup_files"], serde_json::json!([]), "{name}: {report}");
+        // The write is kept, beside what was there.
+        let legacy = legacy_saves(&node);
+        let written = write.split_once("-A ").unwrap().1;
+        for rule in [written, "-A INPUT -s 10.0.0.1/32 -j ACCEPT", "MASQUERADE"] {
+            assert!(legacy.contains(rule), "{name}: {rule} lost: {legacy}");
+        }
     }
+}
+
+#[test]
+fn a_backup_that_cannot_be_written_leaves_no_backup_of_the_removal_behind() {
+    let node = legacy_stale_node("backup-unwritable");
+    node.sh("ip6tables-legacy -A INPUT -s 2001:db8::1/128 -j ACCEPT
+ip6tables-nft -A INPUT -s 2001:db8::9/128 -m conntrack --ctstate NEW -j ACCEPT");
+    let legacy_before = legacy_saves(&node);
+    // The IPv6 backup's name is taken (a backup is never written over a
+    // file that was there): the IPv4 one is written, the IPv6 one fails,
+    // and the removal stops before anything is emptied.
+    let backups = node.path("backups");
+    std::fs::create_dir(&backups).unwrap();
+    std::fs::write(backups.join("ip6tables-legacy.rules"), "taken\n").unwrap();
+    let out = stale(&node, &["--remove", "--backup-dir", backups.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("nothing was changed"), "{}", stderr(&out));
+    assert_eq!(legacy_saves(&node), legacy_before);
+    let mut kept: Vec<_> = std::fs::read_dir(&backups)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    kept.sort();
+    // What was there stays; what this removal wrote goes: it undoes nothing.
+    assert_eq!(kept, ["ip6tables-legacy.rules"], "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(backups.join("ip6tables-legacy.rules")).unwrap(),
+        "taken\n"
+    );
 }

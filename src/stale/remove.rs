@@ -68,7 +68,8 @@ struct Proven {
     verdicts: Vec<Result<(), String>>,
     /// nft: the tables' images at the generation of the save.
     images: Vec<NftTableImage>,
-    /// legacy: the tables' images the save was read and judged between.
+    /// legacy: every table of the family, as read before the save it was
+    /// judged by.
     legacy_read: Vec<Option<LegacyTableImage>>,
 }
 
@@ -131,17 +132,16 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         Ok(lock) => lock,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
+            // Nothing was emptied: no backup this removal wrote is an undo.
+            remove_unused_backups(&backup, &mut removal);
+            backup.remove_empty();
             return stop(format!(
                 "backup into {}: {why}; nothing was changed",
                 backup.path.shown()
             ));
         }
     };
-    for unused in removal.take_unused_backups() {
-        if let Some(name) = unused.file_name().and_then(|n| n.to_str()) {
-            backup.remove(name);
-        }
-    }
+    remove_unused_backups(&backup, &mut removal);
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     drop(lock);
     backup.remove(PRIVATE_LOCK);
@@ -418,6 +418,16 @@ impl Removing<'_> {
             format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
         };
         removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
+    }
+}
+
+/// Deletes the backups of each backend and family nothing was emptied
+/// from ([`Removal::take_unused_backups`]).
+fn remove_unused_backups(backup: &BackupDir, removal: &mut Removal) {
+    for unused in removal.take_unused_backups() {
+        if let Some(name) = unused.file_name().and_then(|n| n.to_str()) {
+            backup.remove(name);
+        }
     }
 }
 

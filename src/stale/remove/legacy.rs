@@ -3,12 +3,13 @@
 //! table. Legacy has no generation to tie the emptying to: a writer that
 //! bypasses the lock and writes between two readings changes what they
 //! read, so a change between the readings around the save means reading
-//! again, and a change between the judgement and the emptying leaves the
-//! family.
+//! again, and a change between the judgement and the emptying, to any
+//! table of the family (one that held nothing too), leaves the family.
 
 use super::{Proven, Removing};
 use crate::family::Family;
 use crate::kernel::legacy::LegacyTableImage;
+use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
 use crate::stale::find::{self, Finding, StaleTable};
 use crate::stale::proof;
@@ -52,7 +53,8 @@ impl Removing<'_> {
     /// Reads a legacy family's stale tables, saves it, reads the tables
     /// again (a difference: a writer that bypasses the xtables lock, so
     /// again), and judges the save against them; returns the verdicts and
-    /// the tables' images. Called with the xtables lock held.
+    /// every table of the family as read before the save ([`family_images`]).
+    /// Called with the xtables lock held.
     fn judge_legacy_family(
         &self,
         finding: &Finding,
@@ -60,6 +62,7 @@ impl Removing<'_> {
         let family = finding.family;
         let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
         for _ in 0..LEGACY_TRIES {
+            let whole = family_images(family)?;
             let live = proof::legacy_images(family, &names)?;
             let save = save_tool::legacy(family)?.stdout;
             if proof::legacy_images(family, &names)? != live {
@@ -68,22 +71,22 @@ impl Removing<'_> {
             let verdicts = self.judge(Mode::Legacy, family, &save, &names, || {
                 proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
             })?;
-            return Ok((verdicts, live));
+            return Ok((verdicts, whole));
         }
         Err(format!(
             "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
         ))
     }
 
-    /// Empties each legacy family that may go, table by table, once its
-    /// tables are read again as they were judged: a writer that bypasses
+    /// Empties each legacy family that may go, table by table, once every
+    /// table of it is read again as it was judged: a writer that bypasses
     /// the xtables lock and wrote during the judgement, the proof or the
-    /// backups leaves the family (what it wrote is in no backup).
+    /// backups (to a stale table, or to one that was empty then) leaves the
+    /// family (what it wrote is in no backup, or was not judged with it).
     pub(super) fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
         for proven in judged {
             let family = proven.finding.family;
-            let names: Vec<&str> = proven.finding.tables.iter().map(|t| t.name).collect();
-            match proof::legacy_images(family, &names) {
+            match family_images(family) {
                 Ok(now) if now == proven.legacy_read => {}
                 Ok(_) => {
                     removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed");
@@ -118,4 +121,11 @@ fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -
     }
     input.push_str("COMMIT\n");
     proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
+}
+
+/// Every table of a legacy family that exists, empty or not (None for one
+/// not listed): what the removal's judgement rests on, since one family's
+/// tables go together or not at all.
+fn family_images(family: Family) -> Result<Vec<Option<LegacyTableImage>>, String> {
+    proof::legacy_images(family, &IPTABLES_TABLES)
 }
