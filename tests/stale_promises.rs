@@ -72,6 +72,26 @@ fn stale_with_backends(node: &Node, sbin: &Path, args: &[&str]) -> Output {
 /// A commit to the live ruleset that leaves it as it was: the generation moves.
 const COMMIT_NOTHING: &str = "nft 'add table ip iptw-moved; delete table ip iptw-moved'";
 
+/// `stale --remove --json --backup-dir NODE/backups`, with
+/// `iptables-<backend>-restore` a script that, the first time it runs (the
+/// first proof's, in the removal's scratch namespace), ends by running
+/// `iptables-<backend> WRITE` in the live namespace (the wrapper's, its
+/// parent's) with the lock file the restore tools are given: a writer
+/// between the proof and the emptying. Asserts that the write was made.
+fn remove_with_a_write_after_the_first_proof(node: &Node, backend: &str, write: &str) -> Output {
+    let marker = node.path("written");
+    let restore = format!(
+        "/usr/sbin/iptables-{backend}-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-{backend} {write}",
+        m = marker.display()
+    );
+    let sbin = backends_with(node, &[(&format!("iptables-{backend}-restore"), &restore)]);
+    let backups = node.path("backups");
+    let dir = backups.to_str().unwrap();
+    let out = stale_with_backends(node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+    assert!(marker.exists(), "the restore never ran: {}", stderr(&out));
+    out
+}
+
 #[test]
 fn a_backup_dir_through_another_users_link_is_resolved_and_printed_resolved() {
     let node = legacy_stale_node("backup-link");
@@ -258,22 +278,13 @@ fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing(
 #[test]
 fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
     let node = nft_stale_node("later-attempt-left");
-    let marker = node.path("dropped");
     // The first proof's restore ends by committing, to the live ruleset, a
     // stale nft rule with no twin, once, as a writer still on nft would
     // between the proof and the emptying: the first attempt's backup is
     // written, its emptying finds the generation moved, and the next
     // attempt leaves the family for that rule.
-    let restore = format!(
-        "/usr/sbin/iptables-nft-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-nft -A INPUT -s 10.66.0.1/32 -j DROP",
-        m = marker.display()
-    );
-    let sbin = backends_with(&node, &[("iptables-nft-restore", &restore)]);
-    let backups = node.path("backups");
-    let dir = backups.to_str().unwrap();
-    let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+    let out = remove_with_a_write_after_the_first_proof(&node, "nft", "-A INPUT -s 10.66.0.1/32 -j DROP");
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
-    assert!(marker.exists(), "the restore never ran: {}", stderr(&out));
     let nft_held = nft_ruleset(&node);
     assert!(nft_held.contains("10.66.0.1"), "{nft_held}");
     let report = json(&out);
@@ -286,7 +297,7 @@ fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
     // Nothing went, so there is nothing to undo: the first attempt's
     // backup, which lacks the new rule, is neither offered nor kept.
     assert_eq!(removal["backup_files"], serde_json::json!([]), "{report}");
-    let kept: Vec<_> = std::fs::read_dir(&backups)
+    let kept: Vec<_> = std::fs::read_dir(node.path("backups"))
         .map(|entries| entries.map(|e| e.unwrap().file_name()).collect())
         .unwrap_or_default();
     assert!(kept.is_empty(), "files left in the backup directory: {kept:?}");
@@ -305,22 +316,12 @@ fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family(
         ),
     ] {
         let node = legacy_stale_node(name);
-        let marker = node.path("written");
-        // The first restore (the proof's, in the removal's scratch
-        // namespace) ends by writing to the live legacy tables with the
-        // lock file the restore tools are given, not the xtables lock the
+        // The first restore writes to the live legacy tables with the lock
+        // file the restore tools are given, not the xtables lock the
         // removal holds: a writer that bypasses the lock, after the
         // readings the judgement rests on and before the emptying.
-        let restore = format!(
-            "/usr/sbin/iptables-legacy-restore \"$@\" || exit\n[ -e {m} ] && exit 0\n: > {m}\nnsenter --net=/proc/$PPID/ns/net /usr/sbin/iptables-legacy {write}",
-            m = marker.display()
-        );
-        let sbin = backends_with(&node, &[("iptables-legacy-restore", &restore)]);
-        let backups = node.path("backups");
-        let dir = backups.to_str().unwrap();
-        let out = stale_with_backends(&node, &sbin, &["--remove", "--json", "--backup-dir", dir]);
+        let out = remove_with_a_write_after_the_first_proof(&node, "legacy", write);
         assert_eq!(out.status.code(), Some(1), "{name}: {}{}", stdout(&out), stderr(&out));
-        assert!(marker.exists(), "{name}: the restore never ran: {}", stderr(&out));
         let report = json(&out);
         let removal = &report["removal"];
         assert_eq!(removal["emptied"], serde_json::json!([]), "{name}: {report}");

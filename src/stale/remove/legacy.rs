@@ -50,11 +50,11 @@ impl Removing<'_> {
         judged
     }
 
-    /// Reads a legacy family's stale tables, saves it, reads the tables
-    /// again (a difference: a writer that bypasses the xtables lock, so
-    /// again), and judges the save against them; returns the verdicts and
-    /// every table of the family as read before the save ([`family_images`]).
-    /// Called with the xtables lock held.
+    /// Reads every table of a legacy family ([`family_images`]), saves it,
+    /// reads them again (a difference: a writer that bypasses the xtables
+    /// lock, so again), and judges the save against the stale tables;
+    /// returns the verdicts and that reading. Called with the xtables lock
+    /// held.
     fn judge_legacy_family(
         &self,
         finding: &Finding,
@@ -63,11 +63,11 @@ impl Removing<'_> {
         let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
         for _ in 0..LEGACY_TRIES {
             let whole = family_images(family)?;
-            let live = proof::legacy_images(family, &names)?;
             let save = save_tool::legacy(family)?.stdout;
-            if proof::legacy_images(family, &names)? != live {
+            if family_images(family)? != whole {
                 continue;
             }
+            let live = of_tables(&whole, &names);
             let verdicts = self.judge(Mode::Legacy, family, &save, &names, || {
                 proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
             })?;
@@ -128,4 +128,15 @@ fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -
 /// tables go together or not at all.
 fn family_images(family: Family) -> Result<Vec<Option<LegacyTableImage>>, String> {
     proof::legacy_images(family, &IPTABLES_TABLES)
+}
+
+/// The images of `names` in a reading of the whole family.
+fn of_tables(whole: &[Option<LegacyTableImage>], names: &[&str]) -> Vec<Option<LegacyTableImage>> {
+    names
+        .iter()
+        .map(|name| {
+            let at = IPTABLES_TABLES.iter().position(|table| table == name);
+            at.and_then(|at| whole[at].clone())
+        })
+        .collect()
 }
