@@ -392,3 +392,20 @@ ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT");
         assert!(!lab.connects(probe), "{probe} is still blocked after: {text}");
     }
 }
+
+#[test]
+fn a_return_to_a_drop_policy_is_not_the_accept_before_it() {
+    // Equal counts of rules before the policy, not equal rules: the stale
+    // RETURN sends 8080 to the DROP policy, the live ACCEPT lets it in.
+    let node = node_with(
+        "judge-return",
+        "iptables-legacy -P INPUT DROP
+iptables-legacy -A INPUT -p tcp --dport 8081 -j ACCEPT
+iptables-legacy -A INPUT -p tcp --dport 8080 -j RETURN",
+        "iptables-nft -P INPUT DROP
+iptables-nft -A INPUT -p tcp --dport 8081 -j ACCEPT
+iptables-nft -A INPUT -p tcp --dport 8080 -j ACCEPT",
+    );
+    let lab = Lab::new(&node, &[8080, 8081], false);
+    assert_stays_blocked(&node, &lab, "10.0.0.1:8080", "10.0.0.1:8081", ":INPUT DROP");
+}

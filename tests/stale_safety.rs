@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::stale::{backup_dir_of, json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout};
+use common::stale::{
+    backup_dir_of, json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout, whole_datagrams_counted,
+};
 use common::Node;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -973,32 +975,6 @@ fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
     assert_eq!(nft_ruleset(&node), before);
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
-}
-
-/// How many packets the live `length` rule counts when a client one hop
-/// away (MTU 576) sends one 1,200-byte UDP datagram: 1 while the kernel
-/// defragments, 0 once it sees the three fragments alone.
-fn whole_datagrams_counted(node: &Node) -> u64 {
-    let counted = |node: &Node| -> u64 {
-        let listed = node.sh("iptables-nft -t mangle -L PREROUTING -v -x -n");
-        let line = listed.lines().find(|l| l.contains("length")).expect("the length rule");
-        line.split_whitespace().next().unwrap().parse().unwrap()
-    };
-    let before = counted(node);
-    node.sh("unshare -n sleep 30 & c=$!
-sleep 0.3
-ip link add vh type veth peer name vc
-ip link set vc netns $c
-ip addr add 10.9.0.1/24 dev vh
-ip link set vh up
-nsenter -t $c -n sh -ec 'ip link set lo up; ip addr add 10.9.0.2/24 dev vc; ip link set vc mtu 576; ip link set vc up'
-sleep 0.3
-nsenter -t $c -n bash -c 'printf \"%1200s\" x > /dev/udp/10.9.0.1/5000'
-sleep 0.3
-kill $c
-wait $c || true
-ip link del vh 2>/dev/null || true");
-    counted(node) - before
 }
 
 #[test]

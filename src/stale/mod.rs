@@ -25,6 +25,7 @@
 
 pub mod backup;
 pub mod certainty;
+mod effects;
 pub mod find;
 pub mod hooks;
 pub mod ipsets;

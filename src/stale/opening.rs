@@ -34,12 +34,12 @@
 //! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
 
+use super::effects::{self, Kept, Kind};
 use super::hooks;
 use super::live_save::proven_live_save;
 use super::same_way::Twins;
 use super::saved_rules::{
-    goes_to, keeps, keeps_no_shared_state, parse, surely_keeps, targets, Kept, SavedTable, BUILTIN_CHAINS, NAT_TARGETS,
-    SEEN_BY_NONE_TARGETS,
+    goes_to, keeps, keeps_no_shared_state, parse, surely_keeps, targets, SavedTable, BUILTIN_CHAINS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
@@ -106,13 +106,12 @@ impl<'a> Needs<'a> {
             need = need.max(Need::TwinInOrder);
         }
         for target in targets(rule) {
+            let effect = effects::of(&target, Kind::Target);
             let of_target = if self.table.is_user_chain(&target) {
                 self.of_chain(&target)
-            } else if SEEN_BY_NONE_TARGETS.contains(&target.as_slice())
-                || (self.nat && (NAT_TARGETS.contains(&target.as_slice()) || target.as_slice() == b"MARK"))
-            {
+            } else if effect.seen_by_none() || (self.nat && effect.goes_in_nat) {
                 Need::Nothing
-            } else if ENDING_TARGETS.contains(&target.as_slice()) {
+            } else if effect.only_ends() {
                 Need::TwinInOrder
             } else {
                 Need::Twin
@@ -137,39 +136,15 @@ impl<'a> Needs<'a> {
     }
 }
 
-/// The verdicts that end the chain for the packets they match and can
-/// only block them or hand them to a queue: what follows them in the
-/// chain never meets those packets.
-const ENDING_TARGETS: [&[u8]; 4] = [b"DROP", b"REJECT", b"NFQUEUE", b"QUEUE"];
-
-/// The verdicts known to name no state the kernel keeps by name for every
-/// rule that names it (as `IDLETIMER`, `RATEEST` or `CT --timeout` do).
-const NAMELESS_TARGETS: [&[u8]; 10] = [
-    b"MARK",
-    b"CONNMARK",
-    b"DSCP",
-    b"TOS",
-    b"TTL",
-    b"HL",
-    b"TCPMSS",
-    b"CLASSIFY",
-    b"NOTRACK",
-    b"CHECKSUM",
-];
-
 /// Whether loading `rule` (of `table`) keeps alive no state shared by
-/// name: its matches keep no shared state, and each verdict is a user
-/// chain, an allowlisted one, a NAT verdict or one of
-/// [`NAMELESS_TARGETS`] (a queue's number is no state).
+/// name: neither its matches nor its verdicts (a user chain aside) keep
+/// state another rule reads (a queue's number is no state; `IDLETIMER`,
+/// `RATEEST` and `CT --timeout` name theirs).
 fn names_nothing_shared(rule: &[u8], table: &SavedTable) -> bool {
     keeps_no_shared_state(rule)
-        && targets(rule).iter().all(|t| {
-            table.is_user_chain(t)
-                || SEEN_BY_NONE_TARGETS.contains(&t.as_slice())
-                || NAT_TARGETS.contains(&t.as_slice())
-                || ENDING_TARGETS.contains(&t.as_slice())
-                || NAMELESS_TARGETS.contains(&t.as_slice())
-        })
+        && targets(rule)
+            .iter()
+            .all(|t| table.is_user_chain(t) || effects::of(t, Kind::Target).shares_nothing())
 }
 
 /// The tables whose twins in the other backend do not count: iptables-nft

@@ -301,3 +301,15 @@ fn a_rule_nothing_reaches_goes_only_where_it_keeps_nothing_alive() {
     // The same rule loaded in the live chain keeps it alive as well.
     assert_eq!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].len(), 0);
 }
+
+#[test]
+fn the_rules_before_a_policy_are_compared_by_which_not_how_many() {
+    let stale = b"*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j RETURN\nCOMMIT\n";
+    let live = b"*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j ACCEPT\nCOMMIT\n";
+    assert_eq!(
+        shown(unenforced(stale, live, None, &[], &["filter"]))[0],
+        [":INPUT DROP"]
+    );
+    // The same rule before it: enforced.
+    assert!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].is_empty());
+}

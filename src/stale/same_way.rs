@@ -6,11 +6,9 @@
 //! over booleans: the removal holds the xtables lock meanwhile, and a
 //! writer such as kube-proxy waits only seconds for it (`-w 5`).
 
+use super::effects::{self, Kind, State};
 use super::saved_rules::{match_modules, targets, SavedTable};
 use std::collections::{HashMap, HashSet};
-
-/// The match modules that keep state of the rule's own (a rate, a count).
-const OWN_STATE_MATCHES: [&[u8]; 3] = [b"limit", b"statistic", b"connlimit"];
 
 /// The two sides of one table, and what was read of their chains.
 pub(super) struct Twins<'a> {
@@ -198,5 +196,5 @@ fn same_way_in(live: &LiveChain, live_len: usize, stale: &StaleChain, stale_len:
 fn keeps_own_state(rule: &[u8]) -> bool {
     match_modules(rule)
         .iter()
-        .any(|m| OWN_STATE_MATCHES.contains(&m.as_slice()))
+        .any(|m| effects::of(m, Kind::Match).state == State::OwnRule)
 }

@@ -7,138 +7,18 @@
 //! that hides or fakes a `-j DROP` can only make a rule count as filtering
 //! (or as one that may end its chain), never hide one that does.
 
+use super::effects::{self, Does, Kept, Kind};
 use std::collections::HashSet;
 
 /// The chains the kernel's hooks reach by name in iptables' tables.
 pub(super) const BUILTIN_CHAINS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
 
-/// The verdicts that change nothing any reader can see: a stale rule with
-/// one of these (and matches of [`SHARELESS_MATCHES`] only) may go without
-/// a twin in the live backend.
-pub(super) const SEEN_BY_NONE_TARGETS: [&[u8]; 6] = [b"ACCEPT", b"RETURN", b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
-
-/// The verdicts that rewrite a packet's addresses or ports: in the nat
-/// table, what may go without a twin too (kube-proxy's stale DNATs).
-pub(super) const NAT_TARGETS: [&[u8]; 5] = [b"DNAT", b"SNAT", b"MASQUERADE", b"REDIRECT", b"NETMAP"];
-
-/// The verdicts after which the chain's evaluation goes on and that change
-/// nothing a later rule can match: logging and tracing.
-const NEUTRAL_TARGETS: [&[u8]; 4] = [b"LOG", b"NFLOG", b"TRACE", b"AUDIT"];
-
-/// The match modules known to keep no state another rule can read: they
-/// read the packet, its connection or a mark, or keep state of the rule's
-/// own (`limit`, `statistic`, `connlimit`, `connbytes` reads). Any other
-/// module may write what another rule reads (`recent`, `hashlimit`,
-/// `quota2`, `nfacct`; `set` counts its elements' packets, `connlabel
-/// --set` labels the connection, `socket --restore-skmark` marks the
-/// packet), or is not known here, so a rule loading one needs a twin
-/// whatever its verdict.
-const SHARELESS_MATCHES: [&[u8]; 47] = [
-    b"tcp",
-    b"udp",
-    b"udplite",
-    b"icmp",
-    b"icmp6",
-    b"icmpv6",
-    b"sctp",
-    b"dccp",
-    b"multiport",
-    b"conntrack",
-    b"state",
-    b"mark",
-    b"connmark",
-    b"comment",
-    b"addrtype",
-    b"iprange",
-    b"physdev",
-    b"pkttype",
-    b"mac",
-    b"length",
-    b"ttl",
-    b"hl",
-    b"tos",
-    b"dscp",
-    b"ecn",
-    b"devgroup",
-    b"limit",
-    b"statistic",
-    b"connlimit",
-    b"connbytes",
-    b"helper",
-    b"owner",
-    b"policy",
-    b"realm",
-    b"cgroup",
-    b"cpu",
-    b"rpfilter",
-    b"string",
-    b"u32",
-    b"time",
-    b"tcpmss",
-    b"ipv6header",
-    b"frag",
-    b"hbh",
-    b"dst",
-    b"rt",
-    b"esp",
-];
-
 /// Whether every match module `rule` loads keeps no state another rule
-/// can read (see [`SHARELESS_MATCHES`]).
+/// can read ([`effects::Effect::shares_nothing`]).
 pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
     match_modules(rule)
         .iter()
-        .all(|m| SHARELESS_MATCHES.contains(&m.as_slice()))
-}
-
-/// What a loaded rule keeps on in its family, least first: the kernel
-/// counts the rules that need each, reached by a hook or not, and turns it
-/// off with the last. Without defragmentation, live rules that read whole
-/// datagrams (`length`, `string`) meet fragments; without connection
-/// tracking, a nat table whose rules hold no NAT verdict is not run at all
-/// and conntrack's matches see untracked packets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Kept {
-    Nothing,
-    /// Defragmentation alone (`socket`, `TPROXY`).
-    Defrag,
-    /// Connection tracking, which defragments for itself.
-    Conntrack,
-}
-
-/// The match modules and verdicts that keep connection tracking on.
-const CONNTRACK_USERS: [&[u8]; 17] = [
-    b"conntrack",
-    b"state",
-    b"helper",
-    b"connmark",
-    b"connbytes",
-    b"connlimit",
-    b"connlabel",
-    b"cluster",
-    b"CT",
-    b"CONNMARK",
-    b"CONNSECMARK",
-    b"SYNPROXY",
-    b"DNAT",
-    b"SNAT",
-    b"MASQUERADE",
-    b"REDIRECT",
-    b"NETMAP",
-];
-
-/// The match modules and verdicts that keep defragmentation alone on.
-const DEFRAG_USERS: [&[u8]; 2] = [b"socket", b"TPROXY"];
-
-/// What a match module or verdict named `name` keeps on.
-fn kept_by(name: &[u8]) -> Kept {
-    if CONNTRACK_USERS.contains(&name) {
-        Kept::Conntrack
-    } else if DEFRAG_USERS.contains(&name) {
-        Kept::Defrag
-    } else {
-        Kept::Nothing
-    }
+        .all(|m| effects::of(m, Kind::Match).shares_nothing())
 }
 
 /// What `rule` may keep on, read both ways (see the module's note): for
@@ -147,7 +27,7 @@ pub(super) fn keeps(rule: &[u8]) -> Kept {
     match_modules(rule)
         .iter()
         .chain(&targets(rule))
-        .map(|name| kept_by(name))
+        .map(|name| effects::keeps_on(name))
         .max()
         .unwrap_or(Kept::Nothing)
 }
@@ -174,7 +54,7 @@ pub(super) fn surely_keeps(rule: &[u8], table: &SavedTable) -> Kept {
     names
         .iter()
         .filter(|name| !(notrack && name.as_slice() == b"CT"))
-        .map(|name| kept_by(name))
+        .map(|name| effects::keeps_on(name))
         .max()
         .unwrap_or(Kept::Nothing)
 }
@@ -191,9 +71,6 @@ pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     }
     found
 }
-
-/// The verdicts that end evaluation but can only block.
-const BLOCKING_TARGETS: [&[u8]; 2] = [b"DROP", b"REJECT"];
 
 /// One table of a save: its chains' policies and its rules, as printed.
 #[derive(Default)]
@@ -398,9 +275,11 @@ impl SavedTable {
                 if self.is_user_chain(t) {
                     exiting.contains(t)
                 } else {
-                    t.as_slice() == b"ACCEPT"
-                        || NAT_TARGETS.contains(&t.as_slice())
-                        || (t.as_slice() == b"RETURN" && !to_policy)
+                    match effects::of(t, Kind::Target).does {
+                        Does::Accepts | Does::Translates => true,
+                        Does::Returns => !to_policy,
+                        _ => false,
+                    }
                 }
             })
     }
@@ -416,10 +295,10 @@ impl SavedTable {
                     if self.is_user_chain(t) {
                         exiting.contains(t)
                     } else {
-                        NEUTRAL_TARGETS.contains(&t.as_slice())
-                            || BLOCKING_TARGETS.contains(&t.as_slice())
-                            || NAT_TARGETS.contains(&t.as_slice())
-                            || matches!(t.as_slice(), b"ACCEPT" | b"RETURN")
+                        matches!(
+                            effects::of(t, Kind::Target).does,
+                            Does::Observes | Does::Blocks | Does::Translates | Does::Accepts | Does::Returns
+                        )
                     }
                 })
         })
@@ -437,7 +316,7 @@ impl SavedTable {
                 if self.is_user_chain(t) {
                     harmless.contains(t)
                 } else {
-                    NEUTRAL_TARGETS.contains(&t.as_slice()) || BLOCKING_TARGETS.contains(&t.as_slice())
+                    matches!(effects::of(t, Kind::Target).does, Does::Observes | Does::Blocks)
                 }
             })
     }

@@ -56,3 +56,45 @@ pub fn backup_dir_of(out: &Output) -> PathBuf {
         .unwrap_or_else(|| panic!("no backup line: {text}"));
     PathBuf::from(line)
 }
+
+/// Sends one UDP datagram of `size` bytes to 10.9.0.1:`port` (the node)
+/// from a neighbour one hop away whose link's MTU is `mtu`: a datagram
+/// larger than it arrives in fragments.
+pub fn datagram_from_neighbour(node: &Node, size: usize, port: u16, mtu: u16) {
+    node.sh(&format!(
+        "unshare -n sleep 30 & c=$!
+sleep 0.3
+ip link add vh type veth peer name vc
+ip link set vc netns $c
+ip addr add 10.9.0.1/24 dev vh
+ip link set vh up
+nsenter -t $c -n sh -ec 'ip link set lo up; ip addr add 10.9.0.2/24 dev vc; ip link set vc mtu {mtu}; ip link set vc up'
+sleep 0.3
+nsenter -t $c -n bash -c 'printf \"%{size}s\" x > /dev/udp/10.9.0.1/{port}'
+sleep 0.3
+kill $c
+wait $c || true
+ip link del vh 2>/dev/null || true"
+    ));
+}
+
+/// The packet counter of the first rule of iptables-nft's `table`
+/// `chain` whose listing holds `marker`.
+pub fn nft_rule_packets(node: &Node, table: &str, chain: &str, marker: &str) -> u64 {
+    let listed = node.sh(&format!("iptables-nft -t {table} -L {chain} -v -x -n"));
+    let line = listed
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no rule holding {marker} in {table} {chain}: {listed}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// How many packets the live rule `iptables-nft -t mangle -A PREROUTING
+/// -p udp -m length --length 1000:65535 -j DROP` counts when a client one
+/// hop away (MTU 576) sends one 1,200-byte UDP datagram: 1 while the
+/// kernel defragments, 0 once it sees the three fragments alone.
+pub fn whole_datagrams_counted(node: &Node) -> u64 {
+    let before = nft_rule_packets(node, "mangle", "PREROUTING", "length");
+    datagram_from_neighbour(node, 1200, 5000, 576);
+    nft_rule_packets(node, "mangle", "PREROUTING", "length") - before
+}
