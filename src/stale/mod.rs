@@ -27,6 +27,7 @@ pub mod backup;
 pub mod certainty;
 pub mod find;
 pub mod hooks;
+pub mod in_progress;
 pub mod ipsets;
 pub mod judge;
 pub mod live_save;
@@ -39,6 +40,7 @@ mod same_way;
 pub mod save_tool;
 mod saved_rules;
 pub mod show;
+pub mod signals;
 
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
@@ -90,6 +92,9 @@ impl HostBackend {
 
 /// Runs `stale` as asked; returns the exit status.
 pub fn run(options: &Options) -> i32 {
+    for line in in_progress::notice() {
+        say(&format!("stale: {line}"));
+    }
     let (hosts, uncertain, contradicted) = match host_backends(options) {
         Ok(decided) => decided,
         Err(invalid) => {

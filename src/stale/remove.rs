@@ -23,26 +23,36 @@
 //! means reading again; they are read once more just before the emptying,
 //! and a change since the judgement leaves the family (`remove/legacy.rs`).
 //! Each table is then replaced by an empty one (its
-//! built-in chains, ACCEPT policies) by `<family>-legacy-restore`, one
-//! commit per table; legacy tables stay registered. nft: the tables and the
+//! built-in chains, ACCEPT policies) by one `<family>-legacy-restore` fed
+//! all of the family's tables, one commit per table in the order
+//! `remove/legacy.rs` gives and says why; legacy tables stay registered.
+//! nft: the tables and the
 //! save are read at one generation, and the emptying is one transaction that
 //! the kernel commits only at that generation ([`NftSocket::empty_tables`]);
 //! when anything committed meanwhile, it waits a little longer each time
 //! (writers come in bursts), backs up, proves and tries again, five attempts
 //! at most, then stops with what is left and why.
+//!
+//! Before the first emptying the removal writes its record
+//! ([`in_progress`]); from there on SIGTERM, SIGINT and SIGHUP wait for the
+//! report ([`signals`]), and a signal that came earlier stops it with
+//! nothing changed.
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
+use super::in_progress::{self, Part};
 use super::judge;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
 use super::show;
+use super::signals::{self, NoTurningBack};
 use super::{HostBackend, Options};
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::LegacyTableImage;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
+use crate::standard_fds::say;
 use crate::xtables_lock::{self, HeldLock};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -95,6 +105,7 @@ type NftAttempt = Option<(u32, Vec<Proven>)>;
 /// proven, what may go: [`judge`]), back up, empty, and read again to
 /// report. Exit 0 when nothing stale remains.
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
+    signals::catch();
     let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     let stop = |why: String| stopped(hosts, options, &before, &why);
     if let Some(unknown) = before.iter().find_map(|f| f.unknown.as_ref()) {
@@ -127,23 +138,32 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         .filter(|f| f.backend == Mode::Nft && !f.tables.is_empty())
         .collect();
     let mut removal = Removal::default();
-    // Held until the tables have been read again after the removal.
-    let lock = match removing.remove(&legacy, &nft_before, &mut removal) {
-        Ok(lock) => lock,
+    // Held until the tables have been read again after the removal, and
+    // the record and the signals until the report.
+    let begun = match removing.remove(&legacy, &nft_before, &mut removal) {
+        Ok(begun) => begun,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
             // Nothing was emptied: no backup this removal wrote is an undo.
             remove_unused_backups(&backup, &mut removal);
             backup.remove_empty();
-            return stop(format!(
-                "backup into {}: {why}; nothing was changed",
-                backup.path.shown()
-            ));
+            let status = stop(format!("{why}; nothing was changed"));
+            return signals::exit_status().unwrap_or(status);
         }
     };
     remove_unused_backups(&backup, &mut removal);
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
-    drop(lock);
+    let (record, no_turning_back) = match begun {
+        Begun::Emptied(lock, record, held) => {
+            drop(lock);
+            (Some(record), Some(held))
+        }
+        Begun::Nothing(lock) => {
+            drop(lock);
+            (None, None)
+        }
+        Begun::NoLock => (None, None),
+    };
     backup.remove(PRIVATE_LOCK);
     let dir = if removal.files.is_empty() {
         backup.remove_empty();
@@ -151,7 +171,29 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     } else {
         Some(backup.path.as_path())
     };
-    report(hosts, options, dir, &removal, &after)
+    let status = report(hosts, options, dir, &removal, &after);
+    if let Some(record) = record {
+        record.finish();
+    }
+    drop(no_turning_back);
+    match signals::came() {
+        Some(signal) => {
+            say(&format!(
+                "stale --remove: {signal} came during the emptying: the removal finished and reported first"
+            ));
+            signals::exit_status().unwrap_or(status)
+        }
+        None => status,
+    }
+}
+
+/// How far a removal went: the xtables lock was not taken; it was, and
+/// nothing was to be emptied; or the emptying happened, with its record
+/// and the signals held off until the report.
+enum Begun {
+    NoLock,
+    Nothing(HeldLock),
+    Emptied(HeldLock, in_progress::Held, NoTurningBack),
 }
 
 /// What each step of one removal needs: where its backups go, the lock
@@ -165,18 +207,14 @@ struct Removing<'a> {
 
 impl Removing<'_> {
     /// Judges, backs up and empties; Err (with nothing changed) when a
-    /// backup cannot be written. Every backup is on disk before anything
-    /// is emptied. Returns the xtables lock, if it was taken. `nft_before`:
+    /// backup or the record cannot be written, or a signal came before the
+    /// first emptying. Every backup and the record are on disk before
+    /// anything is emptied. `nft_before`:
     /// the nft families' findings before the removal, named with the
     /// reason when no attempt ever reads a steady ruleset.
-    fn remove(
-        &self,
-        legacy: &[Family],
-        nft_before: &[&Finding],
-        removal: &mut Removal,
-    ) -> Result<Option<HeldLock>, String> {
+    fn remove(&self, legacy: &[Family], nft_before: &[&Finding], removal: &mut Removal) -> Result<Begun, String> {
         let Some(lock) = self.hold_xtables_lock(legacy, nft_before, removal) else {
-            return Ok(None);
+            return Ok(Begun::NoLock);
         };
         let legacy_judged = self.judge_legacy(legacy, removal);
         let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
@@ -191,13 +229,45 @@ impl Removing<'_> {
         };
         let mut written = HashSet::new();
         for judged in legacy_judged.iter().chain(first_judged) {
-            self.back_up(judged, &mut written, removal)?;
+            self.back_up(judged, &mut written, removal)
+                .map_err(|e| format!("backup into {}: {e}", self.backup.path.shown()))?;
         }
-        self.empty_legacy(&legacy_judged, removal);
+        let legacy_ready = self.still_as_judged(&legacy_judged, removal);
+        let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(first_judged).collect();
+        if to_empty.iter().all(|p| p.proven_tables().next().is_none()) {
+            return Ok(Begun::Nothing(lock));
+        }
+        let no_turning_back = NoTurningBack::hold();
+        if let Some(signal) = signals::came() {
+            return Err(format!("stopped by {signal} before anything was emptied"));
+        }
+        let record = in_progress::begin(&self.part(&to_empty, removal))?;
+        signals::reached("record");
+        self.empty_legacy(&legacy_ready, removal);
         if let Some(socket) = socket {
             self.empty_nft(&socket, nft_before, first, written, removal);
         }
-        Ok(Some(lock))
+        Ok(Begun::Emptied(lock, record, no_turning_back))
+    }
+
+    /// The record of what is about to be emptied: `to_empty`'s proven
+    /// tables, the backup directory and the undo of each of their backups.
+    fn part(&self, to_empty: &[&Proven], removal: &Removal) -> Part {
+        let whose: Vec<(Mode, Family)> = to_empty.iter().map(|p| (p.finding.backend, p.finding.family)).collect();
+        let tables = to_empty
+            .iter()
+            .map(|p| {
+                let names = p.proven_tables().map(|(_, t)| t.name.to_string()).collect();
+                (p.finding.backend, p.finding.family, names)
+            })
+            .collect();
+        let undo = removal
+            .files
+            .iter()
+            .filter(|(of, _, _)| whose.contains(of))
+            .map(|(_, file, tool)| format!("{tool} < {}", file.shown()))
+            .collect();
+        Part::now(&self.backup.path, tables, undo)
     }
 
     /// The xtables lock, whichever backend is stale: legacy's writers
@@ -324,6 +394,7 @@ impl Removing<'_> {
             .backup
             .write(&name, &judged.save, replace)
             .map_err(|e| format!("{name}: {e}"))?;
+        signals::reached(&format!("backup:{name}"));
         if !replace {
             removal.files.push((
                 (judged.finding.backend, judged.finding.family),
@@ -386,6 +457,7 @@ impl Removing<'_> {
                 .collect();
             match socket.empty_tables(generation, &to_empty) {
                 Ok(Emptied::Done) => {
+                    signals::reached("emptied:nft");
                     for proven in &judged {
                         removal.record_verdicts(&proven.finding, &proven.verdicts);
                         for (_, table) in proven.proven_tables() {
