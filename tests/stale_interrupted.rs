@@ -290,7 +290,7 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
         assert!(saves(&node, "legacy").iter().all(|s| emptied(s)), "{signal}");
         assert!(stdout(&out).contains("nothing stale remains"), "{}", stdout(&out));
         assert!(
-            stderr(&out).contains(&format!("SIG{signal} came during the emptying")),
+            stderr(&out).contains(&format!("SIG{signal} came during the removal")),
             "{}",
             stderr(&out)
         );

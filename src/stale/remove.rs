@@ -44,13 +44,12 @@ use super::in_progress::{self, Part};
 use super::judge;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
-use super::show;
 use super::signals::{self, NoTurningBack};
 use super::{HostBackend, Options};
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::LegacyTableImage;
-use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
+use crate::kernel::nft::{NftSocket, NftTableImage};
 use crate::mode::Mode;
 use crate::standard_fds::say;
 use crate::xtables_lock::{self, HeldLock};
@@ -59,13 +58,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod legacy;
+mod nft;
 
 /// How long the removal waits for the xtables lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// Attempts at the nft removal while the generation keeps moving.
-const NFT_TRIES: usize = 5;
-/// The wait before the next nft attempt, times the attempts so far.
-const NFT_BACKOFF: Duration = Duration::from_millis(100);
 /// The lock file the restore tools get while the removal holds the real one.
 const PRIVATE_LOCK: &str = ".xtables.lock";
 
@@ -96,9 +92,6 @@ impl Proven {
             .filter(|(index, _)| self.verdicts[*index].is_ok())
     }
 }
-
-/// One nft attempt: the generation its proofs were read at, and the proofs.
-type NftAttempt = Option<(u32, Vec<Proven>)>;
 
 /// Runs the removal, top to bottom: find what is stale, stop where nothing
 /// can be removed safely, then per backend judge each family (its backup
@@ -179,7 +172,7 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     match signals::came() {
         Some(signal) => {
             say(&format!(
-                "stale --remove: {signal} came during the emptying: the removal finished and reported first"
+                "stale --remove: {signal} came during the removal: it emptied what it had begun to and reported first"
             ));
             signals::exit_status().unwrap_or(status)
         }
@@ -234,20 +227,27 @@ impl Removing<'_> {
         }
         let legacy_ready = self.still_as_judged(&legacy_judged, removal);
         let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(first_judged).collect();
-        if to_empty.iter().all(|p| p.proven_tables().next().is_none()) {
-            return Ok(Begun::Nothing(lock));
+        // Where anything is to be emptied: no turning back from the record on.
+        let mut emptying = None;
+        if to_empty.iter().any(|p| p.proven_tables().next().is_some()) {
+            let no_turning_back = NoTurningBack::hold();
+            if let Some(signal) = signals::came() {
+                return Err(format!("stopped by {signal} before anything was emptied"));
+            }
+            let record = in_progress::begin(&self.part(&to_empty, removal))?;
+            signals::reached("record");
+            emptying = Some((record, no_turning_back));
         }
-        let no_turning_back = NoTurningBack::hold();
-        if let Some(signal) = signals::came() {
-            return Err(format!("stopped by {signal} before anything was emptied"));
-        }
-        let record = in_progress::begin(&self.part(&to_empty, removal))?;
-        signals::reached("record");
+        // Each family's verdicts are recorded as it is emptied (of nothing,
+        // when none of its tables may go).
         self.empty_legacy(&legacy_ready, removal);
         if let Some(socket) = socket {
             self.empty_nft(&socket, nft_before, first, written, removal);
         }
-        Ok(Begun::Emptied(lock, record, no_turning_back))
+        Ok(match emptying {
+            Some((record, no_turning_back)) => Begun::Emptied(lock, record, no_turning_back),
+            None => Begun::Nothing(lock),
+        })
     }
 
     /// The record of what is about to be emptied: `to_empty`'s proven
@@ -327,61 +327,6 @@ impl Removing<'_> {
         }
     }
 
-    /// One nft attempt: each family's stale tables read afresh, their
-    /// images and the save all at one generation (returned with the
-    /// verdicts); Ok(None) when the generation moved while reading.
-    fn judge_nft(&self, socket: &NftSocket, families: &[Family]) -> Result<NftAttempt, String> {
-        let generation = socket
-            .generation()
-            .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-        let mut read = Vec::new();
-        for &family in families {
-            // The finding saves each stale table (its notes say whether it is
-            // iptables-nft's); the generation check below covers all three.
-            let (finding, save) = find::find_saved(Mode::Nft, family);
-            if let Some(why) = &finding.unknown {
-                return Err(why.clone());
-            }
-            if finding.tables.is_empty() {
-                continue; // emptied meanwhile (by another removal)
-            }
-            let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
-            let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
-                return Ok(None);
-            };
-            if at != generation {
-                return Ok(None);
-            }
-            read.push((finding, names, images, save));
-        }
-        if socket
-            .generation()
-            .map_err(|e| format!("nf_tables cannot be read: {e}"))?
-            != generation
-        {
-            return Ok(None);
-        }
-        let mut judged = Vec::new();
-        for (finding, names, images, save) in read {
-            let family = finding.family;
-            let (save, verdicts) = if finding.unsaved.is_empty() {
-                self.judge(Mode::Nft, family, &save, &names, || {
-                    proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
-                })?
-            } else {
-                judge::unsaved(&finding.unsaved, &names)
-            };
-            judged.push(Proven {
-                finding,
-                save,
-                verdicts,
-                images,
-                legacy_read: Vec::new(),
-            });
-        }
-        Ok(Some((generation, judged)))
-    }
-
     /// Writes one family's backup (again, in a later nft attempt, in
     /// place of the one written before); none when nothing of it goes.
     fn back_up(&self, judged: &Proven, written: &mut HashSet<String>, removal: &mut Removal) -> Result<(), String> {
@@ -405,92 +350,6 @@ impl Removing<'_> {
         }
         Ok(())
     }
-
-    /// Empties each nft family that may go in one transaction at the
-    /// generation it was judged at; when anything committed meanwhile,
-    /// waits, judges, backs up and tries again, [`NFT_TRIES`] attempts at
-    /// most.
-    fn empty_nft(
-        &self,
-        socket: &NftSocket,
-        nft_before: &[&Finding],
-        mut attempt_read: Result<NftAttempt, String>,
-        mut written: HashSet<String>,
-        removal: &mut Removal,
-    ) {
-        let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
-        // What each failure names: the tables of the last attempt read, at
-        // first those found before the removal.
-        let mut last_findings: Vec<Finding> = nft_before.iter().map(|&f| f.clone()).collect();
-        let mut read_steady = false;
-        for attempt in 1..=NFT_TRIES {
-            let (generation, judged) = match attempt_read {
-                Err(why) => {
-                    removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-                    return;
-                }
-                Ok(None) => {
-                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                    attempt_read = self.judge_nft(socket, &nft);
-                    continue;
-                }
-                Ok(Some(read)) => read,
-            };
-            read_steady = true;
-            if attempt > 1 {
-                for one in &judged {
-                    if let Err(e) = self.back_up(one, &mut written, removal) {
-                        removal.fail_all(
-                            &to_fail(&judged),
-                            &format!("backing up again: {e}; nothing removed from nft"),
-                        );
-                        return;
-                    }
-                }
-            }
-            let to_empty: Vec<(Family, &str, &NftTableImage)> = judged
-                .iter()
-                .flat_map(|p| {
-                    p.proven_tables()
-                        .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
-                })
-                .collect();
-            match socket.empty_tables(generation, &to_empty) {
-                Ok(Emptied::Done) => {
-                    signals::reached("emptied:nft");
-                    for proven in &judged {
-                        removal.record_verdicts(&proven.finding, &proven.verdicts);
-                        for (_, table) in proven.proven_tables() {
-                            removal.emptied.push((
-                                (Mode::Nft, proven.finding.family, table.name),
-                                show::table_summary(table),
-                            ));
-                        }
-                    }
-                    return;
-                }
-                Ok(Emptied::GenerationMoved) => {
-                    // Writers come in bursts (a sync, a restore): let one end.
-                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                    last_findings = judged.into_iter().map(|p| p.finding).collect();
-                    attempt_read = self.judge_nft(socket, &nft);
-                }
-                Err(e) => {
-                    removal.fail_all(&to_fail(&judged), &format!("emptying: {e}"));
-                    return;
-                }
-            }
-        }
-        if let Ok(Some((_, judged))) = &attempt_read {
-            last_findings = judged.iter().map(|p| p.finding.clone()).collect();
-        }
-        let why = if read_steady {
-            format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
-        } else {
-            format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
-        };
-        removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-    }
 }
 
 /// Deletes the backups of each backend and family nothing was emptied
@@ -501,9 +360,4 @@ fn remove_unused_backups(backup: &BackupDir, removal: &mut Removal) {
             backup.remove(name);
         }
     }
-}
-
-/// The findings of proofs, to be left with a reason.
-fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
-    proven.iter().map(|p| &p.finding).collect()
 }

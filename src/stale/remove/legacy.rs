@@ -120,6 +120,9 @@ impl Removing<'_> {
             let family = proven.finding.family;
             removal.record_verdicts(&proven.finding, &proven.verdicts);
             let mut tables: Vec<&StaleTable> = proven.proven_tables().map(|(_, table)| table).collect();
+            if tables.is_empty() {
+                continue;
+            }
             tables.sort_by_key(|table| EMPTYING_ORDER.iter().position(|name| *name == table.name));
             let emptied = empty_legacy_tables(family, &tables, &self.private_lock);
             signals::reached(&format!("emptied:legacy:{}", family.label()));
