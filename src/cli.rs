@@ -254,6 +254,11 @@ fn detect<'a>(mut args: impl Iterator<Item = &'a str>) -> i32 {
             }
         };
     }
+    // A removal of stale tables that died before its report left them
+    // half done, and its backup is the only copy of what it emptied.
+    for line in stale::in_progress::notice() {
+        say(&format!("detect: {line}"));
+    }
     let command = command.unwrap_or_else(|| WrappedCommand::from_name("iptables").expect("a known name"));
     let decision = match decision::decide(&command, Depth::Everything) {
         Ok(decision) => decision,

@@ -20,7 +20,7 @@ use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 use nix::unistd::geteuid;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_RUN_DIR: &str = "/run/iptables-wrapper";
@@ -118,18 +118,30 @@ impl RunDir {
     /// user of at most `max_len` bytes; None otherwise (absent, too large,
     /// someone else's, a link, unreadable).
     pub fn read(&self, name: &str, max_len: usize) -> Option<Vec<u8>> {
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
-        let raw = openat(Some(self.fd.as_raw_fd()), name, flags, Mode::empty()).ok()?;
-        // SAFETY: openat returned a new descriptor that nothing else owns.
-        let mut file = unsafe { File::from_raw_fd(raw) };
-        let stat = fstat(file.as_raw_fd()).ok()?;
-        if !is_private(&stat, SFlag::S_IFREG) || stat.st_size as u64 > max_len as u64 {
+        let (mut file, stat) = self.open_private(name)?;
+        if stat.st_size as u64 > max_len as u64 {
             return None;
         }
         let mut contents = Vec::with_capacity(stat.st_size as usize);
         // One byte more than allowed shows a file that grew since fstat.
         (&mut file).take(max_len as u64 + 1).read_to_end(&mut contents).ok()?;
         (contents.len() <= max_len).then_some(contents)
+    }
+
+    /// File `name` open for reading, with its `fstat`, if it is a private
+    /// regular file of this user (opened without following a link).
+    pub fn open_private(&self, name: &str) -> Option<(File, FileStat)> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
+        let raw = openat(Some(self.fd.as_raw_fd()), name, flags, Mode::empty()).ok()?;
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        let file = unsafe { File::from_raw_fd(raw) };
+        let stat = fstat(file.as_raw_fd()).ok()?;
+        is_private(&stat, SFlag::S_IFREG).then_some((file, stat))
+    }
+
+    /// The open directory, for files made in it by their own rules.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// When file `name` was last modified (seconds since the Unix epoch), if

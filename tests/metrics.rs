@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Output;
 
 /// Every metric family the exposition has, in its order (docs/metrics.md).
-const FAMILIES: [&str; 16] = [
+const FAMILIES: [&str; 17] = [
     "iptables_wrapper_host_backend_info",
     "iptables_wrapper_backend_runnable",
     "iptables_wrapper_rules",
@@ -29,6 +29,7 @@ const FAMILIES: [&str; 16] = [
     "iptables_wrapper_disagreeing_evidence",
     "iptables_wrapper_contradicting_evidence",
     "iptables_wrapper_warnings",
+    "iptables_wrapper_stale_removal_interrupted",
     "iptables_wrapper_decision_duration_seconds",
     "iptables_wrapper_detect_duration_seconds",
     "iptables_wrapper_detect_timestamp_seconds",

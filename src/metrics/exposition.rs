@@ -77,6 +77,7 @@ const FAMILIES: &[MetricFamily] = &[
     disagreeing_evidence,
     contradicting_evidence,
     warnings,
+    stale_removal_interrupted,
     decision_duration_seconds,
     detect_duration_seconds,
     detect_timestamp_seconds,
@@ -292,6 +293,14 @@ fn warnings(out: &mut Exposition, snapshot: &Snapshot) {
     }
 }
 
+fn stale_removal_interrupted(out: &mut Exposition, snapshot: &Snapshot) {
+    out.gauge(
+        "stale_removal_interrupted",
+        "Removals of stale tables (stale --remove) that died before their report and left the record of a removal in progress; what each emptied and its undo are in iptables-wrapper stale.",
+    );
+    out.sample(&[], snapshot.interrupted_removals);
+}
+
 fn decision_duration_seconds(out: &mut Exposition, snapshot: &Snapshot) {
     out.gauge(
         "decision_duration_seconds",
@@ -357,6 +366,7 @@ mod tests {
                 },
             ],
             counts: [(Mode::Legacy, Count::Unknown), (Mode::Nft, Count::Known(3))],
+            interrupted_removals: 0,
             took: Duration::from_millis(5),
             at: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         }

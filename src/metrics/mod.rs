@@ -120,6 +120,9 @@ struct Snapshot {
     /// Each backend's rule count, legacy first: IPv4 and IPv6 together, as
     /// the IPv4 decision counted them (each family's decision counts both).
     counts: [(Mode, Count); 2],
+    /// Removals of stale tables that died before their report, as the
+    /// record of a removal in progress names them.
+    interrupted_removals: usize,
     /// Reading everything, both decisions and the stale tables.
     took: Duration,
     /// When the reading started.
@@ -156,6 +159,7 @@ fn read() -> Result<Snapshot, InvalidSetting> {
     Ok(Snapshot {
         families,
         counts,
+        interrupted_removals: stale::in_progress::interrupted(),
         took: started.elapsed(),
         at,
     })

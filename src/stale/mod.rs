@@ -28,6 +28,7 @@ pub mod certainty;
 mod effects;
 pub mod find;
 pub mod hooks;
+pub mod in_progress;
 pub mod ipsets;
 pub mod judge;
 pub mod live_save;
@@ -40,6 +41,7 @@ mod same_way;
 pub mod save_tool;
 mod saved_rules;
 pub mod show;
+pub mod signals;
 
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
@@ -91,6 +93,9 @@ impl HostBackend {
 
 /// Runs `stale` as asked; returns the exit status.
 pub fn run(options: &Options) -> i32 {
+    for line in in_progress::notice() {
+        say(&format!("stale: {line}"));
+    }
     let (hosts, uncertain, contradicted) = match host_backends(options) {
         Ok(decided) => decided,
         Err(invalid) => {

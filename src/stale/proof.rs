@@ -90,6 +90,17 @@ pub fn scratch_namespace_available() -> Result<(), String> {
 /// `--noflush`: each table in it replaced) in this thread's namespace. Its
 /// xtables lock is `private_lock`: the removal holds the real one.
 pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path) -> Result<(), String> {
+    run_restore(backend, family, input, private_lock, false)
+}
+
+/// [`restore`] in a process group of its own, so that the signals a
+/// terminal sends the wrapper's group (Ctrl-C, a hang-up) do not reach it:
+/// for the emptying, which must not stop between two tables.
+pub fn restore_apart(backend: Mode, family: Family, input: &[u8], private_lock: &Path) -> Result<(), String> {
+    run_restore(backend, family, input, private_lock, true)
+}
+
+fn run_restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path, apart: bool) -> Result<(), String> {
     let name = match family {
         Family::Ipv4 => "iptables-restore",
         Family::Ipv6 => "ip6tables-restore",
@@ -100,6 +111,9 @@ pub fn restore(backend: Mode, family: Family, input: &[u8], private_lock: &Path)
     restore.arg0(command.name).env(LOCKFILE_VAR, private_lock);
     if backend == Mode::Legacy {
         restore.arg("--wait=10");
+    }
+    if apart {
+        restore.process_group(0);
     }
     let mut child = restore
         .stdin(Stdio::piped())

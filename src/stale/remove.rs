@@ -23,39 +23,45 @@
 //! means reading again; they are read once more just before the emptying,
 //! and a change since the judgement leaves the family (`remove/legacy.rs`).
 //! Each table is then replaced by an empty one (its
-//! built-in chains, ACCEPT policies) by `<family>-legacy-restore`, one
-//! commit per table; legacy tables stay registered. nft: the tables and the
+//! built-in chains, ACCEPT policies) by one `<family>-legacy-restore` fed
+//! all of the family's tables, one commit per table in the order
+//! `remove/legacy.rs` gives and says why; legacy tables stay registered.
+//! nft: the tables and the
 //! save are read at one generation, and the emptying is one transaction that
 //! the kernel commits only at that generation ([`NftSocket::empty_tables`]);
 //! when anything committed meanwhile, it waits a little longer each time
 //! (writers come in bursts), backs up, proves and tries again, five attempts
 //! at most, then stops with what is left and why.
+//!
+//! Before the first emptying the removal writes its record
+//! ([`in_progress`]); from there on SIGTERM, SIGINT and SIGHUP wait for the
+//! report ([`signals`]), and a signal that came earlier stops it with
+//! nothing changed.
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
+use super::in_progress::{self, Part};
 use super::judge;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
-use super::show;
+use super::signals::{self, NoTurningBack};
 use super::{HostBackend, Options};
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::legacy::LegacyTableImage;
-use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
+use crate::kernel::nft::{NftSocket, NftTableImage};
 use crate::mode::Mode;
+use crate::standard_fds::say;
 use crate::xtables_lock::{self, HeldLock};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 mod legacy;
+mod nft;
 
 /// How long the removal waits for the xtables lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-/// Attempts at the nft removal while the generation keeps moving.
-const NFT_TRIES: usize = 5;
-/// The wait before the next nft attempt, times the attempts so far.
-const NFT_BACKOFF: Duration = Duration::from_millis(100);
 /// The lock file the restore tools get while the removal holds the real one.
 const PRIVATE_LOCK: &str = ".xtables.lock";
 
@@ -87,14 +93,12 @@ impl Proven {
     }
 }
 
-/// One nft attempt: the generation its proofs were read at, and the proofs.
-type NftAttempt = Option<(u32, Vec<Proven>)>;
-
 /// Runs the removal, top to bottom: find what is stale, stop where nothing
 /// can be removed safely, then per backend judge each family (its backup
 /// proven, what may go: [`judge`]), back up, empty, and read again to
 /// report. Exit 0 when nothing stale remains.
 pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
+    signals::catch();
     let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     let stop = |why: String| stopped(hosts, options, &before, &why);
     if let Some(unknown) = before.iter().find_map(|f| f.unknown.as_ref()) {
@@ -127,23 +131,32 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
         .filter(|f| f.backend == Mode::Nft && !f.tables.is_empty())
         .collect();
     let mut removal = Removal::default();
-    // Held until the tables have been read again after the removal.
-    let lock = match removing.remove(&legacy, &nft_before, &mut removal) {
-        Ok(lock) => lock,
+    // Held until the tables have been read again after the removal, and
+    // the record and the signals until the report.
+    let begun = match removing.remove(&legacy, &nft_before, &mut removal) {
+        Ok(begun) => begun,
         Err(why) => {
             backup.remove(PRIVATE_LOCK);
             // Nothing was emptied: no backup this removal wrote is an undo.
             remove_unused_backups(&backup, &mut removal);
             backup.remove_empty();
-            return stop(format!(
-                "backup into {}: {why}; nothing was changed",
-                backup.path.shown()
-            ));
+            let status = stop(format!("{why}; nothing was changed"));
+            return signals::exit_status().unwrap_or(status);
         }
     };
     remove_unused_backups(&backup, &mut removal);
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
-    drop(lock);
+    let (record, no_turning_back) = match begun {
+        Begun::Emptied(lock, record, held) => {
+            drop(lock);
+            (Some(record), Some(held))
+        }
+        Begun::Nothing(lock) => {
+            drop(lock);
+            (None, None)
+        }
+        Begun::NoLock => (None, None),
+    };
     backup.remove(PRIVATE_LOCK);
     let dir = if removal.files.is_empty() {
         backup.remove_empty();
@@ -151,7 +164,29 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     } else {
         Some(backup.path.as_path())
     };
-    report(hosts, options, dir, &removal, &after)
+    let status = report(hosts, options, dir, &removal, &after);
+    if let Some(record) = record {
+        record.finish();
+    }
+    drop(no_turning_back);
+    match signals::came() {
+        Some(signal) => {
+            say(&format!(
+                "stale --remove: {signal} came during the removal: it emptied what it had begun to and reported first"
+            ));
+            signals::exit_status().unwrap_or(status)
+        }
+        None => status,
+    }
+}
+
+/// How far a removal went: the xtables lock was not taken; it was, and
+/// nothing was to be emptied; or the emptying happened, with its record
+/// and the signals held off until the report.
+enum Begun {
+    NoLock,
+    Nothing(HeldLock),
+    Emptied(HeldLock, in_progress::Held, NoTurningBack),
 }
 
 /// What each step of one removal needs: where its backups go, the lock
@@ -165,18 +200,14 @@ struct Removing<'a> {
 
 impl Removing<'_> {
     /// Judges, backs up and empties; Err (with nothing changed) when a
-    /// backup cannot be written. Every backup is on disk before anything
-    /// is emptied. Returns the xtables lock, if it was taken. `nft_before`:
+    /// backup or the record cannot be written, or a signal came before the
+    /// first emptying. Every backup and the record are on disk before
+    /// anything is emptied. `nft_before`:
     /// the nft families' findings before the removal, named with the
     /// reason when no attempt ever reads a steady ruleset.
-    fn remove(
-        &self,
-        legacy: &[Family],
-        nft_before: &[&Finding],
-        removal: &mut Removal,
-    ) -> Result<Option<HeldLock>, String> {
+    fn remove(&self, legacy: &[Family], nft_before: &[&Finding], removal: &mut Removal) -> Result<Begun, String> {
         let Some(lock) = self.hold_xtables_lock(legacy, nft_before, removal) else {
-            return Ok(None);
+            return Ok(Begun::NoLock);
         };
         let legacy_judged = self.judge_legacy(legacy, removal);
         let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
@@ -191,13 +222,52 @@ impl Removing<'_> {
         };
         let mut written = HashSet::new();
         for judged in legacy_judged.iter().chain(first_judged) {
-            self.back_up(judged, &mut written, removal)?;
+            self.back_up(judged, &mut written, removal)
+                .map_err(|e| format!("backup into {}: {e}", self.backup.path.shown()))?;
         }
-        self.empty_legacy(&legacy_judged, removal);
+        let legacy_ready = self.still_as_judged(&legacy_judged, removal);
+        let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(first_judged).collect();
+        // Where anything is to be emptied: no turning back from the record on.
+        let mut emptying = None;
+        if to_empty.iter().any(|p| p.proven_tables().next().is_some()) {
+            let no_turning_back = NoTurningBack::hold();
+            if let Some(signal) = signals::came() {
+                return Err(format!("stopped by {signal} before anything was emptied"));
+            }
+            let record = in_progress::begin(&self.part(&to_empty, removal))?;
+            signals::reached("record");
+            emptying = Some((record, no_turning_back));
+        }
+        // Each family's verdicts are recorded as it is emptied (of nothing,
+        // when none of its tables may go).
+        self.empty_legacy(&legacy_ready, removal);
         if let Some(socket) = socket {
             self.empty_nft(&socket, nft_before, first, written, removal);
         }
-        Ok(Some(lock))
+        Ok(match emptying {
+            Some((record, no_turning_back)) => Begun::Emptied(lock, record, no_turning_back),
+            None => Begun::Nothing(lock),
+        })
+    }
+
+    /// The record of what is about to be emptied: `to_empty`'s proven
+    /// tables, the backup directory and the undo of each of their backups.
+    fn part(&self, to_empty: &[&Proven], removal: &Removal) -> Part {
+        let whose: Vec<(Mode, Family)> = to_empty.iter().map(|p| (p.finding.backend, p.finding.family)).collect();
+        let tables = to_empty
+            .iter()
+            .map(|p| {
+                let names = p.proven_tables().map(|(_, t)| t.name.to_string()).collect();
+                (p.finding.backend, p.finding.family, names)
+            })
+            .collect();
+        let undo = removal
+            .files
+            .iter()
+            .filter(|(of, _, _)| whose.contains(of))
+            .map(|(_, file, tool)| format!("{tool} < {}", file.shown()))
+            .collect();
+        Part::now(&self.backup.path, tables, undo)
     }
 
     /// The xtables lock, whichever backend is stale: legacy's writers
@@ -257,61 +327,6 @@ impl Removing<'_> {
         }
     }
 
-    /// One nft attempt: each family's stale tables read afresh, their
-    /// images and the save all at one generation (returned with the
-    /// verdicts); Ok(None) when the generation moved while reading.
-    fn judge_nft(&self, socket: &NftSocket, families: &[Family]) -> Result<NftAttempt, String> {
-        let generation = socket
-            .generation()
-            .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-        let mut read = Vec::new();
-        for &family in families {
-            // The finding saves each stale table (its notes say whether it is
-            // iptables-nft's); the generation check below covers all three.
-            let (finding, save) = find::find_saved(Mode::Nft, family);
-            if let Some(why) = &finding.unknown {
-                return Err(why.clone());
-            }
-            if finding.tables.is_empty() {
-                continue; // emptied meanwhile (by another removal)
-            }
-            let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
-            let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
-                return Ok(None);
-            };
-            if at != generation {
-                return Ok(None);
-            }
-            read.push((finding, names, images, save));
-        }
-        if socket
-            .generation()
-            .map_err(|e| format!("nf_tables cannot be read: {e}"))?
-            != generation
-        {
-            return Ok(None);
-        }
-        let mut judged = Vec::new();
-        for (finding, names, images, save) in read {
-            let family = finding.family;
-            let (save, verdicts) = if finding.unsaved.is_empty() {
-                self.judge(Mode::Nft, family, &save, &names, || {
-                    proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
-                })?
-            } else {
-                judge::unsaved(&finding.unsaved, &names)
-            };
-            judged.push(Proven {
-                finding,
-                save,
-                verdicts,
-                images,
-                legacy_read: Vec::new(),
-            });
-        }
-        Ok(Some((generation, judged)))
-    }
-
     /// Writes one family's backup (again, in a later nft attempt, in
     /// place of the one written before); none when nothing of it goes.
     fn back_up(&self, judged: &Proven, written: &mut HashSet<String>, removal: &mut Removal) -> Result<(), String> {
@@ -324,6 +339,7 @@ impl Removing<'_> {
             .backup
             .write(&name, &judged.save, replace)
             .map_err(|e| format!("{name}: {e}"))?;
+        signals::reached(&format!("backup:{name}"));
         if !replace {
             removal.files.push((
                 (judged.finding.backend, judged.finding.family),
@@ -333,91 +349,6 @@ impl Removing<'_> {
             written.insert(name);
         }
         Ok(())
-    }
-
-    /// Empties each nft family that may go in one transaction at the
-    /// generation it was judged at; when anything committed meanwhile,
-    /// waits, judges, backs up and tries again, [`NFT_TRIES`] attempts at
-    /// most.
-    fn empty_nft(
-        &self,
-        socket: &NftSocket,
-        nft_before: &[&Finding],
-        mut attempt_read: Result<NftAttempt, String>,
-        mut written: HashSet<String>,
-        removal: &mut Removal,
-    ) {
-        let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
-        // What each failure names: the tables of the last attempt read, at
-        // first those found before the removal.
-        let mut last_findings: Vec<Finding> = nft_before.iter().map(|&f| f.clone()).collect();
-        let mut read_steady = false;
-        for attempt in 1..=NFT_TRIES {
-            let (generation, judged) = match attempt_read {
-                Err(why) => {
-                    removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-                    return;
-                }
-                Ok(None) => {
-                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                    attempt_read = self.judge_nft(socket, &nft);
-                    continue;
-                }
-                Ok(Some(read)) => read,
-            };
-            read_steady = true;
-            if attempt > 1 {
-                for one in &judged {
-                    if let Err(e) = self.back_up(one, &mut written, removal) {
-                        removal.fail_all(
-                            &to_fail(&judged),
-                            &format!("backing up again: {e}; nothing removed from nft"),
-                        );
-                        return;
-                    }
-                }
-            }
-            let to_empty: Vec<(Family, &str, &NftTableImage)> = judged
-                .iter()
-                .flat_map(|p| {
-                    p.proven_tables()
-                        .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
-                })
-                .collect();
-            match socket.empty_tables(generation, &to_empty) {
-                Ok(Emptied::Done) => {
-                    for proven in &judged {
-                        removal.record_verdicts(&proven.finding, &proven.verdicts);
-                        for (_, table) in proven.proven_tables() {
-                            removal.emptied.push((
-                                (Mode::Nft, proven.finding.family, table.name),
-                                show::table_summary(table),
-                            ));
-                        }
-                    }
-                    return;
-                }
-                Ok(Emptied::GenerationMoved) => {
-                    // Writers come in bursts (a sync, a restore): let one end.
-                    std::thread::sleep(NFT_BACKOFF * attempt as u32);
-                    last_findings = judged.into_iter().map(|p| p.finding).collect();
-                    attempt_read = self.judge_nft(socket, &nft);
-                }
-                Err(e) => {
-                    removal.fail_all(&to_fail(&judged), &format!("emptying: {e}"));
-                    return;
-                }
-            }
-        }
-        if let Ok(Some((_, judged))) = &attempt_read {
-            last_findings = judged.iter().map(|p| p.finding.clone()).collect();
-        }
-        let why = if read_steady {
-            format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
-        } else {
-            format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
-        };
-        removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
     }
 }
 
@@ -429,9 +360,4 @@ fn remove_unused_backups(backup: &BackupDir, removal: &mut Removal) {
             backup.remove(name);
         }
     }
-}
-
-/// The findings of proofs, to be left with a reason.
-fn to_fail(proven: &[Proven]) -> Vec<&Finding> {
-    proven.iter().map(|p| &p.finding).collect()
 }

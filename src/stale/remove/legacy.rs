@@ -5,6 +5,8 @@
 //! read, so a change between the readings around the save means reading
 //! again, and a change between the judgement and the emptying, to any
 //! table of the family (one that held nothing too), leaves the family.
+//! A family is emptied by one restore process fed all of its tables, in
+//! [`EMPTYING_ORDER`] (which says why that order).
 
 use super::{Proven, Removing};
 use crate::family::Family;
@@ -16,8 +18,20 @@ use crate::stale::proof;
 use crate::stale::removal_report::Removal;
 use crate::stale::save_tool;
 use crate::stale::show;
+use crate::stale::signals;
 use std::fmt::Write as _;
 use std::path::Path;
+
+/// The order a family's legacy tables are emptied in: against the path of
+/// a packet, the tables that read what others set first. raw (NOTRACK),
+/// mangle (MARK), nat (its DNAT, the marks kube-proxy sets there) feed what
+/// filter and security match; so while the restore commits one table after
+/// the other, every table still kept sees the packets it saw before (its
+/// feeders are kept too) and only tables already gone stop deciding. The
+/// other order would leave a kept filter matching unmarked, tracked,
+/// untranslated packets: a DROP keyed on a mark or a translated address
+/// would stop matching, a state nobody judged.
+pub const EMPTYING_ORDER: [&str; 5] = ["security", "filter", "nat", "mangle", "raw"];
 
 /// Readings of the legacy tables that may be spoilt by a writer that
 /// bypasses the lock before the removal gives up on a family.
@@ -78,49 +92,74 @@ impl Removing<'_> {
         ))
     }
 
-    /// Empties each legacy family that may go, table by table, once every
-    /// table of it is read again as it was judged: a writer that bypasses
-    /// the xtables lock and wrote during the judgement, the proof or the
-    /// backups (to a stale table, or to one that was empty then) leaves the
-    /// family (what it wrote is in no backup, or was not judged with it).
-    pub(super) fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
+    /// The legacy families that may go and are read again as they were
+    /// judged, every table of each: a writer that bypasses the xtables lock
+    /// and wrote during the judgement, the proof or the backups (to a stale
+    /// table, or to one that was empty then) leaves the family (what it
+    /// wrote is in no backup, or was not judged with it).
+    pub(super) fn still_as_judged<'p>(&self, judged: &'p [Proven], removal: &mut Removal) -> Vec<&'p Proven> {
+        let mut ready = Vec::new();
         for proven in judged {
-            let family = proven.finding.family;
-            match family_images(family) {
-                Ok(now) if now == proven.legacy_read => {}
-                Ok(_) => {
-                    removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed");
-                    continue;
-                }
-                Err(why) => {
-                    removal.fail_all(
-                        &[&proven.finding],
-                        &format!("reading again before the emptying: {why}; nothing removed"),
-                    );
-                    continue;
-                }
+            match family_images(proven.finding.family) {
+                Ok(now) if now == proven.legacy_read => ready.push(proven),
+                Ok(_) => removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed"),
+                Err(why) => removal.fail_all(
+                    &[&proven.finding],
+                    &format!("reading again before the emptying: {why}; nothing removed"),
+                ),
             }
+        }
+        ready
+    }
+
+    /// Empties each family of `ready` ([`Self::still_as_judged`]) by one
+    /// `<family>-legacy-restore`, fed all of its tables at once, in
+    /// [`EMPTYING_ORDER`].
+    pub(super) fn empty_legacy(&self, ready: &[&Proven], removal: &mut Removal) {
+        for proven in ready {
+            let family = proven.finding.family;
             removal.record_verdicts(&proven.finding, &proven.verdicts);
-            for (_, table) in proven.proven_tables() {
+            let mut tables: Vec<&StaleTable> = proven.proven_tables().map(|(_, table)| table).collect();
+            if tables.is_empty() {
+                continue;
+            }
+            tables.sort_by_key(|table| EMPTYING_ORDER.iter().position(|name| *name == table.name));
+            let emptied = empty_legacy_tables(family, &tables, &self.private_lock);
+            signals::reached(&format!("emptied:legacy:{}", family.label()));
+            // A restore that failed part of the way: what each table holds now.
+            let now = emptied.as_ref().err().map(|_| find::find(Mode::Legacy, family));
+            for table in tables {
                 let what = (Mode::Legacy, family, table.name);
-                match empty_legacy_table(family, table, &self.private_lock) {
-                    Ok(()) => removal.emptied.push((what, show::table_summary(table))),
-                    Err(why) => removal.failed.push((what, why)),
+                let failed = match (&emptied, &now) {
+                    (Err(why), Some(now))
+                        if now.unknown.is_some() || now.tables.iter().any(|t| t.name == table.name) =>
+                    {
+                        Some(why.clone())
+                    }
+                    _ => None,
+                };
+                match failed {
+                    None => removal.emptied.push((what, show::table_summary(table))),
+                    Some(why) => removal.failed.push((what, why)),
                 }
             }
         }
     }
 }
 
-/// Replaces a legacy table by an empty one (its built-in chains, ACCEPT
-/// policies) in one commit of `<family>-legacy-restore`.
-fn empty_legacy_table(family: Family, table: &StaleTable, private_lock: &Path) -> Result<(), String> {
-    let mut input = format!("*{}\n", table.name);
-    for chain in &table.builtin_chains {
-        let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
+/// Replaces legacy tables by empty ones (their built-in chains, ACCEPT
+/// policies), in the order given, by one `<family>-legacy-restore`: one
+/// commit per table, nothing but the parsing of an empty table between two.
+fn empty_legacy_tables(family: Family, tables: &[&StaleTable], private_lock: &Path) -> Result<(), String> {
+    let mut input = String::new();
+    for table in tables {
+        let _ = writeln!(input, "*{}", table.name);
+        for chain in &table.builtin_chains {
+            let _ = writeln!(input, ":{chain} ACCEPT [0:0]");
+        }
+        input.push_str("COMMIT\n");
     }
-    input.push_str("COMMIT\n");
-    proof::restore(Mode::Legacy, family, input.as_bytes(), private_lock)
+    proof::restore_apart(Mode::Legacy, family, input.as_bytes(), private_lock)
 }
 
 /// Every table of a legacy family that exists, empty or not (None for one

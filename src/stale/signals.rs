@@ -1,0 +1,106 @@
+//! What SIGTERM, SIGINT and SIGHUP do to a removal (`stale --remove`).
+//!
+//! From the start of the removal they are caught (a flag, nothing else), so
+//! none of them ends the process between two steps. Before the first
+//! emptying the removal looks at the flag and, when one came, stops with
+//! nothing changed. From there on ([`NoTurningBack`]) they are also
+//! blocked: the removal empties every family it judged, reads again and
+//! reports, then says which signal came and exits with 128 + its number.
+//! The restore tool that empties legacy tables runs in a process group of
+//! its own, so a terminal's Ctrl-C or hang-up (sent to the wrapper's group)
+//! does not end it between two tables either. SIGKILL cannot be caught:
+//! what it leaves is the record of the removal ([`super::in_progress`]).
+//!
+//! `IPTABLES_WRAPPER_STALE_KILL_AFTER=STEP` is a test seam, read only here
+//! and only by a removal: the removal sends itself SIGKILL right after the
+//! step so named ([`reached`]), so that the fault tests can stop it where no
+//! outside tool runs (the nft emptying is one netlink batch the wrapper
+//! sends itself, a backup is a file it writes itself).
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The signals a removal finishes its emptying despite.
+pub const CAUGHT: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// The test seam: the step after which the removal kills itself.
+const KILL_AFTER_VAR: &str = "IPTABLES_WRAPPER_STALE_KILL_AFTER";
+
+/// The last of [`CAUGHT`] that came; 0 while none has.
+static CAME: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn note(signal: libc::c_int) {
+    CAME.store(signal, Ordering::SeqCst);
+}
+
+/// Catches [`CAUGHT`] for the rest of the process (a removal ends it).
+pub fn catch() {
+    for signal in CAUGHT {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; the sigaction is fully initialised.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The signal that came, if any, by name.
+pub fn came() -> Option<&'static str> {
+    match CAME.load(Ordering::SeqCst) {
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGHUP => Some("SIGHUP"),
+        _ => None,
+    }
+}
+
+/// The exit status after a signal came: 128 + its number.
+pub fn exit_status() -> Option<i32> {
+    came().map(|_| 128 + CAME.load(Ordering::SeqCst))
+}
+
+/// Held from just before the first emptying to the end of the report: the
+/// signals of [`CAUGHT`] blocked in this thread (the one that empties).
+pub struct NoTurningBack {
+    before: libc::sigset_t,
+}
+
+impl NoTurningBack {
+    pub fn hold() -> NoTurningBack {
+        // SAFETY: plain sigset operations on initialised sets.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut before: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in CAUGHT {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut before);
+            NoTurningBack { before }
+        }
+    }
+}
+
+impl Drop for NoTurningBack {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `hold`; a pending signal is
+        // then handled by `note`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.before, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The test seam: SIGKILL to this process when `step` is the one
+/// `IPTABLES_WRAPPER_STALE_KILL_AFTER` names.
+pub fn reached(step: &str) {
+    if std::env::var_os(KILL_AFTER_VAR).is_some_and(|named| named == step) {
+        // SAFETY: raise has no memory effects; SIGKILL ends the process.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+}

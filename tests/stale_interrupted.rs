@@ -1,0 +1,299 @@
+//! A removal (`stale --remove`) killed at each of its steps: after each
+//! backup, after its record is written, after each family's emptying (so
+//! between the families too), after the last one; stale legacy and stale
+//! nft, both families holding a mangle MARK, a nat REDIRECT and a filter
+//! DROP, each with its twin in the host's backend. In every case no family
+//! is left partly emptied; where anything was emptied, the next `stale`
+//! names the backup and the undo, and the undo gives back the bytes saved
+//! before (counters aside). Then the signals a removal is sent: before its
+//! first emptying it stops with nothing changed, after it, it finishes and
+//! reports.
+//!
+//! The removal is killed two ways. Where a tool of the backend commits (the
+//! legacy emptying), by a stand-in `<family>-legacy-restore` placed first
+//! in `IPTABLES_WRAPPER_SBIN` that runs the real one and then sends SIGKILL
+//! to the wrapper after the Nth commit to the live namespace. Where the
+//! wrapper acts alone (a backup it writes, the nft emptying it sends as one
+//! netlink batch), by the wrapper's test seam
+//! `IPTABLES_WRAPPER_STALE_KILL_AFTER=STEP`. Each test in a network
+//! namespace of its own, against the real iptables-legacy / iptables-nft.
+
+mod common;
+
+use common::stale::{stale, stderr, stdout};
+use common::{write_program, Node};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// What each family holds in the stale backend (and its twin in the host's).
+const RULES: &str = "-t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0x4000
+-t nat -A PREROUTING -p tcp --dport 80 -j REDIRECT --to-ports 8080
+-A INPUT -p tcp --dport 9 -j DROP";
+
+/// A node whose host uses `host` with `stale` holding [`RULES`] in both
+/// families, twinned in `host`.
+fn node(name: &str, host: &str, stale: &str) -> Node {
+    let node = Node::new(name);
+    node.set_host_link("iptables", &format!("/usr/sbin/iptables-{host}"));
+    let mut script = String::new();
+    for program in ["iptables", "ip6tables"] {
+        for backend in [host, stale] {
+            for rule in RULES.lines() {
+                script.push_str(&format!("{program}-{backend} {rule}\n"));
+            }
+        }
+    }
+    node.sh(&script);
+    node
+}
+
+/// Each family's save of `backend`, without headers and counters.
+fn saves(node: &Node, backend: &str) -> [String; 2] {
+    ["iptables", "ip6tables"].map(|program| {
+        node.sh(&format!("{program}-{backend}-save"))
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .map(|line| match line.find(" [") {
+                Some(at) if line.starts_with(':') => format!("{}\n", &line[..at]),
+                _ => format!("{line}\n"),
+            })
+            .collect()
+    })
+}
+
+/// Whether a family's save holds no rule.
+fn emptied(save: &str) -> bool {
+    !save.lines().any(|line| line.starts_with("-A "))
+}
+
+/// A directory of the real backends, with `iptables-legacy-restore` and
+/// `ip6tables-legacy-restore` stand-ins that run the real tool and, after
+/// the `nth` run in the wrapper's own (the live) namespace, SIGKILL it.
+fn killing_restores(node: &Node, nth: usize) -> PathBuf {
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    let count = node.path("live-commits");
+    for program in ["iptables", "ip6tables"] {
+        let body = format!(
+            "#!/bin/sh\n/usr/sbin/{program}-legacy-restore \"$@\" || exit\n\
+             [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
+             echo >> {count}\n\
+             [ \"$(wc -l < {count})\" -eq {nth} ] && kill -KILL $PPID\nexit 0\n",
+            count = count.display()
+        );
+        write_program(&dir.join(format!("{program}-legacy-restore")), &body);
+    }
+    dir
+}
+
+/// `stale --remove` killed by the seam after `step`.
+fn killed_after(node: &Node, step: &str) -> Output {
+    node.wrapper()
+        .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", step)
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap()
+}
+
+/// The checks every case makes once the removal was killed: it was, no
+/// family of `backend` is partly emptied, the next `stale` names the backup
+/// and the undo whenever something was emptied, and the undo restores what
+/// was saved before.
+fn after_the_kill(node: &Node, backend: &str, before: &[String; 2], out: &Output, case: &str) {
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{case}: the removal was not killed: {}{}",
+        stdout(out),
+        stderr(out)
+    );
+    let now = saves(node, backend);
+    for (family, (now, before)) in now.iter().zip(before).enumerate() {
+        assert!(
+            now == before || emptied(now),
+            "{case}: family {family} partly emptied:\n{now}\nwas:\n{before}"
+        );
+    }
+    let next = stale(node, &[]);
+    let said = stderr(&next);
+    if now == *before {
+        return;
+    }
+    let line = said
+        .lines()
+        .find(|l| l.contains("an interrupted removal ("))
+        .unwrap_or_else(|| panic!("{case}: the next stale says nothing of it: {said}"));
+    let backup = line
+        .split("; backup ")
+        .nth(1)
+        .and_then(|rest| rest.split("; undo: ").next())
+        .unwrap_or_else(|| panic!("{case}: no backup named: {line}"));
+    assert!(Path::new(backup).is_dir(), "{case}: {line}");
+    let undo = line.split("; undo: ").nth(1).unwrap();
+    for command in undo.split("; ") {
+        assert!(command.contains(backup), "{case}: {line}");
+        node.sh(command);
+    }
+    assert_eq!(saves(node, backend), *before, "{case}: the undo ({undo})");
+}
+
+#[test]
+fn a_legacy_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
+    for step in [
+        "backup:iptables-legacy.rules",
+        "backup:ip6tables-legacy.rules",
+        "record",
+        "emptied:legacy:ipv4",
+        "emptied:legacy:ipv6",
+    ] {
+        let node = node("killed-legacy", "nft", "legacy");
+        let before = saves(&node, "legacy");
+        let out = killed_after(&node, step);
+        after_the_kill(&node, "legacy", &before, &out, step);
+    }
+}
+
+#[test]
+fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_family_half() {
+    for nth in 1..=6 {
+        let node = node("killed-legacy-tool", "nft", "legacy");
+        let before = saves(&node, "legacy");
+        let sbin = killing_restores(&node, nth);
+        let out = node
+            .wrapper()
+            .env("IPTABLES_WRAPPER_SBIN", &sbin)
+            .args(["stale", "--remove"])
+            .output()
+            .unwrap();
+        if out.status.signal().is_none() {
+            // Fewer live restores than nth: the removal ended whole.
+            assert!(nth > 2, "after restore {nth}: {}{}", stdout(&out), stderr(&out));
+            assert!(saves(&node, "legacy").iter().all(|s| emptied(s)));
+            continue;
+        }
+        after_the_kill(&node, "legacy", &before, &out, &format!("after live restore {nth}"));
+    }
+}
+
+#[test]
+fn an_nft_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
+    for step in [
+        "backup:iptables-nft.rules",
+        "backup:ip6tables-nft.rules",
+        "record",
+        "emptied:nft",
+    ] {
+        let node = node("killed-nft", "legacy", "nft");
+        let before = saves(&node, "nft");
+        let out = killed_after(&node, step);
+        after_the_kill(&node, "nft", &before, &out, step);
+    }
+}
+
+#[test]
+fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
+    let node = node("finish-interrupted", "nft", "legacy");
+    let out = killed_after(&node, "emptied:legacy:ipv4");
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let [ipv4, ipv6] = saves(&node, "legacy");
+    assert!(emptied(&ipv4) && !emptied(&ipv6), "{ipv4}{ipv6}");
+    let detect = node.wrapper().arg("detect").output().unwrap();
+    assert!(
+        stderr(&detect).contains("detect: an interrupted removal ("),
+        "{}",
+        stderr(&detect)
+    );
+    let metrics = node
+        .wrapper()
+        .args(["detect", "--format", "prometheus"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&metrics).contains("\niptables_wrapper_stale_removal_interrupted 1\n"),
+        "{}",
+        stdout(&metrics)
+    );
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("an interrupted removal ("), "{}", stderr(&out));
+    assert!(saves(&node, "legacy").iter().all(|s| emptied(s)));
+    assert!(!node.path("run/stale-removal").exists());
+    let next = stale(&node, &[]);
+    assert!(!stderr(&next).contains("interrupted"), "{}", stderr(&next));
+}
+
+/// A directory of the real backends where `name` is a stand-in that runs
+/// the real tool and then sends `signal` to the wrapper, the first time it
+/// runs in the wrapper's own namespace.
+fn signalling(node: &Node, name: &str, signal: &str) -> PathBuf {
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    let marker = node.path("signalled");
+    let body = format!(
+        "#!/bin/sh\n/usr/sbin/{name} \"$@\" || exit\n\
+         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
+         [ -e {m} ] && exit 0\n: > {m}\nkill -{signal} $PPID\n",
+        m = marker.display()
+    );
+    write_program(&dir.join(name), &body);
+    dir
+}
+
+#[test]
+fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
+    for signal in ["TERM", "INT", "HUP"] {
+        let node = node("signal-before", "nft", "legacy");
+        let before = saves(&node, "legacy");
+        let sbin = signalling(&node, "iptables-legacy-save", signal);
+        let out = node
+            .wrapper()
+            .env("IPTABLES_WRAPPER_SBIN", &sbin)
+            .args(["stale", "--remove"])
+            .output()
+            .unwrap();
+        assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
+        let number = match signal {
+            "TERM" => libc::SIGTERM,
+            "INT" => libc::SIGINT,
+            _ => libc::SIGHUP,
+        };
+        assert_eq!(out.status.code(), Some(128 + number), "{signal}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("stopped by SIG{signal} before anything was emptied")),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(saves(&node, "legacy"), before, "{signal}");
+        assert!(!node.path("run/stale-removal").exists(), "{signal}");
+    }
+}
+
+#[test]
+fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
+    for signal in ["TERM", "INT", "HUP"] {
+        let node = node("signal-after", "nft", "legacy");
+        let sbin = signalling(&node, "iptables-legacy-restore", signal);
+        let out = node
+            .wrapper()
+            .env("IPTABLES_WRAPPER_SBIN", &sbin)
+            .args(["stale", "--remove"])
+            .output()
+            .unwrap();
+        assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
+        assert!(saves(&node, "legacy").iter().all(|s| emptied(s)), "{signal}");
+        assert!(stdout(&out).contains("nothing stale remains"), "{}", stdout(&out));
+        assert!(
+            stderr(&out).contains(&format!("SIG{signal} came during the removal")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!node.path("run/stale-removal").exists(), "{signal}");
+    }
+}
