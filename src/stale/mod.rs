@@ -25,6 +25,7 @@
 
 pub mod backup;
 pub mod certainty;
+mod difference;
 mod effects;
 pub mod find;
 pub mod hooks;

@@ -34,6 +34,7 @@
 //! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
 
+use super::difference::{self, Difference};
 use super::effects::{self, Kept, Kind};
 use super::hooks;
 use super::live_save::proven_live_save;
@@ -159,7 +160,7 @@ const NO_TWIN_ACROSS_BACKENDS: [&[u8]; 1] = [b"security"];
 /// packets to as the stale one does (a stale `RETURN` or `-g` in a
 /// built-in chain, which sends packets to its policy at once, is then in
 /// the live chain too).
-fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, kept_live: Kept) -> Vec<Vec<u8>> {
+fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, kept_live: Kept) -> Held {
     let empty = SavedTable::default();
     let live = match live {
         Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
@@ -204,7 +205,22 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             items.push(line.clone());
         }
     }
-    items
+    let difference = items.first().and_then(|item| {
+        let chain = match item.strip_prefix(b":") {
+            Some(policy) => policy.split(|&b| b == b' ').next().unwrap_or_default(),
+            None => item.split(|&b| b == b' ').nth(1).unwrap_or_default(),
+        };
+        difference::first(table, live, chain)
+    });
+    Held { items, difference }
+}
+
+/// What holds one stale table: the items the live table holds no twin of
+/// (none: it may go), and where the chain of the first of them first
+/// differs from the live one.
+pub struct Held {
+    pub items: Vec<Vec<u8>>,
+    difference: Option<Difference>,
 }
 
 /// Per name in `tables`: the items of that table in `stale_save` that
@@ -219,7 +235,7 @@ pub fn unenforced(
     own: Option<&[(&str, Vec<String>)]>,
     no_twin: &[&str],
     tables: &[&str],
-) -> Vec<Vec<Vec<u8>>> {
+) -> Vec<Held> {
     let stale = parse(stale_save);
     let mut live = parse(live_save);
     if let Some(own) = own {
@@ -237,7 +253,10 @@ pub fn unenforced(
         .iter()
         .map(|name| {
             let Some((_, table)) = stale.iter().find(|(n, _)| n.as_slice() == name.as_bytes()) else {
-                return Vec::new();
+                return Held {
+                    items: Vec::new(),
+                    difference: None,
+                };
             };
             let live_table = live
                 .iter()
@@ -279,7 +298,7 @@ pub fn openings(
         unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), &no_twin, tables)
             .into_iter()
             .zip(tables)
-            .map(|(items, table)| {
+            .map(|(held, table)| {
                 let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
                 let between = shared.iter().find(|(name, _)| name == table);
                 let uncounted = match (inexact, between) {
@@ -289,7 +308,7 @@ pub fn openings(
                     (Some((_, why)), None) => Some(why.clone()),
                     (None, None) => None,
                 };
-                describe(&items, live, uncounted.as_deref())
+                describe(&held, live, uncounted.as_deref())
             })
             .collect(),
     )
@@ -299,8 +318,10 @@ pub fn openings(
 const ITEMS_SHOWN: usize = 20;
 
 /// "removing it would open the host: 2 items that nft holds no twin of:
-/// ...", naming why the live table was not counted (`uncounted`).
-fn describe(items: &[Vec<u8>], live: Mode, uncounted: Option<&str>) -> Option<String> {
+/// ...; where they first differ: chain INPUT, rule 2: ...", naming why the
+/// live table was not counted (`uncounted`).
+fn describe(held: &Held, live: Mode, uncounted: Option<&str>) -> Option<String> {
+    let items = &held.items;
     if items.is_empty() {
         return None;
     }
@@ -311,7 +332,7 @@ fn describe(items: &[Vec<u8>], live: Mode, uncounted: Option<&str>) -> Option<St
         .collect();
     let more = items.len().saturating_sub(ITEMS_SHOWN);
     Some(format!(
-        "removing it would open the host: {} item{} that {live} holds no twin of{}: {}{}",
+        "removing it would open the host: {} item{} that {live} holds no twin of{}: {}{}{}",
         items.len(),
         if items.len() == 1 { "" } else { "s" },
         uncounted
@@ -322,7 +343,14 @@ fn describe(items: &[Vec<u8>], live: Mode, uncounted: Option<&str>) -> Option<St
             format!("; and {more} more")
         } else {
             String::new()
-        }
+        },
+        held.difference
+            .as_ref()
+            .map(|d| format!(
+                "; where the first of them differs: {}",
+                d.shown(live.other().name(), live.name())
+            ))
+            .unwrap_or_default()
     ))
 }
 

@@ -2,10 +2,9 @@
 
 use super::unenforced;
 
-fn shown(items: Vec<Vec<Vec<u8>>>) -> Vec<Vec<String>> {
-    items
-        .into_iter()
-        .map(|t| t.into_iter().map(|i| String::from_utf8(i).unwrap()).collect())
+fn shown(held: Vec<super::Held>) -> Vec<Vec<String>> {
+    held.into_iter()
+        .map(|t| t.items.into_iter().map(|i| String::from_utf8(i).unwrap()).collect())
         .collect()
 }
 
@@ -312,4 +311,27 @@ fn the_rules_before_a_policy_are_compared_by_which_not_how_many() {
     );
     // The same rule before it: enforced.
     assert!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].is_empty());
+}
+
+#[test]
+fn a_held_table_names_where_its_first_item_differs_from_the_live_chain() {
+    let live = b"*filter\n:INPUT DROP [0:0]\n:user-input - [0:0]\n:after-input - [0:0]\n-A INPUT -j user-input\n-A INPUT -j after-input\n-A user-input -p udp -m udp --dport 9000 -j ACCEPT\n-A after-input -p udp -m udp --dport 9002 -j DROP\nCOMMIT\n";
+    let stale = b"*filter\n:INPUT DROP [0:0]\n:user-input - [0:0]\n:after-input - [0:0]\n-A INPUT -j user-input\n-A INPUT -j after-input\n-A user-input -p udp -m udp --dport 9000 -j ACCEPT\n-A user-input -p udp -m udp --dport 9001 -j ACCEPT\n-A after-input -p udp -m udp --dport 9002 -j DROP\nCOMMIT\n";
+    let said = |stale: &[u8], live: &[u8]| {
+        let held = unenforced(stale, live, None, &[], &["filter"]).remove(0);
+        super::describe(&held, crate::mode::Mode::Nft, None).unwrap()
+    };
+    let extra = said(stale, live);
+    assert!(
+        extra.ends_with("where the first of them differs: chain user-input, rule 2: legacy `-A user-input -p udp -m udp --dport 9001 -j ACCEPT`, nft none"),
+        "{extra}"
+    );
+    let missing = said(live, stale);
+    assert!(
+        missing.ends_with("where the first of them differs: chain user-input, rule 2: legacy none, nft `-A user-input -p udp -m udp --dport 9001 -j ACCEPT`"),
+        "{missing}"
+    );
+    // A chain the live side does not declare differs at its first rule.
+    let alone = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
+    assert!(said(alone, b"").ends_with("chain INPUT, rule 1: legacy `-A INPUT -j x`, nft none"));
 }
