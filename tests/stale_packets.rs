@@ -52,6 +52,7 @@ fn verdict(tally: &Tally) {
 
 #[test]
 fn generated_states_never_open_a_flow() {
+    common::root_or_skip!();
     let count = setting("IPTW_STALE_STATES", 200) as usize;
     let clock = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -224,6 +225,7 @@ fn known_opening_unknown_verdict_undone_after_its_twin() {
 
 #[test]
 fn known_opening_native_chain_between_the_copies() {
+    common::root_or_skip!();
     // The live backend holds the stale one whole, but a native chain made
     // between the two clears the mark after the live copy sets it and
     // before the stale copy sets it again: only the stale copy's mark
