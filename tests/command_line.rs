@@ -399,6 +399,7 @@ fn install_prints_the_target_it_wrote() {
 
 #[test]
 fn stale_without_cap_net_admin_says_what_it_needs() {
+    common::root_or_skip!();
     let node = mixed_node("stale-unprivileged");
     for args in [&["stale"][..], &["stale", "--remove"]] {
         let mut command = Command::new("setpriv");

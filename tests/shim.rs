@@ -126,6 +126,7 @@ const SIGPIPE_BIT: u64 = 1 << (libc::SIGPIPE - 1);
 
 #[test]
 fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
+    common::root_or_skip!();
     let shim = Shim::new("inherit");
     let plain = shim.same_both_ways(&[], &|_| {});
     assert_eq!(
@@ -192,6 +193,7 @@ fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
 
 #[test]
 fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
+    common::root_or_skip!();
     // `iptables-save | head -1`: the backend dies of SIGPIPE (status 141 in
     // the pipeline), through the wrapper as directly.
     let shim = Shim::new("sigpipe");
@@ -453,6 +455,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
 
 #[test]
 fn empty_and_relative_search_entries_are_ignored() {
+    common::root_or_skip!();
     let shim = Shim::new("relative");
     // A planted backend in the caller's working directory, and under a
     // relative entry.
@@ -513,6 +516,7 @@ fn candidates_that_cannot_run_are_skipped() {
 
 #[test]
 fn the_loop_guard_works_without_proc() {
+    common::root_or_skip!();
     let shim = Shim::new("noproc");
     let looping = shim.node.path("loop-sbin");
     std::fs::create_dir_all(&looping).unwrap();
@@ -719,6 +723,7 @@ fn logging_to_a_stderr_nobody_reads_never_costs_the_call() {
 
 #[test]
 fn logging_to_a_stderr_nobody_reads_leaves_no_sigpipe_for_the_backend() {
+    common::root_or_skip!();
     // A caller that blocks SIGPIPE: the wrapper's failed writes raise it,
     // and the backend must not inherit one the caller did not have.
     let shim = Shim::new("deafsigpipe");
@@ -738,6 +743,7 @@ fn logging_to_a_stderr_nobody_reads_leaves_no_sigpipe_for_the_backend() {
 
 #[test]
 fn o_path_standard_descriptors_are_open_for_the_backend() {
+    common::root_or_skip!();
     // An O_PATH descriptor cannot be read or written, and poll calls it
     // invalid, but it is open: the backend gets it as the caller gave it.
     let shim = Shim::new("opath");

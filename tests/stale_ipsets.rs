@@ -131,6 +131,7 @@ fn an_nft_backend_left_by_a_move_back_to_legacy_is_removed_with_its_ipsets() {
 
 #[test]
 fn without_the_ipset_program_a_table_naming_sets_stays_with_the_reason() {
+    common::root_or_skip!();
     let node = calico_node("ipsets-noprogram");
     // The backends' directory without ipset.
     let sbin = node.path("sbin");

@@ -126,6 +126,7 @@ fn a_backup_dir_through_another_users_link_is_resolved_and_printed_resolved() {
 
 #[test]
 fn every_early_stop_prints_one_json_object() {
+    common::root_or_skip!();
     let node = legacy_stale_node("json-stops");
     let legacy_before = legacy_saves(&node);
     let one_object = |out: &Output, why: &str| {
@@ -312,6 +313,7 @@ fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
 
 #[test]
 fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family() {
+    common::root_or_skip!();
     // To a stale table, and to a table of the family that held nothing
     // (one family's tables go together or not at all).
     for (name, write) in [
