@@ -28,10 +28,10 @@
 //! `host_link` (with the stale legacy tables under an nft link),
 //! `kernel_state` (hint chains, kube-proxy tables) and `counts`, `lock`, and
 //! `presence` (with the default); what each source is ([`Source::facts`])
-//! is in `source`, what they read of the host behind the [`Host`] trait in
+//! is in `source`, what they read of the host behind the `Host` trait in
 //! `host`; `evidence` says what a piece of evidence knows, `collector` how
 //! much is read and what was. This module orders the sources
-//! ([`decide_on`], top to bottom) and says what their evidence adds up to
+//! (`decide_on`, top to bottom) and says what their evidence adds up to
 //! ([`Decision::warnings`]).
 //! It sees only what they found, and weighs it by its [`Finding`], never by
 //! its text.
@@ -56,7 +56,6 @@ mod source;
 pub use collector::Depth;
 pub use counts::{RuleCounts, MIXED_STATE_RULES};
 pub use evidence::{Evidence, Finding, ReasonShown};
-pub use host::{Host, LegacyTable, LegacyTables, LiveHost};
 pub use host_link::STALE_COMMAND_HINT;
 pub use reason::Reason;
 pub use source::{AgainstStated, Facts, Reads, ReasonKept, Source};
@@ -67,6 +66,7 @@ use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::InvalidSetting;
 use collector::Collector;
+use host::{Host, LiveHost};
 use std::time::{Duration, Instant};
 
 /// The outcome: the mode, the source that decided and why, the evidence.
@@ -231,7 +231,11 @@ pub fn decide_with(
 /// Decides the mode for `command` from what `host` reads: the sources in
 /// the order they are consulted, each step taken only while none before it
 /// decided (or `detect` reads on).
-pub fn decide_on(command: &WrappedCommand, depth: Depth, host: &mut impl Host) -> Result<Decision, InvalidSetting> {
+pub(crate) fn decide_on(
+    command: &WrappedCommand,
+    depth: Depth,
+    host: &mut impl Host,
+) -> Result<Decision, InvalidSetting> {
     if let Some(invalid) = &host.settings().invalid {
         return Err(invalid.clone());
     }
