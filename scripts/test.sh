@@ -1,4 +1,13 @@
 #!/usr/bin/env bash
+#   scripts/test.sh            the whole suite (as root; below)
+#   scripts/test.sh --quick    the quick tier: the pages' links and words,
+#                              cargo fmt --check, cargo clippy -D warnings,
+#                              the unit tests, the decision's among them over
+#                              a recorded host (src/decision/rows_tests.rs);
+#                              no root, no network namespace, nothing
+#                              installed; under two minutes on 2 cores
+#                              (docs/testing.md, "The quick tier")
+#
 # The whole test suite: the Markdown files' relative links
 # (scripts/check-links.sh); the pages and comments speak of the project
 # only, never of how its work was organised, and README.md has at most 250
@@ -77,6 +86,19 @@ timed() {
     "$@"
     TIMES+=("$name $((SECONDS - start))s")
 }
+
+if [[ "${1:-}" == --quick ]]; then
+    timed "markdown links" bash scripts/check-links.sh
+    timed "words" bash scripts/check-words.sh
+    timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings'
+    timed "unit tests" cargo test --quiet --lib
+    times=$(printf '%s, ' "${TIMES[@]}")
+    echo "test.sh --quick times: ${times%, }"
+    exit 0
+elif [[ $# -gt 0 ]]; then
+    echo "usage: scripts/test.sh [--quick]" >&2
+    exit 2
+fi
 
 bash scripts/install-deps.sh
 timed "markdown links" bash scripts/check-links.sh

@@ -26,6 +26,10 @@
 //!   (`escape`), the caller's environment variables (`environment`), the
 //!   address families (`family`) and the binary's memory allocator
 //!   (`allocator`).
+//!
+//! Public are the modules the binary and the integration tests use, and
+//! those their documentation links to; the others are the crate's own, so
+//! the dead-code lint sees into them.
 
 pub mod allocator;
 pub mod backend;
@@ -35,23 +39,23 @@ pub mod decision;
 pub mod environment;
 pub mod escape;
 pub mod family;
-pub mod host_link;
-pub mod install;
-pub mod interval;
+pub(crate) mod host_link;
+pub(crate) mod install;
+pub(crate) mod interval;
 pub mod kernel;
-pub mod metrics;
-pub mod mode;
-pub mod on_node;
-pub mod own_file;
-pub mod package_hint;
+pub(crate) mod metrics;
+pub(crate) mod mode;
+pub(crate) mod on_node;
+pub(crate) mod own_file;
+pub(crate) mod package_hint;
 pub mod privilege;
-pub mod report;
+pub(crate) mod report;
 pub mod run_dir;
-pub mod settings;
+pub(crate) mod settings;
 pub mod stale;
 pub mod standard_fds;
 pub mod temporary;
-pub mod textfile;
+pub(crate) mod textfile;
 pub mod trust;
 pub mod warnings_record;
-pub mod xtables_lock;
+pub(crate) mod xtables_lock;

@@ -23,7 +23,7 @@ use iptables_wrapper::allocator::{BumpArena, CALL_ARENA_BYTES};
 use iptables_wrapper::backend;
 use iptables_wrapper::cli;
 use iptables_wrapper::command::{self, WrappedCommand, COMMAND_NAMES};
-use iptables_wrapper::decision::{self, Depth, Source};
+use iptables_wrapper::decision::{self, Depth};
 use iptables_wrapper::environment;
 use iptables_wrapper::escape::Shown as _;
 use iptables_wrapper::escape::{printable, printable_bytes, quoted};
@@ -173,11 +173,7 @@ fn run_backend(command: &WrappedCommand, argv0: &CStr, args: &[&CStr], logging: 
     // A read that failed for want of a descriptor leaves the state unknown
     // where it was needed: below the sources that decide without it, the
     // choice would fall past it to the default.
-    let decided_without_it = matches!(
-        decision.decided_by,
-        Source::Override | Source::HostLink | Source::HintChain
-    );
-    if privilege::descriptors_ran_out() && !decided_without_it {
+    if privilege::descriptors_ran_out() && !decision.decided_by.facts().stands_on_what_it_found {
         say(&privilege::ran_out_refusal(command.name));
         return 2;
     }

@@ -84,7 +84,6 @@ pub fn lockfile_path() -> PathBuf {
 /// The xtables lock, held until dropped.
 pub struct HeldLock {
     _file: std::fs::File,
-    pub path: PathBuf,
 }
 
 /// Takes the xtables lock at the path iptables uses, as iptables does
@@ -106,7 +105,7 @@ pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
     loop {
         // SAFETY: flock on a descriptor this function owns.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(HeldLock { _file: file, path });
+            return Ok(HeldLock { _file: file });
         }
         let error = std::io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EWOULDBLOCK) && error.kind() != std::io::ErrorKind::Interrupted {

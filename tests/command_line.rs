@@ -64,6 +64,7 @@ fn version_and_help_take_no_arguments() {
 
 #[test]
 fn a_relative_host_root_is_ignored_wherever_the_caller_stands() {
+    common::root_or_skip!();
     let node = Node::new("relative-root");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     // "host" is the host root seen from the node's directory, nothing elsewhere.
@@ -96,6 +97,7 @@ fn a_relative_host_root_is_ignored_wherever_the_caller_stands() {
 
 #[test]
 fn sbin_of_only_relative_entries_names_what_was_ignored() {
+    common::root_or_skip!();
     let node = Node::new("relative-sbin");
     let out = node
         .command("iptables")
@@ -119,6 +121,7 @@ fn sbin_of_only_relative_entries_names_what_was_ignored() {
 
 #[test]
 fn values_from_outside_are_escaped_once_and_bytes_shown_the_same_way() {
+    common::root_or_skip!();
     let node = Node::new("escape-once");
     let cases: [(&str, &[u8], &str); 4] = [
         (
@@ -166,6 +169,7 @@ fn values_from_outside_are_escaped_once_and_bytes_shown_the_same_way() {
 
 #[test]
 fn multi_call_form_runs_the_named_command() {
+    common::root_or_skip!();
     let node = Node::new("multicall");
     for name in ["iptables", "ip6tables", "iptables-save", "ip6tables-restore"] {
         let linked = node.command(name).arg("-V").output().unwrap();
@@ -218,6 +222,7 @@ fn stdout_of(out: &Output) -> String {
 
 #[test]
 fn detect_in_a_mixed_state_is_a_verdict_and_a_line_per_warning() {
+    common::root_or_skip!();
     let node = mixed_node("detect-3am");
     let text = stdout_of(&node.wrapper().arg("detect").output().unwrap());
     let lines: Vec<&str> = text.lines().collect();
@@ -287,6 +292,7 @@ fn detect_in_a_mixed_state_is_a_verdict_and_a_line_per_warning() {
 
 #[test]
 fn options_given_twice_are_one_line_usage_errors() {
+    common::root_or_skip!();
     let node = Node::new("twice");
     for (args, named) in [
         (&["detect", "--json", "--json"][..], "--json given twice"),
@@ -332,6 +338,7 @@ fn the_empty_command_names_every_command() {
 
 #[test]
 fn install_into_a_missing_directory_says_so_and_that_nothing_changed() {
+    common::root_or_skip!();
     let node = Node::new("install-missing");
     let missing = node.path("missing");
     let out = node
@@ -365,6 +372,7 @@ fn install_into_a_missing_directory_says_so_and_that_nothing_changed() {
 
 #[test]
 fn install_prints_the_target_it_wrote() {
+    common::root_or_skip!();
     let node = Node::new("install-relative");
     let dir = node.path("sbin");
     std::fs::create_dir_all(&dir).unwrap();
@@ -391,6 +399,7 @@ fn install_prints_the_target_it_wrote() {
 
 #[test]
 fn stale_without_cap_net_admin_says_what_it_needs() {
+    common::root_or_skip!();
     let node = mixed_node("stale-unprivileged");
     for args in [&["stale"][..], &["stale", "--remove"]] {
         let mut command = Command::new("setpriv");

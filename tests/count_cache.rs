@@ -155,6 +155,7 @@ fn assert_cached_count_is_exact(node: &Node) {
 
 #[test]
 fn cached_counts_are_exact_for_a_long_builtin_chain() {
+    common::root_or_skip!();
     let node = Node::new("cache-builtin");
     tie(&node, &long_builtin_chain(3000, false), &long_builtin_chain(1500, true));
     assert_cached_count_is_exact(&node);
@@ -162,6 +163,7 @@ fn cached_counts_are_exact_for_a_long_builtin_chain() {
 
 #[test]
 fn cached_counts_are_exact_for_a_long_user_chain() {
+    common::root_or_skip!();
     let node = Node::new("cache-user-chain");
     tie(&node, &long_user_chain(3000, false), &long_user_chain(1500, true));
     assert_cached_count_is_exact(&node);
@@ -169,6 +171,7 @@ fn cached_counts_are_exact_for_a_long_user_chain() {
 
 #[test]
 fn cached_counts_are_exact_for_the_kube_proxy_shape() {
+    common::root_or_skip!();
     let node = Node::new("cache-kube-proxy");
     tie(&node, &kube_proxy_like(700, false), &kube_proxy_like(300, true));
     assert_cached_count_is_exact(&node);
@@ -176,6 +179,7 @@ fn cached_counts_are_exact_for_the_kube_proxy_shape() {
 
 #[test]
 fn a_changed_ruleset_is_counted_again() {
+    common::root_or_skip!();
     let node = Node::new("cache-changed");
     tie(&node, &long_builtin_chain(500, false), &long_builtin_chain(200, true));
     assert_cached_count_is_exact(&node);
@@ -210,6 +214,7 @@ fn a_changed_ruleset_is_counted_again() {
 
 #[test]
 fn a_damaged_cache_file_is_ignored_and_replaced() {
+    common::root_or_skip!();
     let node = Node::new("cache-damaged");
     tie(&node, &long_builtin_chain(400, false), &long_builtin_chain(100, true));
     assert_cached_count_is_exact(&node);
@@ -246,6 +251,7 @@ fn this_namespace() -> Namespace {
 
 #[test]
 fn a_cache_file_is_used_only_when_private_and_not_linked() {
+    common::root_or_skip!();
     let node = Node::new("cache-forged");
     tie(&node, &long_builtin_chain(300, false), &long_builtin_chain(100, true));
     assert_eq!(node.version_mode("iptables"), "nft");
@@ -300,6 +306,7 @@ fn a_cache_file_is_used_only_when_private_and_not_linked() {
 
 #[test]
 fn a_cached_count_below_what_the_built_in_chains_hold_is_not_used() {
+    common::root_or_skip!();
     // nft: 301 rules, all but one in a user chain (the built-in chains'
     // lookups show 1); legacy: 200. A forged entry saying nft holds none
     // contradicts the one rule the call reads anyway: it is dropped and the
@@ -355,6 +362,7 @@ fn a_cached_count_below_what_the_built_in_chains_hold_is_not_used() {
 
 #[test]
 fn a_count_from_another_network_namespace_is_not_used() {
+    common::root_or_skip!();
     // Two namespaces with the same commits (so the same generation id) but
     // different rules, sharing one runtime directory.
     let node = Node::new("cache-two-netns");
@@ -395,6 +403,7 @@ fn a_count_from_another_network_namespace_is_not_used() {
 
 #[test]
 fn the_cache_file_is_private() {
+    common::root_or_skip!();
     let node = Node::new("cache-private");
     tie(&node, &long_builtin_chain(50, false), &long_builtin_chain(50, true));
     assert_eq!(node.version_mode("iptables"), "nft");
@@ -408,6 +417,7 @@ fn the_cache_file_is_private() {
 
 #[test]
 fn no_runtime_directory_no_cache_still_exact() {
+    common::root_or_skip!();
     let node = Node::new("cache-none");
     tie(&node, &long_builtin_chain(200, false), &long_builtin_chain(10, true));
     // A regular file where the directory would be: nothing can be stored.
@@ -421,6 +431,7 @@ fn no_runtime_directory_no_cache_still_exact() {
 
 #[test]
 fn legacy_get_info_cannot_tell_rules_from_user_chains() {
+    common::root_or_skip!();
     // Why legacy counts are not cached: no key from GET_INFO is exact. A user
     // chain holding two rules and two empty user chains give the same entry
     // count, size and valid hooks (and the same hook and underflow offsets).

@@ -29,6 +29,7 @@ fn decided_by(node: &Node) -> (String, String) {
 
 #[test]
 fn override_decides_alone() {
+    common::root_or_skip!();
     let node = Node::new("override");
     for (value, mode) in [
         ("legacy", "legacy"),
@@ -70,6 +71,7 @@ fn override_decides_alone() {
 
 #[test]
 fn host_link_decides_alone() {
+    common::root_or_skip!();
     let node = Node::new("hostlink");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     assert_eq!(node.version_mode("iptables"), "legacy");
@@ -90,6 +92,7 @@ fn host_link_decides_alone() {
 
 #[test]
 fn host_without_alternatives_links_usr_sbin() {
+    common::root_or_skip!();
     let node = Node::new("usrsbin");
     std::fs::create_dir_all(node.host_root.join("usr/sbin")).unwrap();
     std::os::unix::fs::symlink("xtables-legacy-multi", node.host_root.join("usr/sbin/iptables")).unwrap();
@@ -98,6 +101,7 @@ fn host_without_alternatives_links_usr_sbin() {
 
 #[test]
 fn host_link_flip_is_followed_on_the_next_call() {
+    common::root_or_skip!();
     let node = Node::new("flip");
     legacy_rules(&node, 3);
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
@@ -114,6 +118,7 @@ fn host_link_flip_is_followed_on_the_next_call() {
 
 #[test]
 fn nft_hint_chain_decides_alone() {
+    common::root_or_skip!();
     let node = Node::new("nfthint");
     node.sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT");
     legacy_rules(&node, 5); // more legacy rules than nft ones: the hint still wins
@@ -123,6 +128,7 @@ fn nft_hint_chain_decides_alone() {
 
 #[test]
 fn ipv6_canary_in_nft_decides() {
+    common::root_or_skip!();
     let node = Node::new("canary6");
     node.sh("ip6tables-nft -t mangle -N KUBE-KUBELET-CANARY");
     legacy_rules(&node, 2);
@@ -131,6 +137,7 @@ fn ipv6_canary_in_nft_decides() {
 
 #[test]
 fn legacy_hint_chain_decides_alone() {
+    common::root_or_skip!();
     let node = Node::new("legacyhint");
     node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
     nft_rules(&node, 5); // more nft rules: the legacy hint still wins
@@ -140,6 +147,7 @@ fn legacy_hint_chain_decides_alone() {
 
 #[test]
 fn kube_proxy_nft_table_decides_where_legacy_holds_no_rules() {
+    common::root_or_skip!();
     let node = Node::new("kubeproxy");
     // Legacy tables a read-only listing made: no rules.
     node.sh("nft add table ip kube-proxy && iptables-legacy -L -n >/dev/null");
@@ -153,6 +161,7 @@ fn kube_proxy_nft_table_decides_where_legacy_holds_no_rules() {
 
 #[test]
 fn rule_counts_decide_both_ways() {
+    common::root_or_skip!();
     let node = Node::new("counts");
     legacy_rules(&node, 4);
     nft_rules(&node, 2);
@@ -165,6 +174,7 @@ fn rule_counts_decide_both_ways() {
 
 #[test]
 fn a_tie_is_not_a_reason_for_legacy() {
+    common::root_or_skip!();
     let node = Node::new("tie");
     legacy_rules(&node, 3);
     nft_rules(&node, 3);
@@ -185,6 +195,7 @@ fn a_tie_is_not_a_reason_for_legacy() {
 
 #[test]
 fn lock_file_created_by_legacy_is_a_weak_hint() {
+    common::root_or_skip!();
     let node = Node::new("lock");
     // kubelet's FileOrCreate: 0644, proves nothing.
     std::fs::write(&node.lockfile, "").unwrap();
@@ -213,6 +224,7 @@ fn lock_file_created_by_legacy_is_a_weak_hint() {
 
 #[test]
 fn a_held_lock_is_a_weak_hint() {
+    common::root_or_skip!();
     let node = Node::new("heldlock");
     // A legacy DROP policy without rules (made with another lock file):
     // counts tie at 0.
@@ -233,6 +245,7 @@ fn a_held_lock_is_a_weak_hint() {
 
 #[test]
 fn empty_namespace_goes_to_nft_for_want_of_legacy_tables() {
+    common::root_or_skip!();
     let node = Node::new("default");
     assert_eq!(node.version_mode("iptables"), "nft");
     let report = node.detect();
@@ -271,6 +284,7 @@ fn call_decided_by(node: &Node) -> (String, String) {
 /// (which reads everything) name the same mode and the same source.
 #[test]
 fn a_wrapped_call_and_detect_name_the_same_source() {
+    common::root_or_skip!();
     let node = Node::new("same-source");
     let lock = node.lockfile.display().to_string();
     let steps = [
@@ -324,6 +338,7 @@ fn a_wrapped_call_and_detect_name_the_same_source() {
 
 #[test]
 fn precedence_override_link_hint_counts_lock() {
+    common::root_or_skip!();
     let node = Node::new("precedence");
     // Lowest first: a legacy lock hint, outranked by nft counts...
     node.sh("iptables-legacy -w -N SOMETHING && iptables-legacy -X SOMETHING");
@@ -351,6 +366,7 @@ fn precedence_override_link_hint_counts_lock() {
 
 #[test]
 fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
+    common::root_or_skip!();
     // The Ubuntu 20.04 -> 22.04 upgrade: legacy rules left behind, host now nft.
     let node = Node::new("stale");
     legacy_rules(&node, 20);
@@ -379,6 +395,7 @@ fn stale_legacy_rules_outnumbering_nft_with_host_link_on_nft() {
 
 #[test]
 fn host_link_groups_that_disagree_show_in_detect_while_a_call_stops_at_its_own() {
+    common::root_or_skip!();
     // ip6tables follows the ip6tables group; the iptables group says otherwise.
     let node = Node::new("disagree");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -411,6 +428,7 @@ fn host_link_groups_that_disagree_show_in_detect_while_a_call_stops_at_its_own()
 
 #[test]
 fn refused_kernel_queries_are_reported_not_guessed() {
+    common::root_or_skip!();
     // Without CAP_NET_ADMIN the kernel refuses both the direct queries and
     // the save tools they fall back to: the evidence is "unknown", and the
     // decision goes on to the next source instead of failing.
@@ -484,6 +502,7 @@ fn refused_kernel_queries_are_reported_not_guessed() {
 
 #[test]
 fn legacy_tables_whose_contents_are_refused_are_still_warned_about() {
+    common::root_or_skip!();
     // A non-root image: the host link says nft, legacy tables exist, and the
     // kernel refuses GET_INFO, so whether they hold rules is unknown. The
     // warning says so; it neither claims stale rules nor stays silent.
@@ -530,6 +549,7 @@ impl DropNetAdmin for std::process::Command {
 
 #[test]
 fn mixed_state_is_flagged_with_advice_when_counts_decide() {
+    common::root_or_skip!();
     let node = Node::new("mixed");
     legacy_rules(&node, 12);
     nft_rules(&node, 15);
@@ -556,6 +576,7 @@ fn mixed_state_is_flagged_with_advice_when_counts_decide() {
 
 #[test]
 fn mixed_state_starts_at_ten_rules_in_each_backend() {
+    common::root_or_skip!();
     // (legacy rules, nft rules, mixed): 10 in each is mixed, 9 in either not.
     let cases = [(10, 11, true), (11, 10, true), (9, 11, false), (11, 9, false)];
     for (legacy, nft, mixed) in cases {

@@ -14,6 +14,7 @@ use std::os::unix::process::CommandExt;
 
 #[test]
 fn a_tight_descriptor_limit_never_defaults_past_a_failed_read() {
+    common::root_or_skip!();
     let node = Node::new("nofile");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
     for limit in 4..=8 {
@@ -52,6 +53,7 @@ fn a_tight_descriptor_limit_never_defaults_past_a_failed_read() {
 
 #[test]
 fn without_proc_root_is_not_told_it_needs_cap_net_admin() {
+    common::root_or_skip!();
     let node = Node::new("noproc-cause");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
     let mut command = node.wrapper();

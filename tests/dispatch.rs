@@ -11,6 +11,7 @@ use std::time::Duration;
 
 #[test]
 fn restore_reads_stdin_on_the_first_call() {
+    common::root_or_skip!();
     let node = Node::new("restore");
     for (restore, save, rule) in [
         (
@@ -40,6 +41,7 @@ fn restore_reads_stdin_on_the_first_call() {
 
 #[test]
 fn exit_status_and_output_pass_through() {
+    common::root_or_skip!();
     let node = Node::new("status");
     let direct = Command::new("iptables-nft")
         .args(["-C", "INPUT", "-j", "ACCEPT"])
@@ -59,6 +61,7 @@ fn exit_status_and_output_pass_through() {
 
 #[test]
 fn backend_gets_pid_arguments_environment_and_argv0() {
+    common::root_or_skip!();
     // A stand-in backend that reports what it received.
     let node = Node::new("execve");
     let sbin = node.path("sbin");
@@ -129,6 +132,7 @@ fn assert_bad_input(out: &std::process::Output, words: &[&str]) {
 
 #[test]
 fn invalid_override_fails_clearly_and_runs_nothing() {
+    common::root_or_skip!();
     let node = Node::new("badmode");
     let out = node
         .command("iptables")
@@ -159,6 +163,7 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
 
 #[test]
 fn missing_backend_names_mode_reason_paths_and_package() {
+    common::root_or_skip!();
     let node = Node::new("missing");
     let empty = node.path("empty-sbin");
     std::fs::create_dir_all(&empty).unwrap();
@@ -186,6 +191,7 @@ fn missing_backend_names_mode_reason_paths_and_package() {
 
 #[test]
 fn a_backend_that_is_the_wrapper_is_a_loop_error() {
+    common::root_or_skip!();
     let node = Node::new("loop");
     let sbin = node.path("loop-sbin");
     std::fs::create_dir_all(&sbin).unwrap();
@@ -211,6 +217,7 @@ fn a_backend_that_is_the_wrapper_is_a_loop_error() {
 /// old code exec'd the two in turn without end.
 #[test]
 fn a_copy_of_the_wrapper_in_a_backends_place_runs_nothing() {
+    common::root_or_skip!();
     let node = Node::new("copy-loop");
     for (linked, copied) in [
         ("iptables-nft", "xtables-nft-multi"),
@@ -247,6 +254,7 @@ fn a_copy_of_the_wrapper_in_a_backends_place_runs_nothing() {
 /// run and one exec of a copy, whatever the arguments.
 #[test]
 fn a_copy_of_the_wrapper_in_a_save_tools_place_starts_no_chain_of_processes() {
+    common::root_or_skip!();
     use std::os::unix::fs::PermissionsExt;
     let node = Node::new("copy-chain");
     let copies = node.path("copies");
@@ -298,6 +306,7 @@ fn a_copy_of_the_wrapper_in_a_save_tools_place_starts_no_chain_of_processes() {
 
 #[test]
 fn detect_json_parses_and_explains() {
+    common::root_or_skip!();
     let node = Node::new("json");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -A INPUT -j ACCEPT; iptables-legacy -A INPUT -j DROP");
@@ -339,6 +348,7 @@ fn detect_json_parses_and_explains() {
 
 #[test]
 fn detect_changes_no_kernel_state() {
+    common::root_or_skip!();
     let node = Node::new("sideeffects");
     let generation = || {
         iptables_wrapper::kernel::nft::NftSocket::open()
@@ -371,6 +381,7 @@ fn detect_changes_no_kernel_state() {
 
 #[test]
 fn detect_counts_equal_the_save_tools() {
+    common::root_or_skip!();
     let node = Node::new("exactcounts");
     let ruleset = |family: &str| {
         let addr = if family == "6" { "2001:db8::1" } else { "192.0.2.1" };
@@ -398,6 +409,7 @@ fn detect_counts_equal_the_save_tools() {
 
 #[test]
 fn install_is_idempotent_and_refuses_regular_files() {
+    common::root_or_skip!();
     let node = Node::new("install");
     let dir = node.path("usr-sbin");
     std::fs::create_dir_all(&dir).unwrap();
@@ -459,6 +471,7 @@ fn install_is_idempotent_and_refuses_regular_files() {
 
 #[test]
 fn install_leaves_alternatives_links_and_other_wrappers_alone() {
+    common::root_or_skip!();
     // Fedora 42+'s /usr/sbin/iptables is (through /usr/sbin -> bin) the
     // alternatives group's master link, and Wolfi's iptables-wrappers links
     // the six names to a file of its own: a package upgrade would put either
@@ -520,6 +533,7 @@ fn install_leaves_alternatives_links_and_other_wrappers_alone() {
 
 #[test]
 fn install_under_concurrent_callers() {
+    common::root_or_skip!();
     let node = Node::new("concurrent");
     let bin = node.bin.clone();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -579,6 +593,7 @@ fn cli_usage_errors_and_version() {
 
 #[test]
 fn non_utf8_override_and_log_level_are_bad_input() {
+    common::root_or_skip!();
     use std::os::unix::ffi::OsStrExt;
     let node = Node::new("nonutf8");
     let bad = std::ffi::OsStr::from_bytes(b"legacy\xff");
@@ -616,6 +631,7 @@ fn snapshot(dir: &std::path::Path) -> Vec<(String, String)> {
 
 #[test]
 fn install_never_replaces_the_wrappers_own_file() {
+    common::root_or_skip!();
     let node = Node::new("ownfile");
     let dir = node.path("image-sbin");
     std::fs::create_dir_all(&dir).unwrap();
@@ -649,6 +665,7 @@ fn install_never_replaces_the_wrappers_own_file() {
 
 #[test]
 fn install_dir_must_not_be_empty() {
+    common::root_or_skip!();
     let node = Node::new("emptydir");
     let cwd = node.path("cwd");
     std::fs::create_dir_all(&cwd).unwrap();
@@ -667,6 +684,7 @@ fn install_dir_must_not_be_empty() {
 
 #[test]
 fn install_does_not_advise_force_where_it_cannot_help() {
+    common::root_or_skip!();
     let node = Node::new("dirinway");
     let dir = node.path("sbin");
     std::fs::create_dir_all(dir.join("ip6tables")).unwrap();
@@ -689,6 +707,7 @@ fn install_does_not_advise_force_where_it_cannot_help() {
 
 #[test]
 fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
+    common::root_or_skip!();
     // ip6tables, the fourth name, is a file with another file mounted over it:
     // it passes the checks, and replacing it fails (EXDEV/EBUSY) after the
     // first three names were changed.
@@ -729,6 +748,7 @@ fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
 
 #[test]
 fn control_characters_in_evidence_are_escaped() {
+    common::root_or_skip!();
     // A host link target that tries to forge a log line and colour the terminal.
     let node = Node::new("escape");
     let target = "/usr/sbin\n\u{1b}[2Kiptables-wrapper: info: all fine\u{1b}[0m/iptables-nft";

@@ -23,6 +23,7 @@ fn one_line_error(out: &Output, status: i32) -> String {
 
 #[test]
 fn detect_says_when_the_chosen_backend_cannot_run() {
+    common::root_or_skip!();
     let node = Node::new("backend-missing");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -104,6 +105,7 @@ fn detect_says_when_the_chosen_backend_cannot_run() {
 
 #[test]
 fn detect_names_a_backend_that_is_not_executable() {
+    common::root_or_skip!();
     let node = Node::new("backend-not-executable");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let sbin = node.path("sbin");
@@ -128,6 +130,7 @@ fn detect_names_a_backend_that_is_not_executable() {
 
 #[test]
 fn a_name_it_does_not_answer_to_is_named_with_the_ones_it_does() {
+    common::root_or_skip!();
     let node = Node::new("other-names");
     for name in ["ebtables", "arptables-nft"] {
         let link = node.path(name);
@@ -154,6 +157,7 @@ fn a_name_it_does_not_answer_to_is_named_with_the_ones_it_does() {
 
 #[test]
 fn without_privilege_detect_says_what_would_make_the_state_known() {
+    common::root_or_skip!();
     let node = Node::new("detect-unprivileged");
     let mut command = Command::new("setpriv");
     command.args(["--inh-caps=-all", "--bounding-set=-all", "--", WRAPPER, "detect"]);
@@ -191,6 +195,7 @@ fn prometheus_with_verbose_is_refused() {
 /// run"; the wrapper's own command line's errors never do.
 #[test]
 fn nothing_was_run_ends_every_wrapped_call_error_and_no_other() {
+    common::root_or_skip!();
     let node = Node::new("nothing-was-run");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let empty = node.path("empty-sbin");
@@ -233,6 +238,7 @@ fn nothing_was_run_ends_every_wrapped_call_error_and_no_other() {
 
 #[test]
 fn backups_on_host_names_the_undo_as_the_node_types_it() {
+    common::root_or_skip!();
     let node = Node::new("backups-on-host");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
     // The live backend enforces the same, as after an upgrade: removing opens nothing.

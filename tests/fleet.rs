@@ -45,6 +45,7 @@ fn textfile_loop(node: &Node, path: &std::path::Path, mode: Option<&str>) -> Chi
 
 #[test]
 fn the_textfile_is_written_whole_and_removed_on_sigterm() {
+    common::root_or_skip!();
     let node = Node::new("textfile");
     node.sh("iptables-nft -A INPUT -s 192.0.2.2/32 -j ACCEPT");
     std::fs::create_dir_all(node.path("textfile")).unwrap();
@@ -84,6 +85,7 @@ fn signal_when(mut child: Child, ready: bool, signal: libc::c_int, what: &str) -
 
 #[test]
 fn sighup_ends_the_loop_as_sigterm_does() {
+    common::root_or_skip!();
     let node = Node::new("textfile-hup");
     std::fs::create_dir_all(node.path("textfile")).unwrap();
     let path = node.path("textfile/iptables_wrapper.prom");
@@ -97,6 +99,7 @@ fn sighup_ends_the_loop_as_sigterm_does() {
 
 #[test]
 fn a_fifo_beside_the_textfile_blocks_nothing() {
+    common::root_or_skip!();
     let node = Node::new("textfile-fifo");
     std::fs::create_dir_all(node.path("textfile")).unwrap();
     let path = node.path("textfile/iptables_wrapper.prom");
@@ -132,6 +135,7 @@ fn a_fifo_beside_the_textfile_blocks_nothing() {
 
 #[test]
 fn a_setting_it_cannot_read_removes_the_textfile() {
+    common::root_or_skip!();
     let node = Node::new("textfile-bad");
     let path = node.path("iptables_wrapper.prom");
     std::fs::write(&path, "iptables_wrapper_detect_timestamp_seconds 1\n").unwrap();
@@ -148,6 +152,7 @@ fn a_setting_it_cannot_read_removes_the_textfile() {
 
 #[test]
 fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
+    common::root_or_skip!();
     let node = Node::new("rotation");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP; iptables-legacy -P FORWARD DROP");
     // The live backend enforces the same, as after an upgrade: removing opens nothing.
@@ -190,6 +195,7 @@ fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
 
 #[test]
 fn a_backup_numbered_at_the_largest_is_refused_not_wrapped() {
+    common::root_or_skip!();
     let node = Node::new("rotation-wrap");
     node.sh("iptables-legacy -A INPUT -s 192.0.2.1/32 -j DROP");
     node.sh("iptables-nft -A INPUT -s 192.0.2.1/32 -j DROP");
@@ -220,6 +226,7 @@ fn a_backup_numbered_at_the_largest_is_refused_not_wrapped() {
 
 #[test]
 fn exit_zero_says_the_status_it_stands_for() {
+    common::root_or_skip!();
     // Legacy rules and no host link: which backend is stale is not certain.
     let node = Node::new("exit-zero");
     node.sh("iptables-legacy -A INPUT -j ACCEPT");

@@ -62,6 +62,7 @@ fn what_is(at: &Path) -> Option<(u64, Option<PathBuf>)> {
 
 #[test]
 fn install_does_what_its_table_in_docs_reference_says() {
+    common::root_or_skip!();
     let node = Node::new("install-table");
     let wrapper = node.path("wrapper/iptables-wrapper");
     std::fs::create_dir_all(wrapper.parent().unwrap()).unwrap();

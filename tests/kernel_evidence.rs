@@ -175,6 +175,7 @@ fn mode_and_source(report: &Value) -> (&str, &str) {
 
 #[test]
 fn without_proc_legacy_is_unknown_not_empty() {
+    common::root_or_skip!();
     let node = Node::new("noproc");
     node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
          for i in 1 2 3; do iptables-legacy -A INPUT -s 10.0.0.$i -j ACCEPT; done
@@ -233,6 +234,7 @@ fn without_proc_legacy_is_unknown_not_empty() {
 
 #[test]
 fn each_evidence_says_what_it_knows() {
+    common::root_or_skip!();
     // One nft rule, no hint chain, no legacy table, no host link, no lock
     // file: read as it is, then without /proc (legacy and nft unknown).
     let node = Node::new("states");
@@ -284,6 +286,7 @@ fn each_evidence_says_what_it_knows() {
 
 #[test]
 fn built_in_nf_tables_without_sysfs_entry_is_found() {
+    common::root_or_skip!();
     // A modular kernel with nf_tables built in: no /sys/module/nf_tables,
     // not in /proc/modules; only modules.builtin says it is there.
     let node = Node::new("builtin");
@@ -338,6 +341,7 @@ fn built_in_nf_tables_without_sysfs_entry_is_found() {
 
 #[test]
 fn save_tool_fallback_reads_bytes_not_text() {
+    common::root_or_skip!();
     let node = Node::new("bytes");
     // A rule comment in Latin-1 (0xE9), a hint chain, and more nft rules.
     node.sh(r#"iptables-legacy -t mangle -N KUBE-IPTABLES-HINT
@@ -364,6 +368,7 @@ fn save_tool_fallback_reads_bytes_not_text() {
 
 #[test]
 fn lock_file_decides_only_beside_legacy_tables() {
+    common::root_or_skip!();
     use std::os::unix::fs::PermissionsExt;
     let node = Node::new("locktraces");
     // go-iptables' lock on an nft host: 0600, held, and no legacy table.
@@ -438,6 +443,7 @@ fn stale_warnings(node: &Node) -> (Vec<String>, String) {
 
 #[test]
 fn empty_legacy_tables_are_not_stale_rules() {
+    common::root_or_skip!();
     let node = Node::new("emptylegacy");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // Read-only legacy listings create empty tables; an empty user chain
@@ -468,6 +474,7 @@ fn empty_legacy_tables_are_not_stale_rules() {
 
 #[test]
 fn host_link_targets_are_classified_by_exact_name() {
+    common::root_or_skip!();
     let node = Node::new("exactnames");
     for target in [
         "/usr/sbin/xtables-legacy-multi.dpkg-old",
@@ -499,6 +506,7 @@ fn host_link_targets_are_classified_by_exact_name() {
 
 #[test]
 fn kube_proxy_canary_is_a_hint_chain_in_both_backends() {
+    common::root_or_skip!();
     let node = Node::new("canary");
     node.sh("iptables-nft -t mangle -N KUBE-PROXY-CANARY; for i in 1 2 3; do iptables-legacy -A INPUT -j ACCEPT; done");
     std::fs::remove_file(&node.lockfile).unwrap();
@@ -517,6 +525,7 @@ fn kube_proxy_canary_is_a_hint_chain_in_both_backends() {
 
 #[test]
 fn kernel_without_nf_tables_is_never_picked_by_default() {
+    common::root_or_skip!();
     // An old COS-like kernel: nf_tables neither loaded, built in nor
     // installed as a module.
     let node = Node::new("nonft");
@@ -571,6 +580,7 @@ fn kernel_without_nf_tables_is_never_picked_by_default() {
 
 #[test]
 fn table_lists_hidden_by_a_mount_are_no_proof_of_a_kernel_without_legacy() {
+    common::root_or_skip!();
     // A kernel built without legacy x_tables (6.17+) has no table lists in
     // its procfs. A fake /proc without them shows the same, but is not the
     // kernel's word: legacy is unknown, never "not in this kernel". (A
@@ -603,6 +613,7 @@ fn legacy_tables_exist() -> bool {
 
 #[test]
 fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
+    common::root_or_skip!();
     // Lists naming filter and nat, from a directory mounted over procfs, a
     // tmpfs at /proc, or another network namespace's real procfs: looking
     // the tables up would create them here. No call may, and legacy is
@@ -657,6 +668,7 @@ fn table_lists_that_are_not_the_kernels_own_are_not_trusted() {
 
 #[test]
 fn table_lists_are_checked_where_openat2_is_refused() {
+    common::root_or_skip!();
     // Seccomp profiles older than openat2 (Linux 5.6) refuse it: the lists
     // are then opened with openat, and their own fstatfs must say procfs.
     let node = Node::new("noopenat2");
@@ -685,6 +697,7 @@ fn table_lists_are_checked_where_openat2_is_refused() {
 
 #[test]
 fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
+    common::root_or_skip!();
     // systemd's ProcSubset=pid: no /proc/modules, as on a kernel without
     // module support, where asking nf_tables loads nothing. Here it says
     // nothing of the kind, so with neither sysfs nor module lists nf_tables
@@ -744,6 +757,7 @@ fn a_procfs_showing_only_processes_is_not_a_kernel_without_modules() {
 
 #[test]
 fn a_backend_this_process_cannot_use_is_never_the_default() {
+    common::root_or_skip!();
     // A seccomp filter refuses every netlink socket: the nft backend, run
     // by this process, would fail the same way. With 1,000 legacy rules the
     // call goes to legacy, and detect says why.

@@ -326,10 +326,10 @@ fn consistent_while_changing(family: Family) {
 macro_rules! tests_for_both_families {
     ($($check:ident),* $(,)?) => {
         mod ipv4 {
-            $(#[test] fn $check() { super::$check(super::Family::Ipv4) })*
+            $(#[test] fn $check() { crate::common::root_or_skip!(); super::$check(super::Family::Ipv4) })*
         }
         mod ipv6 {
-            $(#[test] fn $check() { super::$check(super::Family::Ipv6) })*
+            $(#[test] fn $check() { crate::common::root_or_skip!(); super::$check(super::Family::Ipv6) })*
         }
     };
 }

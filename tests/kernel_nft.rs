@@ -119,6 +119,7 @@ fn nf_tables_is_present_here() {
 
 #[test]
 fn exact_count_matches_save_per_family() {
+    common::root_or_skip!();
     common::enter_new_netns();
     for family in Family::BOTH {
         restore(family, &ruleset(family));
@@ -137,6 +138,7 @@ fn exact_count_matches_save_per_family() {
 
 #[test]
 fn exact_count_of_one_family_ignores_the_other() {
+    common::root_or_skip!();
     common::enter_new_netns();
     restore(Ipv6, &rules_v6());
     common::sh("ip6tables-nft -A INPUT -j ACCEPT");
@@ -148,6 +150,7 @@ fn exact_count_of_one_family_ignores_the_other() {
 
 #[test]
 fn builtin_chain_rules_bound_the_exact_count() {
+    common::root_or_skip!();
     common::enter_new_netns();
     for family in Family::BOTH {
         restore(family, &ruleset(family));
@@ -165,6 +168,7 @@ fn builtin_chain_rules_bound_the_exact_count() {
 
 #[test]
 fn builtin_chain_rules_skip_jumpable_chains_of_the_same_name() {
+    common::root_or_skip!();
     // A native nft regular chain called INPUT in table ip filter can be
     // jumped to, so its use overstates its rules: it is left out.
     common::enter_new_netns();
@@ -179,6 +183,7 @@ fn builtin_chain_rules_skip_jumpable_chains_of_the_same_name() {
 
 #[test]
 fn count_stops_early_above_the_limit() {
+    common::root_or_skip!();
     common::enter_new_netns();
     for family in Family::BOTH {
         restore(family, &ruleset(family));
@@ -206,6 +211,7 @@ fn count_stops_early_above_the_limit() {
 
 #[test]
 fn hint_chains_and_tables_are_found() {
+    common::root_or_skip!();
     common::enter_new_netns();
     common::sh("iptables-nft -t mangle -N KUBE-IPTABLES-HINT; nft add table ip kube-proxy");
     let socket = NftSocket::open().unwrap();
@@ -232,6 +238,7 @@ fn hint_chains_and_tables_are_found() {
 
 #[test]
 fn native_nft_tables_are_not_counted() {
+    common::root_or_skip!();
     common::enter_new_netns();
     common::sh(
         "nft add table ip other; nft add chain ip other c '{ type filter hook input priority 0; }'
@@ -247,6 +254,7 @@ fn native_nft_tables_are_not_counted() {
 
 #[test]
 fn reads_change_nothing_in_an_empty_namespace() {
+    common::root_or_skip!();
     common::enter_new_netns();
     let socket = NftSocket::open().unwrap();
     let before = socket.generation().unwrap();
@@ -265,6 +273,7 @@ fn reads_change_nothing_in_an_empty_namespace() {
 
 #[test]
 fn waiting_for_commits_changes_nothing() {
+    common::root_or_skip!();
     // The empty batch that waits for the commit mutex: no generation bump,
     // no notification (`nft monitor` prints every committed change and
     // every new generation), and ERESTART for a generation that is not the
@@ -310,6 +319,7 @@ fn waiting_for_commits_changes_nothing() {
 
 #[test]
 fn generation_follows_committed_changes_only() {
+    common::root_or_skip!();
     common::enter_new_netns();
     let socket = NftSocket::open().unwrap();
     let before = socket.generation().unwrap();
@@ -322,6 +332,7 @@ fn generation_follows_committed_changes_only() {
 
 #[test]
 fn counts_stay_consistent_while_the_ruleset_changes() {
+    common::root_or_skip!();
     common::enter_new_netns();
     for family in Family::BOTH {
         restore(family, &ruleset(family));
@@ -379,6 +390,7 @@ fn kube_proxy_like_ruleset() -> String {
 
 #[test]
 fn no_call_decides_on_a_count_torn_by_a_concurrent_restore() {
+    common::root_or_skip!();
     // Legacy 100 rules, nft 3,002: every call must go to nft, or report the
     // nft count unknown (and then default to nft); never to legacy.
     let node = common::Node::new("torn-count");
@@ -469,6 +481,7 @@ fn counts_beside(writer: &str, expected: u64, rounds: usize, seconds: u64) -> (u
 
 #[test]
 fn no_count_is_torn_by_a_restore_loop_on_a_busy_machine() {
+    common::root_or_skip!();
     // The same 3,002 rules restored over and over (each restore replaces
     // both tables) while both CPUs are busy: every generation holds 3,002
     // rules, so any other count is torn. The old bracket (GETGEN around
@@ -509,6 +522,7 @@ fn no_count_is_torn_by_a_restore_loop_on_a_busy_machine() {
 
 #[test]
 fn no_count_is_torn_by_noflush_restores_into_user_chains() {
+    common::root_or_skip!();
     // kube-proxy's way: `iptables-nft-restore --noflush` re-declaring (and
     // so flushing) 300 user chains of nat and filling them again, the same
     // rules each time, in one transaction. While such a transaction is
@@ -550,6 +564,7 @@ fn no_count_is_torn_by_noflush_restores_into_user_chains() {
 
 #[test]
 fn commits_in_other_tables_leave_the_count_known() {
+    common::root_or_skip!();
     // A legacy host (1,000 legacy rules, nothing in iptables-nft's tables)
     // beside another nftables user committing in a loop, as Docker's
     // nftables backend, firewalld or fail2ban do: the generation moves all
@@ -631,6 +646,7 @@ fn atomic_swap_script(filter: usize, nat: usize) -> String {
 
 #[test]
 fn counts_are_never_torn_by_atomic_swaps_between_tables() {
+    common::root_or_skip!();
     // One rule, moved atomically between filter and nat over and over (small
     // transactions, so commits are frequent). Every generation holds one
     // rule; filter from one generation and nat from the next would be 0 or
@@ -683,6 +699,7 @@ fn counts_are_never_torn_by_atomic_swaps_between_tables() {
 
 #[test]
 fn chain_use_counts_show_a_transaction_before_its_commit() {
+    common::root_or_skip!();
     // Why NFTA_CHAIN_USE gives no exact count: the kernel changes it while a
     // transaction is prepared, and moves the generation only at the commit.
     // INPUT alternates between 0 and 3,000 rules (one table, one commit per

@@ -25,6 +25,7 @@ fn decided_by(node: &Node) -> (String, String) {
 /// decides nft, and a call goes to nft.
 #[test]
 fn empty_legacy_tables_and_a_0600_lock_are_no_legacy_trace() {
+    common::root_or_skip!();
     let node = Node::new("emptytrace");
     node.sh("iptables-legacy -L -n >/dev/null && ip6tables-legacy -L -n >/dev/null");
     assert!(common::legacy_tables("ip_tables_names").contains("filter"));
@@ -62,6 +63,7 @@ fn empty_legacy_tables_and_a_0600_lock_are_no_legacy_trace() {
 /// see it, and name the command that shows and removes it.
 #[test]
 fn a_legacy_drop_policy_without_rules_is_stale_state() {
+    common::root_or_skip!();
     let node = Node::new("droppolicy");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -L -n >/dev/null");
@@ -150,6 +152,7 @@ fn saved_chains(save: &str) -> BTreeMap<(String, String), (String, u64)> {
 /// prints, in both families; an empty table's policies are read too.
 #[test]
 fn table_contents_match_the_save_tool_chain_by_chain() {
+    common::root_or_skip!();
     enter_new_netns();
     for (family, prefix) in [(Family::Ipv4, "iptables"), (Family::Ipv6, "ip6tables")] {
         sh(&format!(

@@ -234,6 +234,7 @@ fn restore_rules(tool: &str, table: &str, chain: &str, count: usize) -> String {
 
 #[test]
 fn clean_nft_node() {
+    common::root_or_skip!();
     let node = Node::new("metrics-clean");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -273,6 +274,7 @@ fn clean_nft_node() {
 
 #[test]
 fn mixed_node_after_an_upgrade() {
+    common::root_or_skip!();
     let node = Node::new("metrics-mixed");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -378,6 +380,7 @@ fn mixed_node_after_an_upgrade() {
 
 #[test]
 fn legacy_node() {
+    common::root_or_skip!();
     let node = Node::new("metrics-legacy");
     node.sh(&restore_rules("iptables-legacy-restore", "filter", "INPUT", 25));
     let scrape = detect_metrics(&node);
@@ -432,6 +435,7 @@ fn legacy_node() {
 
 #[test]
 fn counts_that_cannot_be_read_are_not_zero() {
+    common::root_or_skip!();
     let node = Node::new("metrics-unknown");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -486,6 +490,7 @@ fn counts_that_cannot_be_read_are_not_zero() {
 
 #[test]
 fn format_usage_errors_are_one_line() {
+    common::root_or_skip!();
     let node = Node::new("metrics-usage");
     let cases: [(&[&str], &str); 8] = [
         (&["--format", "prometheus", "--json"], "--json"),

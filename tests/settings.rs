@@ -131,6 +131,7 @@ fn mode_of(out: &Output) -> &'static str {
 
 #[test]
 fn a_file_pins_the_mode_for_a_caller_that_clears_the_environment() {
+    common::root_or_skip!();
     let node = Node::new("settings-cleared");
     counts_say_legacy(&node);
     let out = with_settings(
@@ -158,6 +159,7 @@ fn a_file_pins_the_mode_for_a_caller_that_clears_the_environment() {
 
 #[test]
 fn the_environment_wins_where_it_gives_a_value() {
+    common::root_or_skip!();
     let node = Node::new("settings-env-wins");
     counts_say_legacy(&node);
     let pinned = [("IPTABLES_MODE", "nft\n")];
@@ -177,6 +179,7 @@ fn the_environment_wins_where_it_gives_a_value() {
 
 #[test]
 fn other_settings_come_from_files_too() {
+    common::root_or_skip!();
     let node = Node::new("settings-others");
     // The host root from a file: its link decides, for a cleared caller.
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
@@ -217,6 +220,7 @@ fn other_settings_come_from_files_too() {
 
 #[test]
 fn invalid_settings_files_are_one_line_errors_and_nothing_runs() {
+    common::root_or_skip!();
     let node = Node::new("settings-invalid");
     // (the settings files, words the error must contain)
     type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
@@ -301,6 +305,7 @@ fn remove_trusted_dir(dir: &Path) {
 
 #[test]
 fn detect_shows_where_each_setting_came_from() {
+    common::root_or_skip!();
     let node = Node::new("settings-detect");
     let files = [("IPTABLES_MODE", "legacy\n"), ("IPTABLES_WRAPPER_SBIN", "/usr/sbin\n")];
     let mut json = node.wrapper();
@@ -365,6 +370,7 @@ fn detect_shows_where_each_setting_came_from() {
 
 #[test]
 fn a_configmap_volume_is_read_as_kubelet_lays_it_out() {
+    common::root_or_skip!();
     // kubelet's layout: the keys' files in a timestamped directory, `..data`
     // linked to it, and each key a link through `..data`.
     let node = Node::new("settings-configmap");
@@ -418,6 +424,7 @@ fn give_to_nobody(path: &Path) {
 
 #[test]
 fn a_file_another_user_owns_or_may_write_is_refused() {
+    common::root_or_skip!();
     let node = Node::new("settings-untrusted-file");
     // The program another user would have root run: it leaves a mark.
     let sbin = node.path("their-sbin");
@@ -496,6 +503,7 @@ fn a_file_another_user_owns_or_may_write_is_refused() {
 
 #[test]
 fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
+    common::root_or_skip!();
     let node = Node::new("settings-untrusted-sbin");
     let mark = node.path("their-program-ran");
     let dirs = trusted_dir("sbin");
@@ -563,6 +571,7 @@ fn backends_a_trusted_file_chooses_get_the_files_own_checks() {
 
 #[test]
 fn a_file_in_a_directory_others_may_write_is_refused() {
+    common::root_or_skip!();
     let node = Node::new("settings-untrusted-dir");
     counts_say_legacy(&node);
     // (the settings directory's mode, a subdirectory's, words)
@@ -630,6 +639,7 @@ fn a_file_in_a_directory_others_may_write_is_refused() {
 
 #[test]
 fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    common::root_or_skip!();
     let node = Node::new("settings-fifo");
     let lay_out = |settings: &Path| {
         let fifo =
@@ -653,6 +663,7 @@ fn a_fifo_is_refused_without_waiting_for_a_writer() {
 
 #[test]
 fn a_link_to_the_callers_stdin_is_refused() {
+    common::root_or_skip!();
     let node = Node::new("settings-stdin");
     counts_say_legacy(&node);
     let lay_out = |settings: &Path| symlink("/proc/self/fd/0", settings.join("IPTABLES_MODE")).unwrap();
@@ -714,6 +725,7 @@ fn kubelet_writes(dir: &Path, version: u32, keys: &[(&str, &str)], stop_after_sw
 
 #[test]
 fn a_configmap_volume_as_kubelet_mounts_it_is_trusted_only_read_only() {
+    common::root_or_skip!();
     let node = Node::new("settings-configmap-mount");
     counts_say_legacy(&node);
     // kubelet's volume directory is an emptyDir's: mode 0777, root's.
@@ -738,6 +750,7 @@ fn a_configmap_volume_as_kubelet_mounts_it_is_trusted_only_read_only() {
 
 #[test]
 fn a_configmap_key_being_removed_is_absent_not_an_error() {
+    common::root_or_skip!();
     let node = Node::new("settings-configmap-removal");
     counts_say_legacy(&node);
     let first = [("IPTABLES_MODE", "nft\n"), ("IPTABLES_WRAPPER_SBIN", "/usr/sbin\n")];
@@ -782,6 +795,7 @@ fn a_configmap_key_being_removed_is_absent_not_an_error() {
 
 #[test]
 fn trusted_files_and_links_still_work() {
+    common::root_or_skip!();
     let node = Node::new("settings-trusted");
     counts_say_legacy(&node);
     // Root's, writable by root alone, behind links relative (climbing

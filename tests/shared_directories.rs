@@ -57,6 +57,7 @@ fn not_leading_to_the_wrapper(dir: &Path) -> Vec<&'static str> {
 
 #[test]
 fn concurrent_installs_in_separate_pid_namespaces_never_succeed_with_a_name_missing() {
+    common::root_or_skip!();
     let tries = tries();
     let node = Node::new("install-race");
     let mut succeeded_incomplete = Vec::new();
@@ -104,6 +105,7 @@ fn concurrent_installs_in_separate_pid_namespaces_never_succeed_with_a_name_miss
 
 #[test]
 fn concurrent_calls_in_separate_pid_namespaces_store_their_counts() {
+    common::root_or_skip!();
     let node = Node::new("run-dir-race");
     // Rules in both backends, no hint chain, no host link: every call with
     // a fresh runtime directory counts nft's rules and stores the count.
@@ -146,6 +148,7 @@ fn concurrent_calls_in_separate_pid_namespaces_store_their_counts() {
 
 #[test]
 fn a_failing_install_puts_back_only_what_it_changed_itself() {
+    common::root_or_skip!();
     // install --force changes iptables, iptables-save and iptables-restore,
     // then fails on ip6tables (a file with another mounted over it, in the
     // run's own mount namespace: keeping it by a hard link fails), that

@@ -126,6 +126,7 @@ const SIGPIPE_BIT: u64 = 1 << (libc::SIGPIPE - 1);
 
 #[test]
 fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
+    common::root_or_skip!();
     let shim = Shim::new("inherit");
     let plain = shim.same_both_ways(&[], &|_| {});
     assert_eq!(
@@ -192,6 +193,7 @@ fn backend_inherits_signals_descriptors_environment_cwd_and_limits() {
 
 #[test]
 fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
+    common::root_or_skip!();
     // `iptables-save | head -1`: the backend dies of SIGPIPE (status 141 in
     // the pipeline), through the wrapper as directly.
     let shim = Shim::new("sigpipe");
@@ -233,6 +235,7 @@ fn looked_at(node: &Node, customize: &dyn Fn(&mut Command)) -> String {
 
 #[test]
 fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
+    common::root_or_skip!();
     // Stale legacy rules while the host link says nft: seeing them takes
     // the legacy table lists, which the decision itself does not need.
     let node = Node::new("looks");
@@ -295,6 +298,7 @@ fn warnings_that_need_reads_of_their_own_are_looked_for_once_a_minute() {
 
 #[test]
 fn the_record_keeps_true_times_where_the_clock_syscall_is_refused() {
+    common::root_or_skip!();
     // The record's clock is a plain clock_gettime syscall; under a seccomp
     // filter that refuses it, the vDSO's answer dates the record instead.
     let node = Node::new("clock");
@@ -323,6 +327,7 @@ fn the_record_keeps_true_times_where_the_clock_syscall_is_refused() {
 
 #[test]
 fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
+    common::root_or_skip!();
     let shim = Shim::new("nostderr");
     // Stale legacy rules while the host link says nft: a warning.
     shim.node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -364,6 +369,7 @@ fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
 
 #[test]
 fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
+    common::root_or_skip!();
     // The Docker case: the host link says nft, stale legacy rules remain.
     let node = Node::new("silent");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -449,6 +455,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
 
 #[test]
 fn empty_and_relative_search_entries_are_ignored() {
+    common::root_or_skip!();
     let shim = Shim::new("relative");
     // A planted backend in the caller's working directory, and under a
     // relative entry.
@@ -476,6 +483,7 @@ fn empty_and_relative_search_entries_are_ignored() {
 
 #[test]
 fn candidates_that_cannot_run_are_skipped() {
+    common::root_or_skip!();
     let shim = Shim::new("unrunnable");
     let first = shim.node.path("first");
     std::fs::create_dir_all(first.join("iptables-nft")).unwrap();
@@ -508,6 +516,7 @@ fn candidates_that_cannot_run_are_skipped() {
 
 #[test]
 fn the_loop_guard_works_without_proc() {
+    common::root_or_skip!();
     let shim = Shim::new("noproc");
     let looping = shim.node.path("loop-sbin");
     std::fs::create_dir_all(&looping).unwrap();
@@ -609,6 +618,7 @@ impl CallerSignal {
 
 #[test]
 fn the_save_tool_fallback_works_whatever_the_callers_sigchld() {
+    common::root_or_skip!();
     // A legacy host read through iptables-legacy-save: a caller that ignores
     // SIGCHLD (the kernel would reap the save tool before the wrapper waits
     // for it) or blocks it still gets legacy, by the counts.
@@ -631,6 +641,7 @@ fn the_save_tool_fallback_works_whatever_the_callers_sigchld() {
 
 #[test]
 fn after_the_save_tool_fallback_the_backend_has_the_callers_sigchld_state() {
+    common::root_or_skip!();
     // The stand-in nft backend beside the real legacy one: legacy is read
     // through its save tool, nft (more rules) decides, the stand-in reports
     // what it inherited: the caller's disposition, mask and pending SIGCHLD,
@@ -689,6 +700,7 @@ fn socket_without_peer() -> Stdio {
 
 #[test]
 fn logging_to_a_stderr_nobody_reads_never_costs_the_call() {
+    common::root_or_skip!();
     // IPTABLES_WRAPPER_LOG=debug with stderr a pipe (or socket) whose reader
     // has gone: the wrapper's log lines are lost, the caller's rule is added.
     let node = Node::new("deafstderr");
@@ -711,6 +723,7 @@ fn logging_to_a_stderr_nobody_reads_never_costs_the_call() {
 
 #[test]
 fn logging_to_a_stderr_nobody_reads_leaves_no_sigpipe_for_the_backend() {
+    common::root_or_skip!();
     // A caller that blocks SIGPIPE: the wrapper's failed writes raise it,
     // and the backend must not inherit one the caller did not have.
     let shim = Shim::new("deafsigpipe");
@@ -730,6 +743,7 @@ fn logging_to_a_stderr_nobody_reads_leaves_no_sigpipe_for_the_backend() {
 
 #[test]
 fn o_path_standard_descriptors_are_open_for_the_backend() {
+    common::root_or_skip!();
     // An O_PATH descriptor cannot be read or written, and poll calls it
     // invalid, but it is open: the backend gets it as the caller gave it.
     let shim = Shim::new("opath");
@@ -761,6 +775,7 @@ fn o_path_standard_descriptors_are_open_for_the_backend() {
 
 #[test]
 fn argv0_reaches_the_backend_as_given_and_the_name_is_the_backends_command() {
+    common::root_or_skip!();
     let shim = Shim::new("argv0");
     // argv[0] is the path the caller ran, exactly, through whatever execs it.
     for via in [&[][..], &["nohup"], &["sh", "-c", "exec \"$@\"", "sh"]] {

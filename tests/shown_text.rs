@@ -20,6 +20,7 @@ fn hides_nothing(text: &str) -> bool {
 
 #[test]
 fn a_byte_order_mark_or_bidi_control_in_a_setting_is_shown_escaped() {
+    common::root_or_skip!();
     let node = Node::new("shown-bom");
     for (value, shown) in [
         ("\u{feff}nft", "\"\\u{feff}nft\""),
@@ -41,6 +42,7 @@ fn a_byte_order_mark_or_bidi_control_in_a_setting_is_shown_escaped() {
 
 #[test]
 fn bytes_that_are_not_utf8_in_host_paths_show_as_in_values() {
+    common::root_or_skip!();
     let node = Node::new("shown-bytes");
     // A host root whose name holds the byte 0xff, with an alternatives
     // link whose target holds it too.
@@ -70,6 +72,7 @@ fn bytes_that_are_not_utf8_in_host_paths_show_as_in_values() {
 
 #[test]
 fn stale_v_shows_the_saved_rules_byte_for_byte() {
+    common::root_or_skip!();
     let node = Node::new("shown-save");
     node.sh(r#"iptables-legacy -A INPUT -s 192.0.2.7/32 -m comment --comment 'a\b "quoted" \\ c' -j DROP"#);
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");

@@ -67,6 +67,7 @@ nft add rule ip kube-proxy services ip daddr 10.96.0.1 counter accept");
 
 #[test]
 fn refuses_when_the_host_backend_is_not_certain() {
+    common::root_or_skip!();
     let node = Node::new("refuse");
     node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-legacy -A INPUT -j ACCEPT");
     let before = legacy_saves(&node);
@@ -216,6 +217,7 @@ fn refuses_when_the_host_backend_is_not_certain() {
 
 #[test]
 fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
+    common::root_or_skip!();
     let node = Node::new("show");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // Nothing anywhere: exit 0, and no table created by looking.
@@ -286,6 +288,7 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
 
 #[test]
 fn removal_backs_up_empties_and_the_backup_restores_exactly() {
+    common::root_or_skip!();
     let node = upgraded_node("remove");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let legacy_before = legacy_saves(&node);
@@ -358,6 +361,7 @@ fn removal_backs_up_empties_and_the_backup_restores_exactly() {
 
 #[test]
 fn an_nft_removal_leaves_native_nftables_tables_and_legacy_alone() {
+    common::root_or_skip!();
     let node = Node::new("nftremove");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     // Kubelet's hint chain in legacy agrees with the host link (kube-proxy's
@@ -443,6 +447,7 @@ nft add rule ip6 security input counter accept");
 
 #[test]
 fn a_wrapped_call_racing_the_removal_goes_to_the_host_backend_and_fails_nothing() {
+    common::root_or_skip!();
     let node = upgraded_node("race");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("for i in $(seq 100); do iptables-legacy -A KUBE-FORWARD -s 10.2.0.$i -j ACCEPT; done");
@@ -529,6 +534,7 @@ fn a_wrapped_call_racing_the_removal_goes_to_the_host_backend_and_fails_nothing(
 
 #[test]
 fn a_backup_that_cannot_be_written_stops_the_removal_before_anything_changes() {
+    common::root_or_skip!();
     let node = upgraded_node("nobackup");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     let legacy_before = legacy_saves(&node);

@@ -53,6 +53,7 @@ iptables-legacy -P FORWARD DROP";
 
 #[test]
 fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
+    common::root_or_skip!();
     let node = Node::new("cert-link-vs-hint");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -99,6 +100,7 @@ fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
 
 #[test]
 fn the_override_needs_its_own_option_against_contradicting_evidence() {
+    common::root_or_skip!();
     let node = Node::new("cert-override");
     node.sh(KUBELET_IN_LEGACY);
     let with_override = |args: &[&str]| stale_by_override(&node, args);
@@ -119,6 +121,7 @@ fn the_override_needs_its_own_option_against_contradicting_evidence() {
 
 #[test]
 fn host_link_candidates_that_disagree_are_refused() {
+    common::root_or_skip!();
     let node = Node::new("cert-links");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     std::fs::create_dir_all(node.host_root.join("usr/sbin")).unwrap();
@@ -138,6 +141,7 @@ fn twenty_drops(tool: &str) -> String {
 
 #[test]
 fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
+    common::root_or_skip!();
     // nft: kube-proxy's canary and one MASQUERADE; legacy: 20 DROP rules.
     let node = Node::new("cert-stray-nft");
     node.sh(&format!(
@@ -157,6 +161,7 @@ fn a_stray_hint_chain_beside_one_rule_is_refused_either_way() {
 
 #[test]
 fn a_hint_chain_in_a_native_nftables_table_is_refused() {
+    common::root_or_skip!();
     // A hint chain in a native `ip mangle` table beside
     // one counter rule.
     let node = Node::new("cert-native-hint");
@@ -183,6 +188,7 @@ iptables-nft -t nat -A POSTROUTING -j MASQUERADE");
 
 #[test]
 fn a_legacy_firewall_on_an_nft_host_is_left_unless_told() {
+    common::root_or_skip!();
     let node = Node::new("cert-ferm");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // What ferm writes with iptables-legacy-restore on an nft host.
@@ -248,6 +254,7 @@ fn into_both(node: &Node, rules: &str) {
 
 #[test]
 fn kube_proxys_upgrade_still_removes() {
+    common::root_or_skip!();
     let node = Node::new("cert-kube-proxy");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     into_both(
@@ -298,6 +305,7 @@ COMMIT
 
 #[test]
 fn dockers_upgrade_with_its_forward_drop_still_removes() {
+    common::root_or_skip!();
     let node = Node::new("cert-docker");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     into_both(
@@ -355,6 +363,7 @@ fn assert_held_open(node: &Node, args: &[&str], why: &str) {
 
 #[test]
 fn a_queue_or_unknown_verdict_counts_as_filtering() {
+    common::root_or_skip!();
     for verdict in ["NFQUEUE --queue-num 3", "QUEUE"] {
         let node = Node::new("cert-queue");
         node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -371,6 +380,7 @@ fn a_queue_or_unknown_verdict_counts_as_filtering() {
 
 #[test]
 fn a_rule_the_live_chain_reaches_only_behind_an_accept_is_not_enforced() {
+    common::root_or_skip!();
     let node = Node::new("cert-order");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP
@@ -396,6 +406,7 @@ iptables-nft -A c -p tcp --dport 8080 -j DROP",
 
 #[test]
 fn a_hint_chain_of_another_writer_in_the_chosen_backend_does_not_silence_kubelets() {
+    common::root_or_skip!();
     let node = Node::new("cert-stray-writer");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh(
@@ -429,6 +440,7 @@ iptables-nft -t nat -A POSTROUTING -s 10.244.0.0/16 -j MASQUERADE");
 
 #[test]
 fn kube_proxys_nft_table_contradicts_legacy_whatever_the_hint_chains() {
+    common::root_or_skip!();
     let node = Node::new("cert-kp-table");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.sh("nft add table ip kube-proxy; nft add chain ip kube-proxy services
@@ -439,6 +451,7 @@ iptables-nft -A INPUT -s 192.0.2.1 -j DROP");
 
 #[test]
 fn a_live_nft_chain_counts_only_as_iptables_nfts_base_chain() {
+    common::root_or_skip!();
     let node = Node::new("cert-nohook");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // A regular chain named INPUT: iptables-nft-save prints its rule as
@@ -452,6 +465,7 @@ nft add rule ip filter INPUT tcp dport 8080 counter drop");
 
 #[test]
 fn a_hint_chain_never_decides_a_removal_whatever_stands_beside_it() {
+    common::root_or_skip!();
     let node = Node::new("cert-hint-fake");
     // kube-proxy's state in nft (its hint, KUBE-SERVICES reached from
     // PREROUTING: anyone can write these too), and in legacy the nat table
@@ -475,6 +489,7 @@ iptables-legacy -t nat -A LIBVIRT_PRT -s 192.168.122.0/24 ! -d 192.168.122.0/24 
 
 #[test]
 fn a_host_link_that_exists_but_cannot_tell_is_refused() {
+    common::root_or_skip!();
     let node = Node::new("cert-link-file");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // /usr/sbin/iptables a regular file (a script running legacy).
@@ -491,6 +506,7 @@ fn a_host_link_that_exists_but_cannot_tell_is_refused() {
 
 #[test]
 fn a_live_rule_its_save_prints_as_another_does_not_enforce_it() {
+    common::root_or_skip!();
     let node = Node::new("cert-lossy-live");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     // In nft, a rule of two `tcp dport` matches (no packet has both), which
@@ -517,6 +533,7 @@ iptables-nft -A INPUT -p tcp --dport 8080 -j DROP");
 
 #[test]
 fn each_familys_own_link_outranks_the_ipv4_one_read_for_it() {
+    common::root_or_skip!();
     // Debian switched one alternatives group at a time: iptables still
     // legacy, ip6tables already nft.
     let node = Node::new("cert-mid-switch");
@@ -538,6 +555,7 @@ ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
 
 #[test]
 fn families_decided_apart_are_not_told_to_set_one_override_for_both() {
+    common::root_or_skip!();
     let node = Node::new("cert-apart");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -570,6 +588,7 @@ ip6tables-legacy -A INPUT -s 2001:db8::2 -j ACCEPT");
 
 #[test]
 fn a_native_table_left_alone_is_not_called_nothing_stale() {
+    common::root_or_skip!();
     let node = Node::new("cert-native-left");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.sh("nft add table ip filter
@@ -587,6 +606,7 @@ nft add rule ip filter mine counter drop");
 
 #[test]
 fn a_goto_or_return_ends_the_chain_for_what_follows() {
+    common::root_or_skip!();
     // A live `-g` to a chain that falls through ends INPUT at its policy:
     // the live DROP behind it is never reached.
     let node = Node::new("cert-goto");
@@ -615,6 +635,7 @@ iptables-nft -P INPUT DROP"
 
 #[test]
 fn a_rule_that_changes_packets_counts_where_the_live_backend_filters() {
+    common::root_or_skip!();
     // Legacy marks port 22 in mangle; nft drops what is marked.
     let node = Node::new("cert-mark");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -640,6 +661,7 @@ iptables-legacy -A INPUT -p tcp --dport 22 -m mark ! --mark 0x5 -j DROP");
 
 #[test]
 fn a_user_chain_named_like_a_target_is_judged_as_the_chain() {
+    common::root_or_skip!();
     let node = Node::new("cert-chain-log");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-legacy -A INPUT -p tcp --dport 22 -j DROP
@@ -649,6 +671,7 @@ printf '*filter\\n:INPUT ACCEPT [0:0]\\n:LOG - [0:0]\\n-A INPUT -j LOG\\n-A INPU
 
 #[test]
 fn a_backend_holding_nothing_beside_the_others_rules_is_refused() {
+    common::root_or_skip!();
     // The host link says nft; nft holds nothing, legacy a working NAT:
     // something wrote it since boot, and writes there.
     let node = Node::new("cert-counts");
@@ -663,6 +686,7 @@ fn a_backend_holding_nothing_beside_the_others_rules_is_refused() {
 
 #[test]
 fn the_backup_holds_only_the_families_emptied() {
+    common::root_or_skip!();
     // ipv4's filter is held, and its nat with it; ipv6's nat goes.
     let node = Node::new("cert-held-backup");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -693,6 +717,7 @@ ip6tables-legacy -t nat -A PREROUTING -p tcp --dport 81 -j REDIRECT --to-ports 8
 
 #[test]
 fn a_writers_chains_in_the_stale_backend_alone_contradict_one_stray_rule() {
+    common::root_or_skip!();
     // Docker's whole state in legacy; nft holds one MASQUERADE (a CNI
     // plugin's), the host link says nft.
     let node = Node::new("cert-docker-stray");
@@ -713,6 +738,7 @@ iptables-nft -t nat -A POSTROUTING -s 10.88.0.0/16 -j MASQUERADE",
 
 #[test]
 fn a_mark_a_native_nftables_filter_reads_needs_its_twin() {
+    common::root_or_skip!();
     // The host filters in a native inet table that drops marked packets;
     // legacy's mangle marks port 8080.
     let node = Node::new("cert-native-mark");
@@ -731,6 +757,7 @@ iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0
 
 #[test]
 fn a_stateful_match_without_a_verdict_counts_where_the_live_backend_reads_it() {
+    common::root_or_skip!();
     let node = Node::new("cert-recent-set");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh(

@@ -80,6 +80,7 @@ fn ipset_save(node: &Node) -> String {
 
 #[test]
 fn a_calico_upgrade_with_ipsets_in_both_backends_is_removed_and_the_sets_stay() {
+    common::root_or_skip!();
     let node = calico_node("ipsets");
     let sets_before = ipset_save(&node);
     let legacy_before = legacy_saves(&node);
@@ -112,6 +113,7 @@ fn a_calico_upgrade_with_ipsets_in_both_backends_is_removed_and_the_sets_stay() 
 
 #[test]
 fn an_nft_backend_left_by_a_move_back_to_legacy_is_removed_with_its_ipsets() {
+    common::root_or_skip!();
     let node = calico_node("ipsets-nft");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     let sets_before = ipset_save(&node);
@@ -129,6 +131,7 @@ fn an_nft_backend_left_by_a_move_back_to_legacy_is_removed_with_its_ipsets() {
 
 #[test]
 fn without_the_ipset_program_a_table_naming_sets_stays_with_the_reason() {
+    common::root_or_skip!();
     let node = calico_node("ipsets-noprogram");
     // The backends' directory without ipset.
     let sbin = node.path("sbin");
@@ -160,6 +163,7 @@ fn without_the_ipset_program_a_table_naming_sets_stays_with_the_reason() {
 
 #[test]
 fn the_sets_are_made_only_in_a_namespace_that_holds_none_of_them() {
+    common::root_or_skip!();
     common::enter_new_netns();
     common::sh("ipset create gone hash:ip; ipset create kept hash:net; ipset add kept 10.0.0.0/8; ipset destroy gone");
     let before = common::sh("ipset save");

@@ -183,6 +183,7 @@ fn assert_stays_blocked(node: &Node, lab: &Lab, probe: &str, open: &str, why: &s
 
 #[test]
 fn a_held_filter_holds_the_tables_that_feed_it() {
+    common::root_or_skip!();
     let cases = [
         (
             "judge-mark",
@@ -225,6 +226,7 @@ iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP",
 
 #[test]
 fn a_change_goes_only_where_the_live_backend_makes_it_too_whoever_reads_it() {
+    common::root_or_skip!();
     let mark = "iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 1";
     let cases = [
         // A live reader of what the stale MARK sets, through the connmark.
@@ -268,6 +270,7 @@ iptables-nft -A INPUT -m connmark --mark 1 -j DROP",
 
 #[test]
 fn the_rules_before_a_drop_must_be_the_same_rules() {
+    common::root_or_skip!();
     // The live ACCEPT lets all of 10.0.0.0/8 through; the stale one only
     // 192.168.0.1: the client at 10.0.0.2 would pass once legacy is gone.
     let node = node_with(
@@ -289,6 +292,7 @@ iptables-nft -A INPUT -p tcp --dport 8080 -j DROP",
 
 #[test]
 fn a_family_duplicated_in_the_live_backend_goes_and_stays_blocked() {
+    common::root_or_skip!();
     let rules = "-t raw -A PREROUTING -p tcp --dport 8082 -j CT --notrack
 -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 1
 -t mangle -A PREROUTING -p tcp --dport 8083 -j CONNMARK --set-mark 2
@@ -322,6 +326,7 @@ fn a_family_duplicated_in_the_live_backend_goes_and_stays_blocked() {
 
 #[test]
 fn an_empty_writer_chain_does_not_stand_for_the_writers_state() {
+    common::root_or_skip!();
     // Docker still writes legacy (a published port's DNAT, its MASQUERADE,
     // its filter chains); an admin's `iptables -N DOCKER-USER` in nft.
     let node = node_with(
@@ -354,6 +359,7 @@ iptables-nft -t nat -A DOCKER ! -i docker0 -p tcp --dport 8080 -j DNAT --to-dest
 
 #[test]
 fn each_family_is_judged_on_its_own() {
+    common::root_or_skip!();
     // IPv4's stale state is duplicated in nft: it goes. IPv6's mark feeds
     // its own stale DROP: the whole family stays.
     let node = Node::new("judge-families");

@@ -52,6 +52,7 @@ fn verdict(tally: &Tally) {
 
 #[test]
 fn generated_states_never_open_a_flow() {
+    common::root_or_skip!();
     let count = setting("IPTW_STALE_STATES", 200) as usize;
     let clock = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -127,6 +128,7 @@ fn with(mut first: Vec<Line>, table: &'static str, text: &str) -> Vec<Line> {
 
 #[test]
 fn known_opening_sibling_mangle_mark() {
+    common::root_or_skip!();
     let stale = with(
         lines("mangle", "PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-mark 0x1"),
         "filter",
@@ -140,6 +142,7 @@ fn known_opening_sibling_mangle_mark() {
 
 #[test]
 fn known_opening_sibling_raw_notrack() {
+    common::root_or_skip!();
     let stale = with(
         lines("raw", "PREROUTING -p tcp -m tcp --dport 443 -j CT --notrack"),
         "filter",
@@ -153,6 +156,7 @@ fn known_opening_sibling_raw_notrack() {
 
 #[test]
 fn known_opening_sibling_connmark() {
+    common::root_or_skip!();
     let stale = with(
         lines(
             "mangle",
@@ -169,6 +173,7 @@ fn known_opening_sibling_connmark() {
 
 #[test]
 fn known_opening_sibling_nat_dnat() {
+    common::root_or_skip!();
     let stale = with(
         lines(
             "nat",
@@ -185,6 +190,7 @@ fn known_opening_sibling_nat_dnat() {
 
 #[test]
 fn known_opening_live_reader_connmark_save() {
+    common::root_or_skip!();
     let stale = lines("mangle", "PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-mark 0x1");
     let live = with(
         lines("mangle", "FORWARD -j CONNMARK --save-mark"),
@@ -196,6 +202,7 @@ fn known_opening_live_reader_connmark_save() {
 
 #[test]
 fn known_opening_live_reader_tos() {
+    common::root_or_skip!();
     let stale = lines("mangle", "PREROUTING -p tcp -m tcp --dport 80 -j DSCP --set-dscp 0x2e");
     let live = lines("filter", "FORWARD -m tos --tos 0xb8/0xfc -j DROP");
     fixed(legacy_stale(stale, live), &[tcp(&SERVER, Family::V4, 80)]);
@@ -203,6 +210,7 @@ fn known_opening_live_reader_tos() {
 
 #[test]
 fn known_opening_unknown_verdict_undone_after_its_twin() {
+    common::root_or_skip!();
     // HMARK, a verdict not known to the check, marks 5; the live copy
     // holds its twin, then a MARK that undoes it: only the stale copy's
     // mark reaches the live filter, which blocks port 80 on it.
@@ -224,6 +232,7 @@ fn known_opening_unknown_verdict_undone_after_its_twin() {
 
 #[test]
 fn known_opening_native_chain_between_the_copies() {
+    common::root_or_skip!();
     // The live backend holds the stale one whole, but a native chain made
     // between the two clears the mark after the live copy sets it and
     // before the stale copy sets it again: only the stale copy's mark
@@ -250,6 +259,7 @@ fn known_opening_native_chain_between_the_copies() {
 
 #[test]
 fn known_opening_ip_rule_fwmark() {
+    common::root_or_skip!();
     let stale = lines("mangle", "PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-mark 0x1");
     let mut state = legacy_stale(stale, live_beside(Family::V4));
     state.node.add("ip -4 rule add fwmark 0x1 prohibit".into());
@@ -258,6 +268,7 @@ fn known_opening_ip_rule_fwmark() {
 
 #[test]
 fn known_opening_ttl_expiry() {
+    common::root_or_skip!();
     let state = State::fixed(
         Backend::Legacy,
         LiveCopy::Partial,
@@ -282,6 +293,7 @@ fn known_opening_ttl_expiry() {
 /// made: its filter chains and its nat go together or stay together.
 #[test]
 fn known_opening_empty_writer_chain() {
+    common::root_or_skip!();
     let mut rng = Rng::new(0);
     let mut node = common::rule_grammar::NodeSetup::default();
     let docker = common::rule_motifs::docker(&mut rng, &mut Rng::new(0), Family::V4, &mut node);
@@ -293,6 +305,7 @@ fn known_opening_empty_writer_chain() {
 /// port forward (the router's 8080 to the server's 80) and a block.
 #[test]
 fn known_opening_ferm_firewall() {
+    common::root_or_skip!();
     let filter = lines(
         "filter",
         ":INPUT DROP
@@ -323,6 +336,7 @@ POSTROUTING -o rs -j MASQUERADE",
 /// twin.
 #[test]
 fn known_opening_ipset_calico_wholly_copied() {
+    common::root_or_skip!();
     let mut node = common::rule_grammar::NodeSetup::default();
     let mut families = Vec::new();
     for family in [Family::V4, Family::V6] {
@@ -339,6 +353,7 @@ fn known_opening_ipset_calico_wholly_copied() {
 /// stops the client and removing it would open the port.
 #[test]
 fn known_opening_similar_accepts_before_a_block() {
+    common::root_or_skip!();
     let stale = lines(
         "filter",
         "FORWARD -s 192.168.0.1/32 -j ACCEPT
@@ -357,6 +372,7 @@ FORWARD -p tcp -m tcp --dport 80 -j DROP",
 /// is; the flow is counted apart, not a failure.
 #[test]
 fn documented_limit_stale_dnat_into_a_live_block_is_counted_apart() {
+    common::root_or_skip!();
     let stale = lines(
         "nat",
         "PREROUTING -d 10.2.0.2 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080",

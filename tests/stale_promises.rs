@@ -94,6 +94,7 @@ fn remove_with_a_write_after_the_first_proof(node: &Node, backend: &str, write: 
 
 #[test]
 fn a_backup_dir_through_another_users_link_is_resolved_and_printed_resolved() {
+    common::root_or_skip!();
     let node = legacy_stale_node("backup-link");
     let sticky = node.path("sticky");
     let root_only = node.path("root-only");
@@ -125,6 +126,7 @@ fn a_backup_dir_through_another_users_link_is_resolved_and_printed_resolved() {
 
 #[test]
 fn every_early_stop_prints_one_json_object() {
+    common::root_or_skip!();
     let node = legacy_stale_node("json-stops");
     let legacy_before = legacy_saves(&node);
     let one_object = |out: &Output, why: &str| {
@@ -171,6 +173,7 @@ fn every_early_stop_prints_one_json_object() {
 
 #[test]
 fn a_save_tool_that_fails_leaves_each_table_it_cannot_save() {
+    common::root_or_skip!();
     // Each table's own save fails: no backup, so each is left, and said.
     let node = nft_stale_node("save-fails");
     let nft_before = nft_ruleset(&node);
@@ -195,6 +198,7 @@ fn a_save_tool_that_fails_leaves_each_table_it_cannot_save() {
 
 #[test]
 fn an_nft_removal_that_never_reads_a_steady_ruleset_says_why() {
+    common::root_or_skip!();
     let node = nft_stale_node("never-steady");
     let nft_before = nft_ruleset(&node);
     // Each save commits to the live ruleset as it ends, as a writer that
@@ -223,6 +227,7 @@ fn an_nft_removal_that_never_reads_a_steady_ruleset_says_why() {
 
 #[test]
 fn a_backup_that_restores_another_legacy_table_is_refused() {
+    common::root_or_skip!();
     let node = legacy_stale_node("legacy-inexact");
     let legacy_before = legacy_saves(&node);
     // A save that prints another address than the kernel holds, as a save
@@ -247,6 +252,7 @@ fn a_backup_that_restores_another_legacy_table_is_refused() {
 
 #[test]
 fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing() {
+    common::root_or_skip!();
     let node = nft_stale_node("moved-after-proof");
     let nft_before = nft_ruleset(&node);
     let legacy_before = legacy_saves(&node);
@@ -277,6 +283,7 @@ fn the_nft_generation_moving_between_the_proof_and_the_emptying_changes_nothing(
 
 #[test]
 fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
+    common::root_or_skip!();
     let node = nft_stale_node("later-attempt-left");
     // The first proof's restore ends by committing, to the live ruleset, a
     // stale nft rule with no twin, once, as a writer still on nft would
@@ -306,6 +313,7 @@ fn a_family_a_later_attempt_leaves_keeps_no_backup_and_offers_no_undo() {
 
 #[test]
 fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family() {
+    common::root_or_skip!();
     // To a stale table, and to a table of the family that held nothing
     // (one family's tables go together or not at all).
     for (name, write) in [
@@ -343,6 +351,7 @@ fn a_legacy_write_that_bypasses_the_lock_during_the_judgement_leaves_the_family(
 
 #[test]
 fn a_backup_that_cannot_be_written_leaves_no_backup_of_the_removal_behind() {
+    common::root_or_skip!();
     let node = legacy_stale_node("backup-unwritable");
     node.sh("ip6tables-legacy -A INPUT -s 2001:db8::1/128 -j ACCEPT
 ip6tables-nft -A INPUT -s 2001:db8::9/128 -m conntrack --ctstate NEW -j ACCEPT");

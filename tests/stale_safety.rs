@@ -37,6 +37,7 @@ const FILTER_CHAINS: &str = "table ip filter {
 
 #[test]
 fn native_nftables_rulesets_on_a_legacy_host_are_never_touched() {
+    common::root_or_skip!();
     // What iptables' own translation makes of a DROP-policy firewall
     // (multiport becomes an anonymous set).
     let dir = tempdir("translate");
@@ -101,6 +102,7 @@ fn native_nftables_rulesets_on_a_legacy_host_are_never_touched() {
 
 #[test]
 fn what_only_the_proof_can_see_is_refused_by_the_proof() {
+    common::root_or_skip!();
     // These pass every first filter (iptables-nft's base chains, a counter
     // in each rule, no set): only restoring the backup shows the difference.
     for (name, rule, why) in [
@@ -147,6 +149,7 @@ const UNSAVABLE: &str = "ip saddr != 10.0.0.0-10.0.0.9";
 
 #[test]
 fn a_native_table_the_save_tool_cannot_read_fails_only_what_needs_it() {
+    common::root_or_skip!();
     // The native table fails iptables-nft-save for every table of its
     // family; it is left alone (no counter), so only its own save may fail.
     let ruleset = format!("{FILTER_CHAINS}add rule ip filter INPUT {UNSAVABLE} accept\n");
@@ -215,6 +218,7 @@ iptables-legacy -t mangle -A OUTPUT -j MARK --set-mark 1",
 
 #[test]
 fn a_backup_that_does_not_restore_leaves_the_table() {
+    common::root_or_skip!();
     // A legacy comment holding a newline: saved as it is, restored by no one.
     let node = Node::new("newline");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -253,6 +257,7 @@ iptables-legacy -A INPUT -m comment --comment \"$(printf 'a\\nb')\" -j DROP");
 
 #[test]
 fn the_undo_restores_only_what_was_removed() {
+    common::root_or_skip!();
     // A native table named filter, left alone (a priority iptables-nft never
     // gives), beside a stale iptables-nft mangle table: iptables-nft-save
     // prints both, the second lossily.
@@ -276,6 +281,7 @@ fn the_undo_restores_only_what_was_removed() {
 
 #[test]
 fn kube_proxy_session_affinity_and_connlimit_rules_are_removed_and_restored() {
+    common::root_or_skip!();
     // kube-proxy's ClientIP affinity writes `-m recent --set` without
     // --mask (all 16 mask bytes set), its save says `--mask 255.255.255.255`
     // (which restores 4): bytes an IPv4 rule never reads. Same for connlimit.
@@ -300,6 +306,7 @@ iptables-legacy -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 
 
 #[test]
 fn concurrent_removals_each_report_only_what_their_backup_holds() {
+    common::root_or_skip!();
     let node = Node::new("concurrent");
     upgraded(&node);
     for round in 0..4 {
@@ -334,6 +341,7 @@ fn concurrent_removals_each_report_only_what_their_backup_holds() {
 
 #[test]
 fn a_save_that_lacks_a_table_proves_nothing_for_it() {
+    common::root_or_skip!();
     // A save tool that leaves out the nat table (the others are the real ones).
     let node = Node::new("lacking");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
@@ -474,6 +482,7 @@ fn race_writer(
 
 #[test]
 fn writers_that_take_the_xtables_lock_lose_no_rule() {
+    common::root_or_skip!();
     let node = Node::new("lockwriters");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-nft -A INPUT -j ACCEPT && iptables-legacy -A INPUT -s 10.9.0.1 -j DROP");
@@ -534,6 +543,7 @@ fn writers_that_take_the_xtables_lock_lose_no_rule() {
 
 #[test]
 fn an_nft_writer_loses_no_rule() {
+    common::root_or_skip!();
     let node = Node::new("nftwriter");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.sh("iptables-legacy -A INPUT -j ACCEPT && iptables-nft -A INPUT -s 10.9.0.1 -j DROP");
@@ -555,6 +565,7 @@ fn an_nft_writer_loses_no_rule() {
 
 #[test]
 fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
+    common::root_or_skip!();
     let node = Node::new("canary");
     // Docker-like rules in nft; in legacy only an empty canary an old
     // container left; no host link.
@@ -601,6 +612,7 @@ fn an_empty_hint_chain_against_the_backend_holding_the_rules_is_not_certain() {
 
 #[test]
 fn a_hint_chain_is_never_certain_and_the_override_meets_each_familys_state() {
+    common::root_or_skip!();
     let node = Node::new("famhint");
     // kubelet's hint in nft (both families), IPv4 rules in nft; in IPv6
     // only legacy holds state: a rule and DROP policies.
@@ -648,6 +660,7 @@ ip6tables-legacy -P FORWARD DROP");
 
 #[test]
 fn a_family_its_backend_holds_nothing_in_contradicts_the_override() {
+    common::root_or_skip!();
     // The family decided: nft IPv4 holds nothing but kubelet's hint,
     // legacy IPv4 200 rules; 3 nft IPv6 rules must not vouch for it.
     let node = Node::new("ownfam");
@@ -676,6 +689,7 @@ for i in 1 2 3; do ip6tables-nft -A INPUT -s 2001:db8::$i -j ACCEPT; done",
 
 #[test]
 fn an_empty_kube_proxy_table_does_not_outweigh_legacy_rules() {
+    common::root_or_skip!();
     let node = Node::new("kpempty");
     node.sh("nft add table ip kube-proxy");
     // No legacy rule: the kube-proxy table decides nft.
@@ -701,6 +715,7 @@ fn an_empty_kube_proxy_table_does_not_outweigh_legacy_rules() {
 
 #[test]
 fn iptables_nft_tables_are_found_and_emptied_as_they_were_made() {
+    common::root_or_skip!();
     let node = Node::new("security");
     node.set_host_link("iptables", "/usr/sbin/iptables-legacy");
     node.sh("iptables-legacy -A INPUT -j ACCEPT
@@ -733,6 +748,7 @@ iptables-nft -A INPUT -s 10.0.0.1 -j DROP");
 
 #[test]
 fn a_table_of_thousands_of_chains_is_emptied_and_reported_so() {
+    common::root_or_skip!();
     // One acknowledgement per change: 2,000 chains' overflowed the socket
     // (ENOBUFS) after the commit, and the removal said nothing changed.
     let node = Node::new("manychains");
@@ -762,6 +778,7 @@ fn a_table_of_thousands_of_chains_is_emptied_and_reported_so() {
 
 #[test]
 fn a_backup_keeps_every_byte() {
+    common::root_or_skip!();
     let node = Node::new("bytes");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.sh("iptables-nft -A INPUT -j ACCEPT
@@ -785,6 +802,7 @@ iptables-legacy -A INPUT -m comment --comment \"$(printf 'caf\\351')\" -j DROP")
 
 #[test]
 fn a_backup_directory_is_the_callers_alone_and_named_absolute() {
+    common::root_or_skip!();
     let node = Node::new("backupdir");
     upgraded(&node);
     let before = legacy_saves(&node);
@@ -824,6 +842,7 @@ fn a_backup_directory_is_the_callers_alone_and_named_absolute() {
 
 #[test]
 fn without_a_scratch_namespace_nothing_is_removed() {
+    common::root_or_skip!();
     let node = Node::new("noscratch");
     upgraded(&node);
     let before = legacy_saves(&node);
@@ -846,6 +865,7 @@ fn without_a_scratch_namespace_nothing_is_removed() {
 
 #[test]
 fn unread_state_is_not_called_stale() {
+    common::root_or_skip!();
     let node = Node::new("nonroot");
     upgraded(&node);
     let mut command = Command::new("setpriv");
@@ -920,6 +940,7 @@ ip6tables-legacy -A INPUT -s 2001:db8::1 -j DROP");
 
 #[test]
 fn session_affinity_in_nft_is_removed_and_restored_too() {
+    common::root_or_skip!();
     // The same `recent` match, in nft (iptables-nft's compat match holds
     // the same struct): the live save's 4-byte mask restores what the
     // kernel reads.
@@ -938,6 +959,7 @@ iptables-nft -A INPUT -p tcp --syn --dport 22 -m connlimit --connlimit-above 3 -
 
 #[test]
 fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
+    common::root_or_skip!();
     // A legacy host: its writers take the lock, and the removal reads their
     // twins, so it waits for the lock before it judges stale nft.
     let node = Node::new("locknft");
@@ -979,6 +1001,7 @@ fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
 
 #[test]
 fn removing_the_last_rule_that_keeps_defragmentation_on_is_held() {
+    common::root_or_skip!();
     // Live: a stateless rule that drops whole datagrams of 1,000 bytes or
     // more. Stale: the only rule that keeps conntrack, and with it
     // defragmentation, on. Emptying it would let fragments past the rule.

@@ -44,6 +44,7 @@ fn looked_at(node: &Node, setup: &str, run_dir: &std::path::Path) -> String {
 
 #[test]
 fn a_record_that_cannot_be_kept_is_not_paid_for() {
+    common::root_or_skip!();
     let node = node_with_stale_rules("rorecord");
     let looked_for_stale_rules = |seen: &str| seen.contains("ip_tables_names");
     let run_dir = node.path("run");
@@ -88,6 +89,7 @@ fn a_record_that_cannot_be_kept_is_not_paid_for() {
 
 #[test]
 fn an_earlier_record_is_cleaned_when_rewritten() {
+    common::root_or_skip!();
     // A record the wrapper did not write: a line with terminal escapes, a
     // 50,000-byte line, a line without a time, duplicates and more lines
     // than the record keeps.

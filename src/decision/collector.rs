@@ -7,8 +7,9 @@
 //! if it decides, says so; `decide` stops asking sources
 //! once [`Collector::done`] says reading can stop.
 
-use super::evidence::{Evidence, Source};
+use super::evidence::Evidence;
 use super::reason::Reason;
+use super::source::{ReasonKept, Source};
 use crate::mode::Mode;
 
 /// How much to read.
@@ -65,7 +66,13 @@ impl Collector {
 
     pub(super) fn decide(&mut self, mode: Mode, source: Source, reason: impl Into<Reason>) {
         if self.decided.is_none() {
-            self.decided = Some((mode, source, reason.into()));
+            let reason = reason.into();
+            debug_assert_eq!(
+                matches!(reason, Reason::Described(_)),
+                source.facts().reason == ReasonKept::InWords,
+                "{source:?} keeps its reason as its facts say"
+            );
+            self.decided = Some((mode, source, reason));
         }
     }
 

@@ -9,8 +9,10 @@
 //! (`detect` counts exactly; see [`RuleBounds`]).
 
 use super::collector::{Collector, Depth};
-use super::evidence::{Evidence, Finding, Source};
-use crate::kernel::{CountVerdict, KernelReader, RuleBounds};
+use super::evidence::{Evidence, Finding};
+use super::host::Host;
+use super::source::Source;
+use crate::kernel::{CountVerdict, RuleBounds};
 use crate::mode::Mode;
 
 /// Both backends holding at least this many rules is a mixed state.
@@ -34,8 +36,8 @@ impl RuleCounts {
 
 /// Compares both backends' rule counts, records them and decides by them
 /// unless they tie; returns them when both were read.
-pub(super) fn read_rule_counts(collector: &mut Collector, kernel: &mut KernelReader) -> Option<RuleCounts> {
-    match kernel.compare_rule_counts(collector.depth == Depth::Everything) {
+pub(super) fn read_rule_counts(collector: &mut Collector, host: &mut impl Host) -> Option<RuleCounts> {
+    match host.compare_rule_counts(collector.depth == Depth::Everything) {
         Ok(comparison) => {
             let counts = RuleCounts {
                 legacy: comparison.legacy.value,

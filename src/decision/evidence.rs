@@ -1,4 +1,4 @@
-//! One piece of evidence: which [`Source`] read it, where, how, the mode it
+//! One piece of evidence: which source read it, where, how, the mode it
 //! points to, and what it knows: something found ([`Finding::Known`]),
 //! nothing there ([`Finding::Absent`]), or nothing learned because it could
 //! not be read ([`Finding::Unknown`]).
@@ -12,39 +12,10 @@
 //! and a finding known in part (legacy tables listed whose rules could not
 //! be read) is known: what was found is what makes it evidence.
 
+use super::source::Source;
 use crate::kernel::modules::Presence;
 use crate::mode::Mode;
 use std::fmt;
-
-/// The sources of evidence, in the order they are consulted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Override,
-    HostLink,
-    HintChain,
-    KubeProxyTable,
-    RuleCounts,
-    XtablesLock,
-    Default,
-    /// Whether the running kernel has each backend: never decides alone.
-    BackendPresence,
-}
-
-impl Source {
-    /// A stable key for machine-readable output.
-    pub fn key(self) -> &'static str {
-        match self {
-            Source::Override => "override",
-            Source::HostLink => "host-link",
-            Source::HintChain => "hint-chain",
-            Source::KubeProxyTable => "kube-proxy-table",
-            Source::RuleCounts => "rule-counts",
-            Source::XtablesLock => "xtables-lock",
-            Source::Default => "default",
-            Source::BackendPresence => "backend-presence",
-        }
-    }
-}
 
 /// One piece of evidence: where it was read, what it found, how it was read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,14 +12,15 @@
 //! wrapped call, more than an upper bound of its rules.
 
 use super::collector::{Collector, Depth};
-use super::evidence::{Evidence, Finding, Source};
-use super::legacy_state::{describe_state, rules};
+use super::evidence::{Evidence, Finding};
+use super::host::{Host, LegacyTables};
+use super::legacy_state::rules;
 use super::reason::Reason;
+use super::source::Source;
 use crate::command::WrappedCommand;
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLink, HostLinks};
-use crate::kernel::legacy::{self, LegacyFamily};
 use crate::mode::Mode;
 use std::path::Path;
 
@@ -35,9 +36,9 @@ const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 16 * 1024;
 /// by it when its links name a backend; under an nft link, reads the stale
 /// legacy tables when warnings are wanted. One piece of evidence on a call;
 /// `detect` also shows where it looked first and found nothing.
-pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand) {
-    let root = host_link::host_root();
-    let found = host_link::read(&root, command.family, !collector.depth.stops_early());
+pub(super) fn read_host_link(collector: &mut Collector, host: &mut impl Host, command: &WrappedCommand) {
+    let root = host.host_root();
+    let found = host.host_links(&root, command.family, !collector.depth.stops_early());
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {
@@ -73,7 +74,7 @@ pub(super) fn read_host_link(collector: &mut Collector, command: &WrappedCommand
         };
         collector.decide(mode, Source::HostLink, reason);
         if mode == Mode::Nft && collector.depth.warns() {
-            read_stale_legacy_tables(collector);
+            read_stale_legacy_tables(collector, host);
         }
     }
 }
@@ -119,14 +120,18 @@ fn absent(location: String, finding: String, method: &str) -> Evidence {
 /// tables), one with a `FORWARD DROP` policy and no rule is (it drops
 /// traffic as surely as a rule). A large table on a call gets GET_INFO's
 /// upper bound.
-fn read_stale_legacy_tables(collector: &mut Collector) {
+fn read_stale_legacy_tables(collector: &mut Collector, host: &mut impl Host) {
     for family in Family::BOTH {
         let location = format!("legacy {} tables", family.label());
         let method = "/proc/net/ip*_tables_names, getsockopt GET_INFO, GET_ENTRIES".to_string();
-        let names = match legacy::listed_tables(family) {
-            Ok(Some(names)) if !names.is_empty() => names,
-            Ok(_) => continue,
-            Err(why) => {
+        let walk_up_to = if collector.depth == Depth::Everything {
+            u32::MAX
+        } else {
+            WALK_STALE_TABLES_UP_TO_BYTES
+        };
+        let (listed, tables) = match host.legacy_tables(family, walk_up_to) {
+            LegacyTables::NoneListed => continue,
+            LegacyTables::Unlisted(why) => {
                 collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
@@ -136,47 +141,34 @@ fn read_stale_legacy_tables(collector: &mut Collector) {
                 });
                 continue;
             }
-        };
-        let listed = names.join(", ");
-        let tables = match LegacyFamily::open_listed(family, names) {
-            Ok(tables) => tables,
             // Without CAP_NET_ADMIN (a non-root image) GET_INFO is refused.
             // The tables may hold rules the kernel applies: warn, saying
             // what is not known, rather than run a save tool on every call.
             // Known, not unknown: that the tables exist is what was found,
             // and what makes this evidence for legacy.
-            Err(e) => {
+            LegacyTables::Unopened { listed, why } => {
                 collector.add(|| Evidence {
                     source: Source::RuleCounts,
                     location,
                     finding: Finding::Known(format!(
-                        "{listed} exist; whether they hold rules is unknown ({e}): stale legacy rules may still apply; {STALE_COMMAND_HINT}"
+                        "{} exist; whether they hold rules is unknown ({why}): stale legacy rules may still apply; {STALE_COMMAND_HINT}",
+                        listed.join(", ")
                     )),
                     method,
                     points_to: Some(Mode::Legacy),
                 });
                 continue;
             }
+            LegacyTables::Opened { listed, tables } => (listed.join(", "), tables),
         };
-        let walk_all = collector.depth == Depth::Everything;
         let holding: Vec<String> = tables
-            .tables
-            .iter()
-            .filter_map(|table| {
-                let contents = (walk_all || table.size <= WALK_STALE_TABLES_UP_TO_BYTES)
-                    .then(|| tables.contents(table).ok())
-                    .flatten();
-                match contents {
-                    Some(contents) => describe_state(&table.name, &contents),
-                    // Unread (a walk that kept failing): no rule, and its
-                    // policies are not known.
-                    None if table.is_empty() => None,
-                    None => Some(format!(
-                        "{} holds up to {}",
-                        table.name,
-                        rules(table.rule_upper_bound())
-                    )),
-                }
+            .into_iter()
+            .filter_map(|table| match table.walked {
+                Some(Ok(state)) => state,
+                // Unread (not walked, or a walk that kept failing): no rule,
+                // and its policies are not known.
+                _ if table.empty => None,
+                _ => Some(format!("{} holds up to {}", table.name, rules(table.rule_upper_bound))),
             })
             .collect();
         let (finding, points_to) = if holding.is_empty() {

@@ -12,13 +12,14 @@
 
 use super::collector::Collector;
 use super::counts::RuleCounts;
-use super::evidence::{Evidence, Finding, Source};
-use super::legacy_state::{describe_state, rules};
+use super::evidence::{Evidence, Finding};
+use super::host::{Host, LegacyTables};
+use super::legacy_state::rules;
+use super::source::Source;
 use crate::escape::Shown as _;
 use crate::family::Family;
-use crate::kernel::legacy::{self, LegacyFamily};
 use crate::mode::Mode;
-use crate::xtables_lock::{self, LockObservation};
+use crate::xtables_lock::LockObservation;
 
 /// The lock file as a tie-breaker: evidence only as a regular file that is
 /// 0600 or held, and deciding only when legacy holds state here too (a rule
@@ -26,8 +27,8 @@ use crate::xtables_lock::{self, LockObservation};
 /// nft hosts as well, and a read-only `iptables-legacy -L` leaves empty
 /// tables) and the rule counts were known on both sides (a count left
 /// unknown is no tie to break).
-pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleCounts>) {
-    let lock = xtables_lock::inspect();
+pub(super) fn read_xtables_lock(collector: &mut Collector, host: &mut impl Host, counts: Option<&RuleCounts>) {
+    let lock = host.xtables_lock();
     let mut value = lock.describe();
     let mut traces = None;
     if lock.hints_legacy() && counts.is_none() {
@@ -38,7 +39,7 @@ pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleC
         let traces_read = if counted > 0 {
             Ok(vec![format!("{} (ipv4 + ipv6)", rules(counted))])
         } else {
-            legacy_traces()
+            legacy_traces(host)
         };
         match traces_read {
             Ok(tables) if tables.is_empty() => {
@@ -87,14 +88,19 @@ pub(super) fn read_xtables_lock(collector: &mut Collector, counts: Option<&RuleC
 /// read, by GET_INFO and GET_ENTRIES (GET_INFO cannot show a policy). Empty
 /// tables are no trace. Reached only on a tie at 0 rules with the lock file
 /// hinting legacy.
-fn legacy_traces() -> Result<Vec<String>, String> {
+fn legacy_traces(host: &mut impl Host) -> Result<Vec<String>, String> {
     let mut traces = Vec::new();
     for family in Family::BOTH {
-        let names = legacy::listed_tables(family)?.unwrap_or_default();
-        let tables = LegacyFamily::open_listed(family, names).map_err(|e| e.to_string())?;
-        for table in &tables.tables {
-            let contents = tables.contents(table).map_err(|e| e.to_string())?;
-            if let Some(state) = describe_state(&table.name, &contents) {
+        let tables = match host.legacy_tables(family, u32::MAX) {
+            LegacyTables::NoneListed => continue,
+            LegacyTables::Unlisted(why) | LegacyTables::Unopened { why, .. } => return Err(why),
+            LegacyTables::Opened { tables, .. } => tables,
+        };
+        for table in tables {
+            let walked = table
+                .walked
+                .unwrap_or_else(|| Err(format!("{} was not walked", table.name)));
+            if let Some(state) = walked? {
                 traces.push(format!("{} {state}", family.label()));
             }
         }

@@ -27,15 +27,19 @@
 //! Each source is read in a module of its own: `override_setting`,
 //! `host_link` (with the stale legacy tables under an nft link),
 //! `kernel_state` (hint chains, kube-proxy tables) and `counts`, `lock`, and
-//! `presence` (with the default); `evidence` says what a piece of evidence
-//! knows, `collector` how much is read and what was. This module orders the
-//! sources and says what their evidence adds up to ([`Decision::warnings`]).
+//! `presence` (with the default); what each source is ([`Source::facts`])
+//! is in `source`, what they read of the host behind the `Host` trait in
+//! `host`; `evidence` says what a piece of evidence knows, `collector` how
+//! much is read and what was. This module orders the sources
+//! (`decide_on`, top to bottom) and says what their evidence adds up to
+//! ([`Decision::warnings`]).
 //! It sees only what they found, and weighs it by its [`Finding`], never by
 //! its text.
 
 mod collector;
 mod counts;
 mod evidence;
+mod host;
 mod host_link;
 mod kernel_state;
 mod legacy_state;
@@ -43,19 +47,26 @@ mod lock;
 mod override_setting;
 mod presence;
 mod reason;
+#[cfg(test)]
+mod recorded;
+#[cfg(test)]
+mod rows_tests;
+mod source;
 
 pub use collector::Depth;
 pub use counts::{RuleCounts, MIXED_STATE_RULES};
-pub use evidence::{Evidence, Finding, ReasonShown, Source};
+pub use evidence::{Evidence, Finding, ReasonShown};
 pub use host_link::STALE_COMMAND_HINT;
 pub use reason::Reason;
+pub use source::{AgainstStated, Facts, Reads, ReasonKept, Source};
 
 use crate::command::WrappedCommand;
 use crate::host_link::DEFAULT_HOST_ROOT;
 use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
-use crate::settings::{self, InvalidSetting};
+use crate::settings::InvalidSetting;
 use collector::Collector;
+use host::{Host, LiveHost};
 use std::time::{Duration, Instant};
 
 /// The outcome: the mode, the source that decided and why, the evidence.
@@ -93,17 +104,17 @@ impl Decision {
     /// points to the chosen backend. `stale --remove` refuses such a
     /// decision; wrapped calls still follow it.
     pub fn contradictions(&self) -> impl Iterator<Item = &Evidence> {
-        let by_one_word = matches!(self.decided_by, Source::Override | Source::HostLink);
+        let stated = self.decided_by.is_stated();
         let chosen_hint = self
             .evidence
             .iter()
             .any(|e| e.source == Source::HintChain && e.points_to == Some(self.mode));
         self.disagreements().filter(move |e| {
-            by_one_word
-                && match e.source {
-                    Source::HostLink => true,
-                    Source::HintChain | Source::KubeProxyTable => !chosen_hint,
-                    _ => false,
+            stated
+                && match e.source.facts().against_stated {
+                    AgainstStated::Contradicts => true,
+                    AgainstStated::ContradictsUnlessAHintAgrees => !chosen_hint,
+                    AgainstStated::Disagrees => false,
                 }
         })
     }
@@ -169,11 +180,7 @@ impl Decision {
         }
         // Both backends busy is only a risk when nothing stronger than the
         // counts decided.
-        let rests_on_counts = matches!(
-            self.decided_by,
-            Source::RuleCounts | Source::XtablesLock | Source::Default
-        );
-        if rests_on_counts && self.is_mixed() {
+        if self.decided_by.facts().rests_on_counts && self.is_mixed() {
             warnings.push(format!(
                 "both backends hold many rules (mixed state); mount the host's root at {DEFAULT_HOST_ROOT} or set {OVERRIDE_VAR} so the choice does not rest on counts"
             ));
@@ -218,24 +225,44 @@ pub fn decide_with(
     depth: Depth,
     kernel: &mut KernelReader,
 ) -> Result<Decision, InvalidSetting> {
-    if let Some(invalid) = &settings::current().invalid {
+    decide_on(command, depth, &mut LiveHost::new(kernel))
+}
+
+/// Decides the mode for `command` from what `host` reads: the sources in
+/// the order they are consulted, each step taken only while none before it
+/// decided (or `detect` reads on).
+pub(crate) fn decide_on(
+    command: &WrappedCommand,
+    depth: Depth,
+    host: &mut impl Host,
+) -> Result<Decision, InvalidSetting> {
+    if let Some(invalid) = &host.settings().invalid {
         return Err(invalid.clone());
     }
     let started = (depth == Depth::Everything || log::log_enabled!(log::Level::Debug)).then(Instant::now);
     let mut collector = Collector::new(depth);
     let mut rule_counts = None;
 
-    override_setting::read_override(&mut collector);
+    override_setting::read_override(&mut collector, host);
     if !collector.done() {
-        host_link::read_host_link(&mut collector, command);
+        host_link::read_host_link(&mut collector, host, command);
     }
     if !collector.done() {
-        rule_counts = kernel_state::read_kernel(&mut collector, kernel);
+        let nft_lookups = kernel_state::read_hint_chains(&mut collector, host);
+        if !collector.done() {
+            kernel_state::read_kube_proxy_tables(&mut collector, host, &nft_lookups);
+        }
+        if !collector.done() {
+            kernel_state::read_absent_legacy(&mut collector, host, &nft_lookups);
+        }
+        if !collector.done() {
+            rule_counts = counts::read_rule_counts(&mut collector, host);
+        }
     }
     if !collector.done() {
-        lock::read_xtables_lock(&mut collector, rule_counts.as_ref());
+        lock::read_xtables_lock(&mut collector, host, rule_counts.as_ref());
     }
-    let lacking = presence::read_backend_presence(&mut collector, kernel, command.family);
+    let lacking = presence::read_backend_presence(&mut collector, host, command.family);
     let (mode, decided_by, reason) = collector
         .decided
         .take()

@@ -8,15 +8,17 @@
 //! which `decide` refuses before any source is read.
 
 use super::collector::Collector;
-use super::evidence::{Evidence, Finding, Source};
+use super::evidence::{Evidence, Finding};
+use super::host::Host;
 use super::reason::Reason;
+use super::source::Source;
 use crate::escape::Shown as _;
 use crate::mode::OVERRIDE_VAR;
-use crate::settings::{self, Origin};
+use crate::settings::Origin;
 
 /// Records the override and decides by it, when it names a mode.
-pub(super) fn read_override(collector: &mut Collector) {
-    let settings = settings::current();
+pub(super) fn read_override(collector: &mut Collector, host: &impl Host) {
+    let settings = host.settings();
     let Some(mode) = settings.mode else { return };
     let setting = settings.get(OVERRIDE_VAR);
     let value = setting.value.as_deref().unwrap_or_default().to_string_lossy();

@@ -3,9 +3,10 @@
 //! decision. A backend the running kernel lacks (a kernel built without
 //! legacy x_tables, or without nf_tables), or that this process is known to
 //! be unable to use (a seccomp filter refusing its socket, see
-//! [`KernelReader::unusable`]), is never picked by counts, the lock or the
-//! default; the override and the host link are obeyed anyway, with a
-//! warning. The default is nft, unless nft is lacking and legacy is not.
+//! [`KernelReader::unusable`](crate::kernel::KernelReader::unusable)), is
+//! never picked by counts, the lock or the default; the override and the
+//! host link (the stated sources) are obeyed anyway, with a warning. The
+//! default is nft, unless nft is lacking and legacy is not.
 //!
 //! Presence is read from sysfs, /proc and the module lists: nothing is
 //! asked, since asking a backend not in the kernel could load it. What it
@@ -17,16 +18,18 @@
 
 use super::collector::{Collector, Depth};
 use super::counts::{describe_bounds, RuleCounts};
-use super::evidence::{Evidence, Finding, Source};
+use super::evidence::{Evidence, Finding};
+use super::host::Host;
 use super::reason::Reason;
+use super::source::Source;
 use crate::family::Family;
 use crate::kernel::modules::{self, Presence};
-use crate::kernel::KernelReader;
 use crate::mode::Mode;
 
 /// Which backends the running kernel has, and which this process is known
-/// to be unable to use ([`KernelReader::unusable`]): all of them for
-/// `detect`; on a call only what can change the outcome or a warning: with
+/// to be unable to use
+/// ([`KernelReader::unusable`](crate::kernel::KernelReader::unusable)): all
+/// of them for `detect`; on a call only what can change the outcome or a warning: with
 /// nothing decided yet, nft (the default must not be a backend the kernel
 /// lacks or this process cannot use), and legacy only if nft is lacking;
 /// when the override or the host link decided and warnings are wanted, the
@@ -37,12 +40,12 @@ use crate::mode::Mode;
 /// lacking.
 pub(super) fn read_backend_presence(
     collector: &mut Collector,
-    kernel: &mut KernelReader,
+    host: &mut impl Host,
     family: Family,
 ) -> Vec<(Mode, String)> {
     let wanted: Vec<Mode> = match (collector.depth, &collector.decided) {
         (Depth::Everything, _) | (_, None) => vec![Mode::Nft, Mode::Legacy],
-        (depth, Some((mode, Source::Override | Source::HostLink, _))) if depth.warns() => vec![*mode],
+        (depth, Some((mode, source, _))) if depth.warns() && source.is_stated() => vec![*mode],
         (_, Some(_)) => Vec::new(),
     };
     let mut lacking = Vec::new();
@@ -57,11 +60,11 @@ pub(super) fn read_backend_presence(
             (Mode::Legacy, _) => &[family],
         };
         for &each in families {
-            let (module, presence) = match mode {
-                Mode::Nft => (modules::NF_TABLES, kernel.nf_tables_presence().clone()),
-                Mode::Legacy => (modules::x_tables_module(each), modules::x_tables(each)),
+            let module = match mode {
+                Mode::Nft => modules::NF_TABLES,
+                Mode::Legacy => modules::x_tables_module(each),
             };
-            let presence = presence.or_missing(module);
+            let presence = host.backend_presence(mode, each);
             let backend = match mode {
                 Mode::Nft => "nft".to_string(),
                 Mode::Legacy => format!("legacy {}", each.label()),
@@ -82,7 +85,7 @@ pub(super) fn read_backend_presence(
             if !matches!(presence, Presence::Present(_) | Presence::Askable(_)) {
                 continue;
             }
-            if let Some(why) = kernel.unusable(mode, each) {
+            if let Some(why) = host.unusable(mode, each) {
                 if each == family {
                     lacking.push((mode, format!("this process cannot use it ({why})")));
                 }

@@ -151,7 +151,7 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
         // nothing more is read (counting 55,000 nft rules takes a second).
         let mut decision = decision::decide_with(&command, Depth::DecideAndWarn, &mut kernel)
             .map_err(|invalid| invalid.to_string())?;
-        if !matches!(decision.decided_by, Source::Override | Source::HostLink) {
+        if !decision.decided_by.certain_enough_to_remove() {
             decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
                 .map_err(|invalid| invalid.to_string())?;
         }
@@ -260,13 +260,12 @@ fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
 /// libvirt or hand-written nat table in the other backend is no Kubernetes
 /// state); the counts, the lock and the default say nothing certain.
 pub fn certainty(decision: &Decision) -> Result<(), String> {
-    match decision.decided_by {
-        Source::Override | Source::HostLink => Ok(()),
-        Source::HintChain => Err(format!(
-            "{}; a hint chain says where kubelet and kube-proxy write, not where the host's other writers do",
-            decision.reason
-        )),
-        _ => Err(decision.reason.to_string()),
+    if decision.decided_by.certain_enough_to_remove() {
+        return Ok(());
+    }
+    match decision.decided_by.facts().doubt {
+        Some(doubt) => Err(format!("{}; {doubt}", decision.reason)),
+        None => Err(decision.reason.to_string()),
     }
 }
 

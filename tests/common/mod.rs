@@ -10,7 +10,38 @@ pub mod save_tables;
 pub mod seccomp;
 pub mod stale;
 
+use std::io::Write as _;
 use std::process::{Command, Output};
+
+/// Whether this process runs as root, which every test that makes a
+/// network or mount namespace needs; if not, says on stderr (one line) that
+/// the calling test is skipped and why. See [`root_or_skip`].
+pub fn runs_as_root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    // Written to the descriptor itself: the harness keeps what `eprintln!`
+    // says of a test that passes.
+    let thread = std::thread::current();
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped {}: it needs root (network and mount namespaces, the real backends); the in-process tests need none (docs/testing.md)",
+        thread.name().unwrap_or("a test")
+    );
+    false
+}
+
+/// Returns from the calling test, after one line on stderr saying why, when
+/// the process is not root: the first line of every test that makes a
+/// network or mount namespace.
+macro_rules! root_or_skip {
+    () => {
+        if !$crate::common::runs_as_root() {
+            return;
+        }
+    };
+}
+pub(crate) use root_or_skip;
 
 /// Moves the calling thread into a new, empty network namespace.
 /// Child processes spawned from this thread inherit it.
