@@ -74,6 +74,7 @@ iptables-legacy -t {table} -A OLD {rule}"
 
 #[test]
 fn every_name_the_kernel_keeps_defragmentation_on_for_holds_its_table() {
+    common::root_or_skip!();
     let mut on = Vec::new();
     for row in rows().iter().filter(|r| !r.example.is_empty()) {
         let node = Node::new(&format!("effects-{}", row.name.to_lowercase()));
@@ -178,6 +179,7 @@ fn dropped(node: &Node, case: &Sharing) -> bool {
 
 #[test]
 fn every_match_that_shares_state_a_live_rule_reads_holds_its_table() {
+    common::root_or_skip!();
     for row in rows()
         .iter()
         .filter(|r| r.kind == "match" && r.state != "none" && r.state != "its own")

@@ -143,6 +143,7 @@ fn after_the_kill(node: &Node, backend: &str, before: &[String; 2], out: &Output
 
 #[test]
 fn a_legacy_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
+    common::root_or_skip!();
     for step in [
         "backup:iptables-legacy.rules",
         "backup:ip6tables-legacy.rules",
@@ -159,6 +160,7 @@ fn a_legacy_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
 
 #[test]
 fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_family_half() {
+    common::root_or_skip!();
     for nth in 1..=6 {
         let node = node("killed-legacy-tool", "nft", "legacy");
         let before = saves(&node, "legacy");
@@ -181,6 +183,7 @@ fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_famil
 
 #[test]
 fn an_nft_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
+    common::root_or_skip!();
     for step in [
         "backup:iptables-nft.rules",
         "backup:ip6tables-nft.rules",
@@ -196,6 +199,7 @@ fn an_nft_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
 
 #[test]
 fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
+    common::root_or_skip!();
     let node = node("finish-interrupted", "nft", "legacy");
     let out = killed_after(&node, "emptied:legacy:ipv4");
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));
@@ -248,6 +252,7 @@ fn signalling(node: &Node, name: &str, signal: &str) -> PathBuf {
 
 #[test]
 fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
+    common::root_or_skip!();
     for signal in ["TERM", "INT", "HUP"] {
         let node = node("signal-before", "nft", "legacy");
         let before = saves(&node, "legacy");
@@ -277,6 +282,7 @@ fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
 
 #[test]
 fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
+    common::root_or_skip!();
     for signal in ["TERM", "INT", "HUP"] {
         let node = node("signal-after", "nft", "legacy");
         let sbin = signalling(&node, "iptables-legacy-restore", signal);

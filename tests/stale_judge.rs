@@ -401,6 +401,7 @@ ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT");
 
 #[test]
 fn a_return_to_a_drop_policy_is_not_the_accept_before_it() {
+    common::root_or_skip!();
     // Equal counts of rules before the policy, not equal rules: the stale
     // RETURN sends 8080 to the DROP policy, the live ACCEPT lets it in.
     let node = node_with(
