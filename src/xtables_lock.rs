@@ -88,7 +88,11 @@ pub struct HeldLock {
 
 /// Takes the xtables lock at the path iptables uses, as iptables does
 /// (opened with `O_CREAT`, mode 0600, then `flock(LOCK_EX)`), waiting up to
-/// `wait` for whoever holds it.
+/// `wait` for whoever holds it. The descriptor is inherited by every
+/// program run while it is held (never `O_CLOEXEC`): the lock is released
+/// only when the last of them ends, so a restore still emptying tables
+/// after the wrapper alone was killed keeps writers that take the lock
+/// waiting until it is done.
 pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
@@ -98,9 +102,14 @@ pub fn hold(wait: std::time::Duration) -> Result<HeldLock, String> {
         .create(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
         .open(&path)
         .map_err(|e| format!("cannot open the xtables lock {}: {e}", path.shown()))?;
+    // SAFETY: fcntl on a descriptor this function owns; std opens every
+    // file close-on-exec, which this clears.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+        let error = std::io::Error::last_os_error();
+        return Err(format!("cannot pass the xtables lock {} on: {error}", path.shown()));
+    }
     let deadline = std::time::Instant::now() + wait;
     loop {
         // SAFETY: flock on a descriptor this function owns.

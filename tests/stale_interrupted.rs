@@ -303,3 +303,46 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
         assert!(!node.path("run/stale-removal").exists(), "{signal}");
     }
 }
+
+#[test]
+fn a_restore_left_running_by_a_killed_wrapper_keeps_locking_writers_waiting() {
+    common::root_or_skip!();
+    // The stand-in takes its input, kills the wrapper, and empties the
+    // family a second later: a writer that takes the xtables lock meanwhile
+    // must wait for it, or the emptying would delete the writer's rule.
+    let node = node("orphaned-restore", "nft", "legacy");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    let input = node.path("restore-input");
+    for program in ["iptables", "ip6tables"] {
+        let body = format!(
+            "#!/bin/sh\n[ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exec /usr/sbin/{program}-legacy-restore \"$@\"\n\
+             cat > {input}\nkill -KILL $PPID\nsleep 1\nexec /usr/sbin/{program}-legacy-restore \"$@\" < {input}\n",
+            input = input.display()
+        );
+        write_program(&dir.join(format!("{program}-legacy-restore")), &body);
+    }
+    let out = node
+        .wrapper()
+        .env("IPTABLES_WRAPPER_SBIN", &dir)
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    node.sh("iptables-legacy -w 10 -t mangle -A POSTROUTING -j MARK --set-mark 0x7");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let mangle = node.sh("iptables-legacy-save -t mangle");
+    assert!(
+        mangle.contains("--set-xmark 0x7/0xffffffff"),
+        "the writer's rule is kept: {mangle}"
+    );
+}
