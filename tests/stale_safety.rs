@@ -400,7 +400,7 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
 }
 
 /// Removals each race test runs: `IPTW_STALE_ROUNDS`, or 12 (the figures
-/// in docs/mixed-state.md were taken with thousands). A race counts when
+/// in docs/testing.md were taken with thousands). A race counts when
 /// its writer wrote at least two rules a removal: under emulation (the
 /// kernel matrix, two removals) a writer manages a handful.
 fn rounds() -> usize {
