@@ -346,3 +346,41 @@ fn a_restore_left_running_by_a_killed_wrapper_keeps_locking_writers_waiting() {
         "the writer's rule is kept: {mangle}"
     );
 }
+
+#[test]
+fn a_record_that_cannot_be_read_is_shown_and_stops_a_removal() {
+    common::root_or_skip!();
+    for (case, spoil) in [
+        ("mode", "chmod 0644 {r}"),
+        ("byte", "printf '\\377\\n' >> {r}"),
+        ("link", "mv {r} {r}.real; ln -s {r}.real {r}"),
+    ] {
+        let node = node(&format!("unreadable-{case}"), "nft", "legacy");
+        let out = killed_after(&node, "emptied:legacy:ipv4");
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{case}");
+        let record = node.path("run/stale-removal");
+        node.sh(&spoil.replace("{r}", &record.display().to_string()));
+        let shown = stderr(&stale(&node, &[]));
+        let before = saves(&node, "legacy");
+        let out = stale(&node, &["--remove"]);
+        if case == "byte" {
+            // One odd byte spoils nothing: the record is read and finished.
+            assert!(shown.contains("an interrupted removal ("), "{case}: {shown}");
+            assert_eq!(out.status.code(), Some(0), "{case}: {}{}", stdout(&out), stderr(&out));
+            continue;
+        }
+        assert!(
+            shown.contains("is not a private regular file of this user"),
+            "{case}: {shown}"
+        );
+        assert_ne!(out.status.code(), Some(0), "{case}");
+        assert!(
+            stderr(&out).contains(&format!("{}", record.display()))
+                || stdout(&out).contains(&format!("{}", record.display())),
+            "{case}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(saves(&node, "legacy"), before, "{case}: nothing changed");
+    }
+}

@@ -182,15 +182,40 @@ struct Found {
     running: bool,
 }
 
-fn found(dir: &RunDir) -> Option<Found> {
-    let (mut file, _) = dir.open_private(RECORD)?;
+/// What the runtime directory holds under the record's name.
+enum Record {
+    Absent,
+    /// Something is there that is not a private regular file of this
+    /// user: never read, never replaced, always shown.
+    Unreadable,
+    Read(Found),
+}
+
+fn found(dir: &RunDir) -> Record {
+    let Some((mut file, _)) = dir.open_private(RECORD) else {
+        let at = Some(dir.fd().as_raw_fd());
+        return match nix::sys::stat::fstatat(at, RECORD, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Err(Errno::ENOENT) => Record::Absent,
+            _ => Record::Unreadable,
+        };
+    };
     let running = lock(&file, libc::LOCK_SH) == Err(Errno::EWOULDBLOCK);
-    let mut text = String::new();
-    (&mut file).take(MAX_LEN as u64).read_to_string(&mut text).ok()?;
-    Some(Found {
-        parts: parse(&text),
+    let mut bytes = Vec::new();
+    if (&mut file).take(MAX_LEN as u64).read_to_end(&mut bytes).is_err() {
+        return Record::Unreadable;
+    }
+    Record::Read(Found {
+        parts: parse(&String::from_utf8_lossy(&bytes)),
         running,
     })
+}
+
+/// Why a record that is there is not read, and what to do.
+fn unreadable(dir: &RunDir) -> String {
+    format!(
+        "a record of a removal is at {} but is not a private regular file of this user: an interrupted removal may have left it; read it, then move it away (a removal refuses while it is there)",
+        dir.path().join(RECORD).shown()
+    )
 }
 
 /// One line per removal the record names, each saying what it emptied, what
@@ -199,8 +224,10 @@ pub fn notice() -> Vec<String> {
     let Some(dir) = RunDir::open() else {
         return Vec::new();
     };
-    let Some(found) = found(&dir) else {
-        return Vec::new();
+    let found = match found(&dir) {
+        Record::Absent => return Vec::new(),
+        Record::Unreadable => return vec![unreadable(&dir)],
+        Record::Read(found) => found,
     };
     let last = found.parts.len().saturating_sub(1);
     found
@@ -214,8 +241,11 @@ pub fn notice() -> Vec<String> {
 /// How many removals the record names that died before their report (a
 /// removal that holds it still runs); 0 without a record. Reads no table.
 pub fn interrupted() -> usize {
-    let found = RunDir::open().and_then(|dir| found(&dir));
-    found.map_or(0, |f| f.parts.len() - usize::from(f.running && !f.parts.is_empty()))
+    match RunDir::open().map(|dir| found(&dir)) {
+        None | Some(Record::Absent) => 0,
+        Some(Record::Unreadable) => 1,
+        Some(Record::Read(f)) => f.parts.len() - usize::from(f.running && !f.parts.is_empty()),
+    }
 }
 
 /// The record of this removal, held (locked) until [`Held::finish`].
@@ -234,12 +264,13 @@ pub fn begin(part: &Part) -> Result<Held, String> {
         "the runtime directory cannot be used (see IPTABLES_WRAPPER_RUN_DIR) for the record of the removal".to_string()
     })?;
     let earlier = match found(&dir) {
-        Some(Found { running: true, parts }) => {
+        Record::Read(Found { running: true, parts }) => {
             let pid = parts.last().map_or(0, |p| p.pid);
             return Err(format!("another removal is in progress (pid {pid})"));
         }
-        Some(Found { parts, .. }) => Some(parts),
-        None => None,
+        Record::Read(Found { parts, .. }) => Some(parts),
+        Record::Unreadable => return Err(unreadable(&dir)),
+        Record::Absent => None,
     };
     let mut text: String = earlier.iter().flatten().map(Part::text).collect();
     text.push_str(&part.text());
