@@ -230,6 +230,32 @@ fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
     assert!(!stderr(&next).contains("interrupted"), "{}", stderr(&next));
 }
 
+#[test]
+fn a_record_whose_backup_is_gone_says_its_undo_cannot_run() {
+    common::root_or_skip!();
+    let node = node("backup-gone", "nft", "legacy");
+    let out = killed_after(&node, "emptied:legacy:ipv4");
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let said = stderr(&stale(&node, &[]));
+    let line = said.lines().find(|l| l.contains("an interrupted removal (")).unwrap();
+    assert!(!line.contains("no longer there"), "{line}");
+    let backup = line
+        .split("; backup ")
+        .nth(1)
+        .unwrap()
+        .split("; undo: ")
+        .next()
+        .unwrap();
+    std::fs::remove_dir_all(backup).unwrap();
+    let said = stderr(&stale(&node, &[]));
+    assert!(
+        said.contains(&format!(
+            "; backup {backup} (no longer there: its undo cannot run); undo: "
+        )),
+        "{said}"
+    );
+}
+
 /// A directory of the real backends where `name` is a stand-in that runs
 /// the real tool and then sends `signal` to the wrapper, the first time it
 /// runs in the wrapper's own namespace.
@@ -302,6 +328,28 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
         );
         assert!(!node.path("run/stale-removal").exists(), "{signal}");
     }
+}
+
+#[test]
+fn a_signal_the_caller_ignores_stays_ignored() {
+    common::root_or_skip!();
+    use std::os::unix::process::CommandExt as _;
+    let node = node("signal-ignored", "nft", "legacy");
+    let sbin = signalling(&node, "iptables-legacy-save", "HUP");
+    let mut removal = node.wrapper();
+    removal.env("IPTABLES_WRAPPER_SBIN", &sbin).args(["stale", "--remove"]);
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        removal.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = removal.output().unwrap();
+    assert!(node.path("signalled").exists(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!stderr(&out).contains("SIGHUP"), "{}", stderr(&out));
+    assert!(saves(&node, "legacy").iter().all(|s| emptied(s)));
 }
 
 #[test]

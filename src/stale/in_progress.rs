@@ -109,8 +109,13 @@ impl Part {
                 tables.join(", ")
             }
         };
+        let gone = if Path::new(&self.backup).is_dir() {
+            ""
+        } else {
+            " (no longer there: its undo cannot run)"
+        };
         format!(
-            "{} ({}, pid {}) emptied {}, left {}; backup {}; undo: {}",
+            "{} ({}, pid {}) emptied {}, left {}; backup {}{gone}; undo: {}",
             if running {
                 "a removal in progress"
             } else {

@@ -1,6 +1,7 @@
 //! What SIGTERM, SIGINT and SIGHUP do to a removal (`stale --remove`).
 //!
-//! From the start of the removal they are caught (a flag, nothing else), so
+//! From the start of the removal they are caught (a flag, nothing else;
+//! one the caller ignores stays ignored, as under `nohup`), so
 //! none of them ends the process between two steps. Before the first
 //! emptying the removal looks at the flag and, when one came, stops with
 //! nothing changed. From there on ([`NoTurningBack`]) they are also
@@ -32,17 +33,23 @@ extern "C" fn note(signal: libc::c_int) {
     CAME.store(signal, Ordering::SeqCst);
 }
 
-/// Catches [`CAUGHT`] for the rest of the process (a removal ends it).
+/// Catches [`CAUGHT`] for the rest of the process (a removal ends it),
+/// but for those the caller ignores (`nohup` ignores SIGHUP): they stay
+/// ignored.
 pub fn catch() {
     for signal in CAUGHT {
         // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe; the sigaction is fully initialised.
+        // async-signal-safe; the sigactions are fully initialised.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
+            let mut before: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = note as extern "C" fn(libc::c_int) as libc::sighandler_t;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
+            libc::sigaction(signal, &action, &mut before);
+            if before.sa_sigaction == libc::SIG_IGN {
+                libc::sigaction(signal, &before, std::ptr::null_mut());
+            }
         }
     }
 }
