@@ -48,8 +48,10 @@ iptables-nft or iptables-legacy and execs that backend.
              with --force; the wrapper's own file never; a failure midway
              puts back what it changed
   stale      show what the backend the host does not use still holds (rules,
-             user chains, DROP policies) per family, table and chain; -v adds
-             the rules in iptables-save form; exit 0 nothing stale, 1 stale,
+             user chains, DROP policies) per family, table and chain, and
+             the chains of a table --remove would leave beside the host
+             backend's, rule against rule; -v adds the rules in
+             iptables-save form; exit 0 nothing stale, 1 stale,
              2 refused (the host's backend is not certain: only the override,
              the host link or a hint chain in one backend alone are)
              --remove: save that backend's rules into --backup-dir DIR

@@ -214,7 +214,7 @@ COMMIT
 EOF
 iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     let before = legacy_saves(&node);
-    // Shown (nft's rule keeps defragmentation on): filter would open the host, and nat, which goes only with it
+    // Shown (nft's rule keeps defragmentation on): filter may open the host, and nat, which goes only with it
     // (its port forwards feed filter), is left with it.
     let shown = json(&stale(&node, &["--json"]));
     let tables = shown["findings"][0]["tables"].as_array().unwrap().clone();
@@ -232,7 +232,7 @@ iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
-        text.contains("left as it was: legacy ipv4 filter: removing it would open the host: 4 items that nft holds no twin of: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (--allow-opening removes it anyway)"),
+        text.contains("left as it was: legacy ipv4 filter: removing it may open the host (nft holds no `:INPUT DROP`, which blocks): 4 items that nft holds no twin of: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"),
         "{text}"
     );
     assert!(
@@ -373,7 +373,7 @@ fn a_queue_or_unknown_verdict_counts_as_filtering() {
         assert_held_open(
             &node,
             &["--remove"],
-            &format!("removing it would open the host: 1 item that nft holds no twin of: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
+            &format!("removing it may open the host (nft holds no `-A INPUT -p tcp -m tcp --dport 8080 -j {verdict}`, which blocks): 1 item that nft holds no twin of: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
         );
     }
 }

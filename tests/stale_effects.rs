@@ -17,8 +17,10 @@ use common::Node;
 struct Row {
     name: String,
     kind: String,
+    does: String,
     state: String,
     keeps_on: String,
+    in_nat: String,
     example: String,
 }
 
@@ -40,8 +42,10 @@ fn rows() -> Vec<Row> {
             Row {
                 name: cells[0].clone(),
                 kind: cells[1].clone(),
+                does: cells[2].clone(),
                 state: cells[3].clone(),
                 keeps_on: cells[4].clone(),
+                in_nat: cells[5].clone(),
                 example: if cells[6] == "-" {
                     String::new()
                 } else {
@@ -225,5 +229,80 @@ iptables-legacy -t mangle -A PREROUTING -p udp --dport 5000 {}",
             "{}: the live rule alone lets it through",
             case.name
         );
+    }
+}
+
+/// The targets that leave the packet and every reader's state as they
+/// were: only these may go without a twin (the test's own list, not the
+/// table's: a row moved there by mistake fails below).
+const LEAVE_ALL_AS_IT_WAS: [&str; 6] = ["ACCEPT", "RETURN", "LOG", "NFLOG", "TRACE", "AUDIT"];
+
+/// The targets that go in `nat` whatever their matches (the nat limit).
+const GO_IN_NAT: [&str; 6] = ["DNAT", "SNAT", "MASQUERADE", "REDIRECT", "NETMAP", "MARK"];
+
+/// Every target row: its example, loaded into a built-in chain of its
+/// table in the stale legacy backend, with nothing like it in the live
+/// nft one (which keeps conntrack on, so that only what the target does
+/// counts), is emptied where the target leaves all as it was (or goes in
+/// `nat`), and otherwise holds its family, nothing emptied: "may open the
+/// host" for a block or a queue, "not proven safe" for a change. A target
+/// the table says by mistake only observes, accepts or returns fails.
+#[test]
+fn every_target_goes_only_where_it_leaves_all_as_it_was() {
+    common::root_or_skip!();
+    let rows: Vec<Row> = rows().into_iter().filter(|r| r.kind == "target").collect();
+    assert!(rows.len() > 30, "{} target rows", rows.len());
+    for row in &rows {
+        let leaves = ["observes", "accepts", "returns"].contains(&row.does.as_str());
+        assert_eq!(
+            leaves,
+            LEAVE_ALL_AS_IT_WAS.contains(&row.name.as_str()),
+            "{}: {}",
+            row.name,
+            row.does
+        );
+        assert_eq!(
+            row.in_nat == "goes",
+            GO_IN_NAT.contains(&row.name.as_str()),
+            "{} in nat",
+            row.name
+        );
+    }
+    for row in rows.iter().filter(|r| !r.example.is_empty()) {
+        let node = Node::new(&format!("effects-target-{}", row.name.to_lowercase()));
+        node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+        let (table, rule) = match row.example.strip_prefix("-t ") {
+            Some(rest) => rest.split_once(' ').unwrap(),
+            None => ("filter", row.example.as_str()),
+        };
+        let chain = node.sh(&format!(
+            "ipset create S hash:ip -exist
+iptables-nft -A OUTPUT -d 192.0.2.9 -m conntrack --ctstate NEW -j ACCEPT
+for chain in PREROUTING INPUT FORWARD OUTPUT POSTROUTING; do
+  if iptables-legacy -t {table} -A $chain {rule} 2>/dev/null; then echo $chain; break; fi
+done"
+        ));
+        assert!(
+            !chain.trim().is_empty(),
+            "{}: no built-in chain of {table} loads `{rule}`",
+            row.name
+        );
+        let before = legacy_saves(&node);
+        let out = stale(&node, &["--remove"]);
+        let text = stdout(&out);
+        let name = &row.name;
+        if LEAVE_ALL_AS_IT_WAS.contains(&name.as_str()) || (table == "nat" && GO_IN_NAT.contains(&name.as_str())) {
+            assert_eq!(out.status.code(), Some(0), "{name}: {text}{}", stderr(&out));
+            assert!(!legacy_saves(&node).contains("-A "), "{name}: {text}");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{name}: {text}{}", stderr(&out));
+            let verdict = match name.as_str() {
+                "DROP" | "REJECT" | "NFQUEUE" | "QUEUE" => "may open the host",
+                _ => "is not proven safe",
+            };
+            let held = format!("left as it was: legacy ipv4 {table}: removing it {verdict}");
+            assert!(text.contains(&held), "{name} in {}: {text}", chain.trim());
+            assert_eq!(legacy_saves(&node), before, "{name}");
+        }
     }
 }

@@ -387,8 +387,8 @@ ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT");
         "{text}"
     );
     assert!(
-        text.contains("left as it was: legacy ipv6 mangle: removing it would open the host")
-            && text.contains("left as it was: legacy ipv6 filter: removing it would open the host"),
+        text.contains("left as it was: legacy ipv6 mangle: removing it is not proven safe")
+            && text.contains("left as it was: legacy ipv6 filter: removing it may open the host (nft holds no `-A INPUT -m mark --mark 0x1 -j DROP`, which blocks)"),
         "{text}"
     );
     let (ipv4, ipv6) = (node.sh("iptables-legacy-save"), node.sh("ip6tables-legacy-save"));
@@ -415,4 +415,72 @@ iptables-nft -A INPUT -p tcp --dport 8080 -j ACCEPT",
     );
     let lab = Lab::new(&node, &[8080, 8081], false);
     assert_stays_blocked(&node, &lab, "10.0.0.1:8080", "10.0.0.1:8081", ":INPUT DROP");
+}
+
+/// Rules for `tool`: a DROP policy, a user chain that accepts `accepted`
+/// ports, and one that drops 9002 after it.
+fn user_chain_rules(tool: &str, accepted: &[u16]) -> String {
+    let mut rules = format!(
+        "{tool} -P INPUT DROP
+{tool} -N user-input
+{tool} -N after-input
+{tool} -A INPUT -j user-input
+{tool} -A INPUT -j after-input
+{tool} -A after-input -p tcp --dport 9002 -j DROP
+"
+    );
+    for port in accepted {
+        rules.push_str(&format!("{tool} -A user-input -p tcp --dport {port} -j ACCEPT\n"));
+    }
+    rules
+}
+
+#[test]
+fn a_stale_copy_that_only_accepts_more_goes_and_nothing_opens() {
+    common::root_or_skip!();
+    let node = node_with(
+        "judge-permissive",
+        &user_chain_rules("iptables-legacy", &[9000, 9001]),
+        &user_chain_rules("iptables-nft", &[9000]),
+    );
+    let lab = Lab::new(&node, &[9000, 9001, 9002, 9003], false);
+    let blocked = ["10.0.0.1:9001", "10.0.0.1:9002", "10.0.0.1:9003"];
+    assert!(lab.reaches("10.0.0.1:9000"));
+    for probe in blocked {
+        assert!(!lab.connects(probe), "{probe} is blocked before");
+    }
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!legacy_saves(&node).contains("-A"), "{}", legacy_saves(&node));
+    for probe in blocked {
+        assert!(!lab.connects(probe), "{probe} is still blocked after");
+    }
+    assert!(lab.connects("10.0.0.1:9000"));
+}
+
+#[test]
+fn a_stale_copy_that_accepts_less_is_held_naming_where_it_differs() {
+    common::root_or_skip!();
+    let node = node_with(
+        "judge-stricter",
+        &user_chain_rules("iptables-legacy", &[9000]),
+        &user_chain_rules("iptables-nft", &[9000, 9001]),
+    );
+    let lab = Lab::new(&node, &[9000, 9001], false);
+    assert_stays_blocked(
+        &node,
+        &lab,
+        "10.0.0.1:9001",
+        "10.0.0.1:9000",
+        "chain user-input, rule 2: legacy none, nft `-A user-input -p tcp -m tcp --dport 9001 -j ACCEPT`",
+    );
+    // Shown, the held chain stale against live, rule against rule.
+    let out = stale(&node, &[]);
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "    chain user-input\n      both    -A user-input -p tcp -m tcp --dport 9000 -j ACCEPT\n      nft     -A user-input -p tcp -m tcp --dport 9001 -j ACCEPT\n"
+        ),
+        "{text}"
+    );
 }

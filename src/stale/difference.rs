@@ -1,6 +1,7 @@
-//! Where a held stale chain first differs from its live namesake, to name
-//! the rule that made a verdict: the chain and position, and the rule
-//! each side holds there, followed into the user chains both jump to.
+//! Where a held stale chain differs from its live namesake: first, to name
+//! the rule that made a verdict (the chain and position, and the rule
+//! each side holds there, followed into the user chains both jump to);
+//! and whole, rule against rule, for an operator to review.
 
 use super::saved_rules::{targets, SavedTable};
 use std::collections::HashSet;
@@ -67,4 +68,167 @@ impl Difference {
             side(&self.live)
         )
     }
+}
+
+/// Context rules shown around each difference.
+const CONTEXT: usize = 2;
+/// Above this many cells (rules times rules), a chain's middle is not
+/// aligned rule by rule but shown as the stale rules, then the live ones.
+const ALIGNED_AT_MOST: usize = 4_000_000;
+
+/// One chain of a held table, stale against live: each side's policy
+/// (None: not declared there) and the rules aligned.
+#[derive(Debug)]
+pub(super) struct Compared {
+    chain: Vec<u8>,
+    stale_policy: Option<Vec<u8>>,
+    live_policy: Option<Vec<u8>>,
+    rules: Vec<(Side, Vec<u8>)>,
+}
+
+/// The chains of the held `items` of `stale` and the user chains they
+/// reach, each that differs from its live namesake.
+pub(super) fn compared(stale: &SavedTable, live: &SavedTable, items: &[Vec<u8>]) -> Vec<Compared> {
+    let mut chains: Vec<Vec<u8>> = Vec::new();
+    for item in items {
+        let chain = match item.strip_prefix(b":") {
+            Some(policy) => policy.split(|&b| b == b' ').next(),
+            None => item.split(|&b| b == b' ').nth(1),
+        };
+        if let Some(chain) = chain.filter(|c| !chains.iter().any(|seen| seen == c)) {
+            chains.push(chain.to_vec());
+        }
+    }
+    let mut at = 0;
+    while at < chains.len() {
+        for target in stale.chain(&chains[at]).iter().flat_map(|rule| targets(rule)) {
+            if stale.is_user_chain(&target) && !chains.contains(&target) {
+                chains.push(target);
+            }
+        }
+        at += 1;
+    }
+    chains
+        .into_iter()
+        .filter_map(|chain| {
+            let (stale_rules, live_rules) = (stale.chain(&chain), live.chain(&chain));
+            let (stale_policy, live_policy) = (stale.policy(&chain), live.policy(&chain));
+            if stale_rules == live_rules && stale_policy == live_policy {
+                return None;
+            }
+            Some(Compared {
+                stale_policy: stale_policy.map(<[u8]>::to_vec),
+                live_policy: live_policy.map(<[u8]>::to_vec),
+                rules: aligned(&stale_rules, &live_rules)
+                    .into_iter()
+                    .map(|(side, rule)| (side, rule.to_vec()))
+                    .collect(),
+                chain,
+            })
+        })
+        .collect()
+}
+
+impl Compared {
+    /// "chain INPUT (policy: legacy DROP, nft ACCEPT)" (a user chain's
+    /// name alone, a policy the same once), then per rule
+    /// "  both    RULE", "  legacy  RULE" (stale only) or "  nft     RULE"
+    /// (live only); rules the same far from a difference as "  ... N the
+    /// same". For an operator to review before `--allow-opening`, or to
+    /// edit.
+    pub(super) fn shown(&self, stale_name: &str, live_name: &str) -> Vec<String> {
+        let chain = String::from_utf8_lossy(&self.chain);
+        let policy = |p: &Option<Vec<u8>>| String::from_utf8_lossy(p.as_deref().unwrap_or_default()).into_owned();
+        let mut out = vec![match (&self.stale_policy, &self.live_policy) {
+            (_, None) => format!("chain {chain} ({live_name} has no such chain)"),
+            (stale, live) if stale == live && policy(live) == "-" => format!("chain {chain}"),
+            (stale, live) if stale == live => format!("chain {chain} (policy {})", policy(live)),
+            (stale, live) => format!(
+                "chain {chain} (policy: {stale_name} {}, {live_name} {})",
+                policy(stale),
+                policy(live)
+            ),
+        }];
+        let width = stale_name.len().max(live_name.len()).max("both".len());
+        let rules = &self.rules;
+        let near = |i: usize| {
+            rules[i.saturating_sub(CONTEXT)..(i + CONTEXT + 1).min(rules.len())]
+                .iter()
+                .any(|(side, _)| *side != Side::Both)
+        };
+        let mut same_run = 0;
+        for (i, (side, rule)) in rules.iter().enumerate() {
+            if *side == Side::Both && !near(i) {
+                same_run += 1;
+                continue;
+            }
+            if same_run > 0 {
+                out.push(format!("  ... {same_run} the same"));
+                same_run = 0;
+            }
+            let name = match side {
+                Side::Both => "both",
+                Side::Stale => stale_name,
+                Side::Live => live_name,
+            };
+            out.push(format!("  {name:width$}  {}", String::from_utf8_lossy(rule)));
+        }
+        if same_run > 0 {
+            out.push(format!("  ... {same_run} the same"));
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Both,
+    Stale,
+    Live,
+}
+
+/// The two chains' rules aligned by a longest common subsequence, after
+/// their common first and last rules; a middle too large to align is the
+/// stale rules, then the live ones.
+fn aligned<'a>(stale: &[&'a [u8]], live: &[&'a [u8]]) -> Vec<(Side, &'a [u8])> {
+    let head = stale.iter().zip(live).take_while(|(s, l)| s == l).count();
+    let tail = stale[head..]
+        .iter()
+        .rev()
+        .zip(live[head..].iter().rev())
+        .take_while(|(s, l)| s == l)
+        .count();
+    let (s, l) = (&stale[head..stale.len() - tail], &live[head..live.len() - tail]);
+    let mut out: Vec<(Side, &[u8])> = stale[..head].iter().map(|r| (Side::Both, *r)).collect();
+    if s.len().saturating_mul(l.len()) > ALIGNED_AT_MOST {
+        out.extend(s.iter().map(|r| (Side::Stale, *r)));
+        out.extend(l.iter().map(|r| (Side::Live, *r)));
+    } else {
+        // common[i][j]: the longest common subsequence of s[i..] and l[j..].
+        let mut common = vec![vec![0u32; l.len() + 1]; s.len() + 1];
+        for i in (0..s.len()).rev() {
+            for j in (0..l.len()).rev() {
+                common[i][j] = if s[i] == l[j] {
+                    common[i + 1][j + 1] + 1
+                } else {
+                    common[i + 1][j].max(common[i][j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < s.len() || j < l.len() {
+            if i < s.len() && j < l.len() && s[i] == l[j] {
+                out.push((Side::Both, s[i]));
+                (i, j) = (i + 1, j + 1);
+            } else if j == l.len() || (i < s.len() && common[i + 1][j] >= common[i][j + 1]) {
+                out.push((Side::Stale, s[i]));
+                i += 1;
+            } else {
+                out.push((Side::Live, l[j]));
+                j += 1;
+            }
+        }
+    }
+    out.extend(stale[stale.len() - tail..].iter().map(|r| (Side::Both, *r)));
+    out
 }

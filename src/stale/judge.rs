@@ -17,8 +17,8 @@ use crate::family::Family;
 use crate::mode::Mode;
 use std::path::Path;
 
-/// Per table of `names` in the stale `save`: why emptying it would open
-/// the host that `live` filters (None: it would not, or `allow_opening`).
+/// Per table of `names` in the stale `save`: why emptying it is not proven
+/// safe for the host that `live` filters (None: it is, or `allow_opening`).
 pub fn held_back(
     save: &[u8],
     live: Mode,
@@ -31,7 +31,8 @@ pub fn held_back(
         return Ok(vec![None; names.len()]);
     }
     opening::openings(save, live, family, names, private_lock)
-        .map_err(|why| format!("whether removing it would open the host is unknown: {why}; nothing removed"))
+        .map(|opens| opens.into_iter().map(|open| open.map(|o| o.why)).collect())
+        .map_err(|why| format!("whether removing it is safe is unknown: {why}; nothing removed"))
 }
 
 /// Why a table with no reason of its own is left: the tables of its
@@ -45,14 +46,16 @@ fn left_with(held: &[&str]) -> String {
 }
 
 /// A proof's verdicts for the tables `names` of one family, judged as one:
-/// a table that would open the host (`opens`) fails ("... (--allow-opening
+/// a table not proven safe (`opens`) fails ("... (--allow-opening
 /// removes it anyway)"), and when any table fails, every other one is left
 /// with it. The backup is cut to the tables still to be emptied (none,
 /// then): an undo never replaces a table the removal left alone.
 pub fn as_one((save, mut verdicts): Verdicts, opens: Vec<Option<String>>, names: &[&str]) -> Verdicts {
     for (verdict, open) in verdicts.iter_mut().zip(opens) {
         if let (Ok(()), Some(why)) = (&verdict, open) {
-            *verdict = Err(format!("{why} (--allow-opening removes it anyway)"));
+            *verdict = Err(format!(
+                "{why} (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"
+            ));
         }
     }
     let held: Vec<&str> = names
@@ -85,10 +88,10 @@ pub fn unsaved(unsaved: &[find::LeftTable], names: &[&str]) -> Verdicts {
 }
 
 /// Per table of one family, what showing says of removing it: why it
-/// would open the host (Some), or that it would not (None), or why that is
+/// is not proven safe (Some), or that it is (None), or why that is
 /// unknown (Err); judged as one, as [`as_one`] does: a table with nothing
 /// of its own is left with the tables that are held (unknown, where
-/// whether one would open the host is).
+/// whether one is safe is).
 pub fn shown_as_one(opens: Vec<Result<Option<String>, String>>, names: &[&str]) -> Vec<Result<Option<String>, String>> {
     let held: Vec<&str> = names
         .iter()
@@ -104,7 +107,7 @@ pub fn shown_as_one(opens: Vec<Result<Option<String>, String>>, names: &[&str]) 
         .into_iter()
         .map(|open| match open {
             Ok(None) if unknown => Err(left_with(&held)),
-            Ok(None) => Ok(Some(format!("removing it would open the host: {}", left_with(&held)))),
+            Ok(None) => Ok(Some(left_with(&held))),
             other => other,
         })
         .collect()
@@ -120,7 +123,7 @@ mod tests {
         let names = ["mangle", "filter"];
         let (backup, verdicts) = as_one(
             (save.to_vec(), vec![Ok(()), Ok(())]),
-            vec![Some("removing it would open the host: x".into()), None],
+            vec![Some("removing it may open the host: x".into()), None],
             &names,
         );
         assert!(backup.is_empty());

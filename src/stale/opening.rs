@@ -34,7 +34,7 @@
 //! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
 
-use super::difference::{self, Difference};
+use super::difference::{self, Compared, Difference};
 use super::effects::{self, Kept, Kind};
 use super::hooks;
 use super::live_save::proven_live_save;
@@ -205,6 +205,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             items.push(line.clone());
         }
     }
+    let blocks_alone = items.iter().find(|item| blocks_alone(item, table, live)).cloned();
     let difference = items.first().and_then(|item| {
         let chain = match item.strip_prefix(b":") {
             Some(policy) => policy.split(|&b| b == b' ').next().unwrap_or_default(),
@@ -212,15 +213,45 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         };
         difference::first(table, live, chain)
     });
-    Held { items, difference }
+    Held {
+        compared: difference::compared(table, live, &items),
+        items,
+        blocks_alone,
+        difference,
+    }
+}
+
+/// Whether the held `item` of `stale` blocks (or queues) packets with no
+/// such item in `live`: a policy other than the live chain's, or a rule
+/// whose verdict only blocks or queues that the live chain does not hold.
+/// Removing it may open the host; other held items are only not proven
+/// safe (the live copy holds them, elsewhere or reached otherwise).
+fn blocks_alone(item: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
+    let mut words = item.split(|&b| b == b' ');
+    if let Some(chain) = item
+        .strip_prefix(b":")
+        .and_then(|line| line.split(|&b| b == b' ').next())
+    {
+        let policy = words.nth(1).unwrap_or_default();
+        return live.policy(chain) != Some(policy);
+    }
+    let chain = words.nth(1).unwrap_or_default();
+    targets(item)
+        .iter()
+        .any(|t| !stale.is_user_chain(t) && effects::of(t, Kind::Target).only_ends())
+        && !live.chain(chain).contains(&item)
 }
 
 /// What holds one stale table: the items the live table holds no twin of
-/// (none: it may go), and where the chain of the first of them first
-/// differs from the live one.
+/// (none: it may go), the first of them that blocks with no such item
+/// live ([`blocks_alone`]), and where the chain of the first of them
+/// first differs from the live one.
 pub struct Held {
     pub items: Vec<Vec<u8>>,
+    blocks_alone: Option<Vec<u8>>,
     difference: Option<Difference>,
+    /// The held chains that differ from the live ones, rule against rule.
+    compared: Vec<Compared>,
 }
 
 /// Per name in `tables`: the items of that table in `stale_save` that
@@ -255,7 +286,9 @@ pub fn unenforced(
             let Some((_, table)) = stale.iter().find(|(n, _)| n.as_slice() == name.as_bytes()) else {
                 return Held {
                     items: Vec::new(),
+                    blocks_alone: None,
                     difference: None,
+                    compared: Vec::new(),
                 };
             };
             let live_table = live
@@ -280,8 +313,15 @@ fn kept_live(live: &[(Vec<u8>, SavedTable)]) -> Kept {
         .unwrap_or(Kept::Nothing)
 }
 
+/// Why emptying a stale table is not proven safe ([`describe`]), and its
+/// held chains stale against live ([`Compared::shown`]).
+pub struct Opening {
+    pub why: String,
+    pub side_by_side: Vec<String>,
+}
+
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
-/// would open the host, or None when the host's backend `live` holds a
+/// is not proven safe, or None when the host's backend `live` holds a
 /// twin of every item it holds.
 pub fn openings(
     stale_save: &[u8],
@@ -289,7 +329,7 @@ pub fn openings(
     family: Family,
     tables: &[&str],
     private_lock: &Path,
-) -> Result<Vec<Option<String>>, String> {
+) -> Result<Vec<Option<Opening>>, String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let shared = hooks::shared(family, live_save.own.as_deref())?;
@@ -308,7 +348,14 @@ pub fn openings(
                     (Some((_, why)), None) => Some(why.clone()),
                     (None, None) => None,
                 };
-                describe(&held, live, uncounted.as_deref())
+                describe(&held, live, uncounted.as_deref()).map(|why| Opening {
+                    why,
+                    side_by_side: held
+                        .compared
+                        .iter()
+                        .flat_map(|c| c.shown(live.other().name(), live.name()))
+                        .collect(),
+                })
             })
             .collect(),
     )
@@ -317,9 +364,12 @@ pub fn openings(
 /// Items shown at most in one line.
 const ITEMS_SHOWN: usize = 20;
 
-/// "removing it would open the host: 2 items that nft holds no twin of:
-/// ...; where they first differ: chain INPUT, rule 2: ...", naming why the
-/// live table was not counted (`uncounted`).
+/// "removing it may open the host (nft holds no `-A INPUT ... -j DROP`,
+/// which blocks): 2 items that nft holds no twin of: ...; where the first
+/// of them differs: chain INPUT, rule 2: ...", or "removing it is not
+/// proven safe: ..." where each held item is held in the live copy too,
+/// elsewhere or reached otherwise; naming why the live table was not
+/// counted (`uncounted`).
 fn describe(held: &Held, live: Mode, uncounted: Option<&str>) -> Option<String> {
     let items = &held.items;
     if items.is_empty() {
@@ -331,8 +381,15 @@ fn describe(held: &Held, live: Mode, uncounted: Option<&str>) -> Option<String> 
         .map(|item| String::from_utf8_lossy(item).into_owned())
         .collect();
     let more = items.len().saturating_sub(ITEMS_SHOWN);
+    let verdict = match &held.blocks_alone {
+        Some(item) => format!(
+            "removing it may open the host ({live} holds no `{}`, which blocks)",
+            String::from_utf8_lossy(item)
+        ),
+        None => "removing it is not proven safe".to_string(),
+    };
     Some(format!(
-        "removing it would open the host: {} item{} that {live} holds no twin of{}: {}{}{}",
+        "{verdict}: {} item{} that {live} holds no twin of{}: {}{}{}",
         items.len(),
         if items.len() == 1 { "" } else { "s" },
         uncounted

@@ -19,15 +19,22 @@ pub(super) struct Twins<'a> {
     live_harmless: HashSet<Vec<u8>>,
     /// The stale side's exiting user chains ([`SavedTable::exiting_chains`]).
     stale_exiting: HashSet<Vec<u8>>,
+    /// Each side's user chains that reach no rule keeping state of its own
+    /// ([`stateless_chains`]).
+    stale_stateless: HashSet<Vec<u8>>,
+    live_stateless: HashSet<Vec<u8>>,
     chains: HashMap<Vec<u8>, (StaleChain<'a>, LiveChain<'a>)>,
     whole_chains: HashMap<Vec<u8>, bool>,
+    /// Per user chain: whether the live one returns every packet the stale
+    /// one returns, in the same state ([`Twins::returns_same_way`]).
+    returning_chains: HashMap<Vec<u8>, bool>,
 }
 
 /// The rules of one chain of one side, and what each is.
 struct ChainRules<'a> {
     rules: Vec<&'a [u8]>,
     /// Loads a match that keeps state of its own, which every packet
-    /// reaching the rule feeds.
+    /// reaching the rule feeds, or jumps to a chain that reaches one.
     own_state: Vec<bool>,
     /// Can neither end the chain other than by blocking nor change what a
     /// later rule matches ([`SavedTable::harmless`]).
@@ -43,15 +50,33 @@ struct StaleChain<'a> {
 
 struct LiveChain<'a> {
     read: ChainRules<'a>,
-    /// The user chains the rule jumps to are the same in both sides.
+    /// The user chains the rule jumps or goes to return, in the live side,
+    /// every packet they return in the stale side, in the same state
+    /// ([`Twins::returns_same_way`]).
     same_chains: Vec<bool>,
+    /// The user chains the rule jumps or goes to are the same in both
+    /// sides, rule for rule ([`same_chains`]).
+    twin_chains: Vec<bool>,
 }
 
 impl<'a> ChainRules<'a> {
-    fn read(side: &'a SavedTable, chain: &[u8], harmless: &HashSet<Vec<u8>>) -> ChainRules<'a> {
+    fn read(
+        side: &'a SavedTable,
+        chain: &[u8],
+        harmless: &HashSet<Vec<u8>>,
+        stateless: &HashSet<Vec<u8>>,
+    ) -> ChainRules<'a> {
         let rules = side.chain(chain);
         ChainRules {
-            own_state: rules.iter().map(|r| keeps_own_state(r)).collect(),
+            own_state: rules
+                .iter()
+                .map(|r| {
+                    keeps_own_state(r)
+                        || targets(r)
+                            .iter()
+                            .any(|t| side.is_user_chain(t) && !stateless.contains(t))
+                })
+                .collect(),
             harmless: rules.iter().map(|r| side.harmless(r, harmless)).collect(),
             rules,
         }
@@ -66,14 +91,17 @@ impl<'a> Twins<'a> {
             stale_harmless: stale.harmless_chains(),
             live_harmless: live.harmless_chains(),
             stale_exiting: stale.exiting_chains(),
+            stale_stateless: stateless_chains(stale),
+            live_stateless: stateless_chains(live),
             chains: HashMap::new(),
             whole_chains: HashMap::new(),
+            returning_chains: HashMap::new(),
         }
     }
 
     fn chain(&mut self, chain: &[u8]) -> &(StaleChain<'a>, LiveChain<'a>) {
         if !self.chains.contains_key(chain) {
-            let stale = ChainRules::read(self.stale, chain, &self.stale_harmless);
+            let stale = ChainRules::read(self.stale, chain, &self.stale_harmless, &self.stale_stateless);
             let exits = [false, true].map(|to_policy| {
                 stale
                     .rules
@@ -81,8 +109,9 @@ impl<'a> Twins<'a> {
                     .map(|r| self.stale.exits(r, to_policy, &self.stale_exiting))
                     .collect()
             });
-            let live = ChainRules::read(self.live, chain, &self.live_harmless);
-            let same_chains = live
+            let live = ChainRules::read(self.live, chain, &self.live_harmless, &self.live_stateless);
+            let returning = live.rules.iter().map(|r| self.returns_same_way(r)).collect();
+            let twin_chains = live
                 .rules
                 .iter()
                 .map(|r| same_chains(r, self.stale, self.live, &mut HashSet::new()))
@@ -91,12 +120,44 @@ impl<'a> Twins<'a> {
                 StaleChain { read: stale, exits },
                 LiveChain {
                     read: live,
-                    same_chains,
+                    same_chains: returning,
+                    twin_chains,
                 },
             );
             self.chains.insert(chain.to_vec(), read);
         }
         &self.chains[chain]
+    }
+
+    /// Whether each user chain `rule` jumps or goes to is one in both
+    /// sides, and the live one returns to the caller every packet the
+    /// stale one returns, in the same state ([`same_way_in`] over the
+    /// whole chains, as up to a policy: a stale `RETURN` or `-g` the live
+    /// chain lacks would return packets the live one may accept). So the
+    /// stale chain may accept more, or block less, than the live one; a
+    /// chain reached again while being judged counts as not.
+    fn returns_same_way(&mut self, rule: &[u8]) -> bool {
+        for t in targets(rule) {
+            if !self.stale.is_user_chain(&t) && !self.live.is_user_chain(&t) {
+                continue;
+            }
+            if let Some(&same) = self.returning_chains.get(&t) {
+                if !same {
+                    return false;
+                }
+                continue;
+            }
+            self.returning_chains.insert(t.clone(), false);
+            let same = self.stale.is_user_chain(&t) && self.live.is_user_chain(&t) && {
+                let (stale, live) = self.chain(&t);
+                same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
+            };
+            self.returning_chains.insert(t, same);
+            if !same {
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether the live chain brings to its policy every packet the stale
@@ -111,11 +172,15 @@ impl<'a> Twins<'a> {
     pub(super) fn in_order(&mut self, chain: &[u8], at: usize) -> bool {
         let (stale, live) = self.chain(chain);
         let line = stale.read.rules[at];
-        live.read
-            .rules
-            .iter()
-            .enumerate()
-            .any(|(i, rule)| *rule == line && same_way_in(live, i, stale, at, false))
+        let fed = stale.read.own_state[at];
+        live.read.rules.iter().enumerate().any(|(i, rule)| {
+            *rule == line
+                && if fed {
+                    same_before(live, i, stale, at)
+                } else {
+                    same_way_in(live, i, stale, at, false)
+                }
+        })
     }
 
     /// Whether the live chain is the stale one's twin: declared there too,
@@ -177,7 +242,7 @@ fn same_way_in(live: &LiveChain, live_len: usize, stale: &StaleChain, stale_len:
         .iter()
         .chain(&stale.read.own_state[..stale_len]);
     if own_state.copied().any(|own| own) {
-        return live_rules == stale_rules && live.same_chains[..live_len].iter().all(|&same| same);
+        return same_before(live, live_len, stale, stale_len);
     }
     let live_significant: Vec<usize> = (0..live_len).filter(|&i| !live.read.harmless[i]).collect();
     let in_live: HashSet<&[u8]> = live_significant.iter().map(|&i| live_rules[i]).collect();
@@ -191,10 +256,31 @@ fn same_way_in(live: &LiveChain, live_len: usize, stale: &StaleChain, stale_len:
         && stale_significant.next().is_none()
 }
 
+/// Whether the first `live_len` rules of the live chain are the stale
+/// chain's first `stale_len`, with the same user chains behind them: the
+/// same packets reach what follows (a rule keeping state of its own there
+/// is fed by the same packets).
+fn same_before(live: &LiveChain, live_len: usize, stale: &StaleChain, stale_len: usize) -> bool {
+    live.read.rules[..live_len] == stale.read.rules[..stale_len]
+        && live.twin_chains[..live_len].iter().all(|&same| same)
+}
+
 /// Whether `rule` loads a match that keeps state of the rule's own, which
 /// every packet reaching the rule feeds.
 fn keeps_own_state(rule: &[u8]) -> bool {
     match_modules(rule)
         .iter()
         .any(|m| effects::of(m, Kind::Match).state == State::OwnRule)
+}
+
+/// The user chains of `side` from which no rule keeping state of its own
+/// is reached (a `limit` in a chain jumped to is fed by every packet that
+/// reaches the jump), to a fixed point.
+fn stateless_chains(side: &SavedTable) -> HashSet<Vec<u8>> {
+    side.user_chains_where(|rule, stateless| {
+        !keeps_own_state(rule)
+            && targets(rule)
+                .iter()
+                .all(|t| !side.is_user_chain(t) || stateless.contains(t))
+    })
 }

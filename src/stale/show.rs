@@ -28,7 +28,7 @@ pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options) ->
             .collect(),
     };
     let saves = if options.verbose { saves(&findings) } else { Vec::new() };
-    let opens = openings(hosts, &findings);
+    let (opens, side_by_side) = openings(hosts, &findings);
     let out = if options.json {
         format!("{}\n", json_report(hosts, uncertain, &findings, &saves, &opens, None))
     } else {
@@ -36,7 +36,7 @@ pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options) ->
         if let Some(why) = uncertain {
             let _ = writeln!(out, "which backend is stale is not certain: {}", printable(why));
         }
-        out.push_str(&text_with(hosts, &findings, &saves, &opens));
+        out.push_str(&text_with(hosts, &findings, &saves, &opens, &side_by_side));
         out.push_str(&summary(&findings, uncertain.is_some()));
         out
     };
@@ -71,45 +71,56 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
 }
 
 /// Per finding of a backend the host does not use, per table: why emptying
-/// it would open the host (None: it would not), or why that is unknown.
+/// it is not proven safe (None: it is), or why that is unknown.
 /// Empty for the host's own backend.
 type Openings = Vec<Vec<Result<Option<String>, String>>>;
 
-/// What [`Openings`] says for each finding.
-fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Openings {
+/// Per finding, per table: its held chains stale against live (empty
+/// where it is not held, or where that is unknown).
+type SideBySide = Vec<Vec<Vec<String>>>;
+
+/// What [`Openings`] says for each finding, and [`SideBySide`].
+fn openings(hosts: &[HostBackend], findings: &[Finding]) -> (Openings, SideBySide) {
     findings
         .iter()
         .map(|f| {
             let live = host_of(hosts, f.family);
             if f.backend == live || f.tables.is_empty() {
-                return Vec::new();
+                return (Vec::new(), Vec::new());
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
             let opens = proof::AnonymousLock::new().and_then(|lock| {
                 save_tool::tables(f.backend, f.family, &names)
                     .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
             });
-            let opens = match opens {
-                Ok(opens) => opens.into_iter().map(Ok).collect(),
-                Err(why) => names.iter().map(|_| Err(why.clone())).collect(),
+            let (opens, side_by_side) = match opens {
+                Ok(opens) => opens
+                    .into_iter()
+                    .map(|open| match open {
+                        Some(open) => (Ok(Some(open.why)), open.side_by_side),
+                        None => (Ok(None), Vec::new()),
+                    })
+                    .unzip(),
+                Err(why) => names.iter().map(|_| (Err(why.clone()), Vec::new())).unzip(),
             };
-            judge::shown_as_one(opens, &names)
+            (judge::shown_as_one(opens, &names), side_by_side)
         })
-        .collect()
+        .unzip()
 }
 
 /// The report in words.
 pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>, String>]) -> String {
-    text_with(hosts, findings, saves, &Vec::new())
+    text_with(hosts, findings, saves, &Vec::new(), &Vec::new())
 }
 
-/// The report in words, with whether removing each stale table would open
-/// the host.
+/// The report in words, with whether removing each stale table is proven
+/// safe.
 fn text_with(
     hosts: &[HostBackend],
     findings: &[Finding],
     saves: &[Result<Vec<u8>, String>],
     opens: &Openings,
+    side_by_side: &SideBySide,
 ) -> String {
     let mut out = String::new();
     for host in hosts {
@@ -166,13 +177,17 @@ fn text_with(
                 }
                 Some(Ok(Some(why))) => {
                     let _ = writeln!(out, "  {}; --remove leaves it unless --allow-opening", printable(why));
+                    for line in side_by_side
+                        .get(index)
+                        .and_then(|s| s.get(table_index))
+                        .into_iter()
+                        .flatten()
+                    {
+                        let _ = writeln!(out, "    {}", printable(line));
+                    }
                 }
                 Some(Err(why)) => {
-                    let _ = writeln!(
-                        out,
-                        "  whether removing it would open the host is unknown: {}",
-                        printable(why)
-                    );
+                    let _ = writeln!(out, "  whether removing it is safe is unknown: {}", printable(why));
                 }
                 None => {}
             }

@@ -30,6 +30,9 @@ pub struct Tally {
     pub refused: usize,
     pub wholly_copied: usize,
     pub wholly_copied_removed: usize,
+    /// States whose stale copy only accepts more ([`LiveCopy::Loosened`]).
+    pub loosened: usize,
+    pub loosened_removed: usize,
     pub flows_sent: usize,
     /// Flows opened by removing a stale-only nat rule that steered them
     /// into a live block (the documented limit).
@@ -55,6 +58,8 @@ impl Tally {
         self.refused += other.refused;
         self.wholly_copied += other.wholly_copied;
         self.wholly_copied_removed += other.wholly_copied_removed;
+        self.loosened += other.loosened;
+        self.loosened_removed += other.loosened_removed;
         self.flows_sent += other.flows_sent;
         self.nat_limit_flows += other.nat_limit_flows;
         self.doubling_flows += other.doubling_flows;
@@ -65,13 +70,15 @@ impl Tally {
 
     pub fn counts(&self) -> String {
         format!(
-            "{} states: {} removed (exit 0), {} held (exit 1), {} refused (exit 2); {} wholly copied, {} of them removed; {} flows sent; {} opened by a stale-only nat rule into a live block and {} opened where only both copies together stopped them (the documented limits); {} slow before (passed when rebuilt); {} failures",
+            "{} states: {} removed (exit 0), {} held (exit 1), {} refused (exit 2); {} wholly copied, {} of them removed; {} loosened, {} of them removed; {} flows sent; {} opened by a stale-only nat rule into a live block and {} opened where only both copies together stopped them (the documented limits); {} slow before (passed when rebuilt); {} failures",
             self.states,
             self.removed,
             self.held,
             self.refused,
             self.wholly_copied,
             self.wholly_copied_removed,
+            self.loosened,
+            self.loosened_removed,
             self.flows_sent,
             self.nat_limit_flows,
             self.doubling_flows,
@@ -200,6 +207,10 @@ pub fn run(state: &State) -> Tally {
                 "the live backend holds every stale rule, yet the stale backend was not removed".into(),
             ));
         }
+    }
+    if state.copy == LiveCopy::Loosened {
+        tally.loosened += 1;
+        tally.loosened_removed += usize::from(code == Some(0));
     }
     let mut changed = false;
     for ((family, was), (_, is)) in stale_before.iter().zip(&stale_after) {

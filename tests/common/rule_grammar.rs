@@ -214,6 +214,9 @@ pub enum LiveCopy {
     /// Some stale lines, some motifs made again with other parameters,
     /// some of the live backend's own.
     Partial,
+    /// Every stale line but some of the filter table's `ACCEPT` rules: the
+    /// stale copy accepts more than the live one, blocks nothing more.
+    Loosened,
     /// Motifs of its own.
     Independent,
 }
@@ -291,7 +294,8 @@ impl State {
         let stale_backend = if rng.chance(75) { Backend::Legacy } else { Backend::Nft };
         let copy = match rng.below(100) {
             0..=34 => LiveCopy::Whole,
-            35..=79 => LiveCopy::Partial,
+            35..=64 => LiveCopy::Partial,
+            65..=79 => LiveCopy::Loosened,
             _ => LiveCopy::Independent,
         };
         let mut node = NodeSetup::default();
@@ -334,6 +338,15 @@ impl State {
                         own.into_iter().chain(live).collect()
                     }
                 }
+                LiveCopy::Loosened => stale
+                    .iter()
+                    .filter(|line| {
+                        let accepts =
+                            matches!(line, Line::Rule { table: "filter", rule, .. } if rule.ends_with("-j ACCEPT"));
+                        !(accepts && rng.chance(50))
+                    })
+                    .cloned()
+                    .collect(),
                 LiveCopy::Independent => {
                     let own_count = 1 + rng.below(3);
                     motifs(&mut rng, family, &mut node, own_count)
