@@ -1,24 +1,25 @@
 //! What the decision reads of the host, behind one trait ([`Host`]): the
-//! settings, the host root's links, the lock file, which backends the
+//! settings, files (the host root's links, the lock file: each a
+//! [`FileReading`] its source's module defines), which backends the
 //! running kernel has, and the kernel's answers (hint chains, kube-proxy's
 //! tables, rule counts, legacy's tables). It decides nothing.
 //!
 //! [`LiveHost`] reads the real host, as each read has always been made: its
-//! methods call the same functions, and `decide` is generic over the trait
-//! (one copy per implementation, no dynamic dispatch), so a wrapped call
-//! makes the same system calls as before. Unit tests decide over a
-//! recorded host (`recorded`), without root.
+//! methods call the same functions, and `decide_on` is generic over the
+//! trait and `read` over the reading (one copy per implementation, no
+//! dynamic dispatch), so a wrapped call makes the same system calls as
+//! before. Unit tests decide over a recorded host (`recorded`), without
+//! root.
 
 use super::legacy_state::describe_state;
 use crate::family::Family;
-use crate::host_link::{self, HostLinks};
+use crate::host_link;
 use crate::kernel::legacy::{self, LegacyFamily};
 use crate::kernel::modules::{self, Presence};
 use crate::kernel::{CountComparison, HintChain, KernelReader, NftLookups, Reading};
 use crate::mode::Mode;
 use crate::settings::{self, Settings};
-use crate::xtables_lock::{self, LockFileState};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One family's legacy tables, as far as they could be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +51,21 @@ pub struct LegacyTable {
     pub walked: Option<Result<Option<String>, String>>,
 }
 
+/// A reading of files, defined by the source that makes it (the host
+/// link's candidates, the lock file): a source that reads a file needs no
+/// method of [`Host`] of its own. The value says what to read (a root, a
+/// family); [`Host::read`] reads it.
+pub trait FileReading: 'static {
+    /// What the reading finds.
+    type Found: Clone + 'static;
+    /// Reads the real host, as the source has always read it.
+    fn read_live(&self) -> Self::Found;
+    /// What a recorded host finds where a test recorded nothing: the quiet
+    /// host's (no host root, no file).
+    #[cfg(test)]
+    fn unrecorded() -> Self::Found;
+}
+
 /// What the decision reads of the host. Each method is one reading; how
 /// the answers are weighed is the sources' modules'.
 pub trait Host {
@@ -57,10 +73,8 @@ pub trait Host {
     fn settings(&self) -> &Settings;
     /// Where the host's root is mounted (`IPTABLES_WRAPPER_HOST_ROOT`).
     fn host_root(&self) -> PathBuf;
-    /// The host link candidates under `root` (see the crate's `host_link`).
-    fn host_links(&mut self, root: &Path, family: Family, every_candidate: bool) -> HostLinks;
-    /// The lock file's state.
-    fn xtables_lock(&mut self) -> LockFileState;
+    /// What `reading` finds in the host's files.
+    fn read<R: FileReading>(&mut self, reading: &R) -> R::Found;
     /// nf_tables' hint chains and kube-proxy tables, in one round trip.
     fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String>;
     /// Legacy's hint chains (see [`KernelReader::legacy_hint_chains`]).
@@ -105,12 +119,8 @@ impl Host for LiveHost<'_> {
         host_link::host_root()
     }
 
-    fn host_links(&mut self, root: &Path, family: Family, every_candidate: bool) -> HostLinks {
-        host_link::read(root, family, every_candidate)
-    }
-
-    fn xtables_lock(&mut self) -> LockFileState {
-        xtables_lock::inspect()
+    fn read<R: FileReading>(&mut self, reading: &R) -> R::Found {
+        reading.read_live()
     }
 
     fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String> {

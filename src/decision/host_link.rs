@@ -13,7 +13,7 @@
 
 use super::collector::{Collector, Depth};
 use super::evidence::{Evidence, Finding};
-use super::host::{Host, LegacyTables};
+use super::host::{FileReading, Host, LegacyTables};
 use super::legacy_state::rules;
 use super::reason::Reason;
 use super::source::Source;
@@ -22,7 +22,7 @@ use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::host_link::{self, HostLink, HostLinks};
 use crate::mode::Mode;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where the stale-rules warning sends the operator.
 pub const STALE_COMMAND_HINT: &str =
@@ -32,13 +32,39 @@ pub const STALE_COMMAND_HINT: &str =
 /// count on every call; larger ones only get GET_INFO's upper bound there.
 const WALK_STALE_TABLES_UP_TO_BYTES: u32 = 16 * 1024;
 
+/// The host link candidates of `family` under `root` (see the crate's
+/// `host_link`): every one, or only up to the first that exists.
+pub(super) struct Candidates {
+    root: PathBuf,
+    family: Family,
+    every_candidate: bool,
+}
+
+impl FileReading for Candidates {
+    type Found = HostLinks;
+
+    fn read_live(&self) -> HostLinks {
+        host_link::read(&self.root, self.family, self.every_candidate)
+    }
+
+    #[cfg(test)]
+    fn unrecorded() -> HostLinks {
+        HostLinks::NoRoot("does not exist (the host root is not mounted)".into())
+    }
+}
+
 /// Records what the host root's first existing candidate says and decides
 /// by it when its links name a backend; under an nft link, reads the stale
 /// legacy tables when warnings are wanted. One piece of evidence on a call;
 /// `detect` also shows where it looked first and found nothing.
 pub(super) fn read_host_link(collector: &mut Collector, host: &mut impl Host, command: &WrappedCommand) {
-    let root = host.host_root();
-    let found = host.host_links(&root, command.family, !collector.depth.stops_early());
+    let reading = Candidates {
+        root: host.host_root(),
+        family: command.family,
+        every_candidate: !collector.depth.stops_early(),
+    };
+    let found = host.read(&reading);
+    let root = reading.root;
     let candidates = host_link::candidates(command.family);
     let (link, missing, later) = match found {
         HostLinks::NoRoot(why) => {

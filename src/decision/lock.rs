@@ -13,13 +13,32 @@
 use super::collector::Collector;
 use super::counts::RuleCounts;
 use super::evidence::{Evidence, Finding};
-use super::host::{Host, LegacyTables};
+use super::host::{FileReading, Host, LegacyTables};
 use super::legacy_state::rules;
 use super::source::Source;
 use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::mode::Mode;
-use crate::xtables_lock::LockObservation;
+use crate::xtables_lock::{self, LockFileState, LockObservation};
+
+/// The lock file's state (see the crate's `xtables_lock`).
+pub(super) struct LockFile;
+
+impl FileReading for LockFile {
+    type Found = LockFileState;
+
+    fn read_live(&self) -> LockFileState {
+        xtables_lock::inspect()
+    }
+
+    #[cfg(test)]
+    fn unrecorded() -> LockFileState {
+        LockFileState {
+            path: "/run/xtables.lock".into(),
+            observed: LockObservation::Absent,
+        }
+    }
+}
 
 /// The lock file as a tie-breaker: evidence only as a regular file that is
 /// 0600 or held, and deciding only when legacy holds state here too (a rule
@@ -28,7 +47,7 @@ use crate::xtables_lock::LockObservation;
 /// tables) and the rule counts were known on both sides (a count left
 /// unknown is no tie to break).
 pub(super) fn read_xtables_lock(collector: &mut Collector, host: &mut impl Host, counts: Option<&RuleCounts>) {
-    let lock = host.xtables_lock();
+    let lock = host.read(&LockFile);
     let mut value = lock.describe();
     let mut traces = None;
     if lock.hints_legacy() && counts.is_none() {

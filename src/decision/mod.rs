@@ -29,7 +29,8 @@
 //! `kernel_state` (hint chains, kube-proxy tables) and `counts`, `lock`, and
 //! `presence` (with the default); what each source is ([`Source::facts`])
 //! is in `source`, what they read of the host behind the `Host` trait in
-//! `host`; `evidence` says what a piece of evidence knows, `collector` how
+//! `host` (files through one generic reading, each source's own
+//! `FileReading`); `evidence` says what a piece of evidence knows, `collector` how
 //! much is read and what was. This module orders the sources
 //! (`decide_on`, top to bottom) and says what their evidence adds up to
 //! ([`Decision::warnings`]).

@@ -3,25 +3,29 @@
 //! decides nothing; `rows_tests` decides over it.
 //!
 //! [`Recorded::default`] is a quiet nft host: no override, no host root,
-//! no lock file, nf_tables and legacy x_tables present and usable, no hint
-//! chain, no kube-proxy table, no legacy table, no rule.
+//! no lock file (each file reading's [`FileReading::unrecorded`]), nf_tables
+//! and legacy x_tables present and usable, no hint chain, no kube-proxy
+//! table, no legacy table, no rule. What a file reading finds is recorded
+//! by its type ([`Recorded::found`]), so a source that reads a file needs
+//! nothing here.
 
-use super::host::{Host, LegacyTables};
+use super::host::{FileReading, Host, LegacyTables};
 use crate::family::Family;
 use crate::host_link::{HostLink, HostLinks};
 use crate::kernel::modules::Presence;
 use crate::kernel::{CountComparison, CountVerdict, HintChain, NftLookups, Reading, RuleBounds};
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::{Origin, Setting, Settings, FILE_SETTINGS};
-use crate::xtables_lock::{LockFileState, LockObservation};
+use std::any::{Any, TypeId};
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Every reading, as the host would answer it.
 pub(super) struct Recorded {
     pub settings: Settings,
-    pub host_links: HostLinks,
-    pub lock: LockObservation,
+    /// What file readings find, each by its reading's type, as
+    /// [`Recorded::found`] records it; the last recorded for a type counts.
+    pub files: Vec<(TypeId, Box<dyn Any>)>,
     pub nft_lookups: Result<NftLookups, String>,
     pub legacy_hints: Result<Vec<HintChain>, String>,
     pub legacy_may_hold_rules: Result<bool, String>,
@@ -41,8 +45,7 @@ impl Default for Recorded {
     fn default() -> Recorded {
         Recorded {
             settings: settings_with(None, Origin::Default),
-            host_links: HostLinks::NoRoot("does not exist (the host root is not mounted)".into()),
-            lock: LockObservation::Absent,
+            files: Vec::new(),
             nft_lookups: Ok(NftLookups {
                 hint_chains: Vec::new(),
                 kube_proxy_tables: Some(Vec::new()),
@@ -57,6 +60,14 @@ impl Default for Recorded {
             legacy_tables: LegacyTables::NoneListed,
             kernel_reads: Vec::new(),
         }
+    }
+}
+
+impl Recorded {
+    /// This host, where reading `R` finds `found`.
+    pub fn found<R: FileReading>(mut self, found: R::Found) -> Recorded {
+        self.files.push((TypeId::of::<R>(), Box::new(found)));
+        self
     }
 }
 
@@ -112,15 +123,13 @@ impl Host for Recorded {
         PathBuf::from("/host")
     }
 
-    fn host_links(&mut self, _root: &Path, _family: Family, _every_candidate: bool) -> HostLinks {
-        self.host_links.clone()
-    }
-
-    fn xtables_lock(&mut self) -> LockFileState {
-        LockFileState {
-            path: "/run/xtables.lock".into(),
-            observed: self.lock.clone(),
-        }
+    fn read<R: FileReading>(&mut self, _reading: &R) -> R::Found {
+        self.files
+            .iter()
+            .rev()
+            .find(|(read, _)| *read == TypeId::of::<R>())
+            .and_then(|(_, found)| found.downcast_ref::<R::Found>())
+            .map_or_else(R::unrecorded, Clone::clone)
     }
 
     fn nft_lookups(&mut self) -> Result<Reading<NftLookups>, String> {

@@ -5,6 +5,8 @@
 //! reading, those that the readings are what the kernel holds.
 
 use super::host::{LegacyTable, LegacyTables};
+use super::host_link::Candidates;
+use super::lock::LockFile;
 use super::recorded::{link, settings_with, Recorded};
 use super::{decide_on, Decision, Depth, Reads, Source};
 use crate::command::WrappedCommand;
@@ -13,7 +15,7 @@ use crate::kernel::modules::Presence;
 use crate::kernel::{HintChain, NftLookups, RuleBounds};
 use crate::mode::Mode;
 use crate::settings::Origin;
-use crate::xtables_lock::LockObservation;
+use crate::xtables_lock::{LockFileState, LockObservation};
 use std::path::Path;
 
 fn decide(host: &mut Recorded, depth: Depth) -> Decision {
@@ -109,10 +111,12 @@ fn a_host_link_naming_a_backend_decides_without_the_kernel() {
         ("/usr/sbin/iptables-legacy", Mode::Legacy),
         ("/usr/sbin/iptables-nft", Mode::Nft),
     ] {
-        let host = || Recorded {
-            host_links: link("/host/etc/alternatives/iptables", target, Ok(mode)),
-            nft_lookups: nft_with(vec![hint(Family::Ipv4)], Some(Vec::new())),
-            ..Recorded::default()
+        let host = || {
+            Recorded {
+                nft_lookups: nft_with(vec![hint(Family::Ipv4)], Some(Vec::new())),
+                ..Recorded::default()
+            }
+            .found::<Candidates>(link("/host/etc/alternatives/iptables", target, Ok(mode)))
         };
         assert_eq!(decided(host), (mode, Source::HostLink));
         let mut quiet = host();
@@ -132,10 +136,11 @@ fn the_sources_that_read_no_kernel_ask_none_when_they_decide() {
             settings: settings_with(Some("nft"), Origin::Environment),
             ..Recorded::default()
         },
-        Recorded {
-            host_links: link("/host/usr/sbin/iptables", "xtables-legacy-multi", Ok(Mode::Legacy)),
-            ..Recorded::default()
-        },
+        Recorded::default().found::<Candidates>(link(
+            "/host/usr/sbin/iptables",
+            "xtables-legacy-multi",
+            Ok(Mode::Legacy),
+        )),
     ];
     for mut host in stated {
         let decision = decide(&mut host, Depth::Decide);
@@ -146,13 +151,12 @@ fn the_sources_that_read_no_kernel_ask_none_when_they_decide() {
 
 #[test]
 fn a_link_that_cannot_tell_is_no_hint_and_no_root_is_absent() {
-    let no_hint = || Recorded {
-        host_links: link(
+    let no_hint = || {
+        Recorded::default().found::<Candidates>(link(
             "/host/etc/alternatives/iptables",
             "/usr/sbin/xtables-legacy-multi.dpkg-old",
             Err("not a backend's file name".into()),
-        ),
-        ..Recorded::default()
+        ))
     };
     assert_eq!(decided(no_hint), (Mode::Nft, Source::RuleCounts));
     let decision = decide(&mut no_hint(), Depth::Everything);
@@ -295,12 +299,18 @@ fn legacy_filter(holds: Option<&str>) -> LegacyTables {
 
 #[test]
 fn the_lock_file_breaks_a_tie_only_with_legacy_traces() {
+    let lock = |observed| LockFileState {
+        path: "/run/xtables.lock".into(),
+        observed,
+    };
     let held_tie = |traces: LegacyTables| {
-        move || Recorded {
-            lock: LockObservation::Held { mode: 0o600 },
-            counts: counts(0, 0),
-            legacy_tables: traces.clone(),
-            ..with_legacy_tables()
+        move || {
+            Recorded {
+                counts: counts(0, 0),
+                legacy_tables: traces.clone(),
+                ..with_legacy_tables()
+            }
+            .found::<LockFile>(lock(LockObservation::Held { mode: 0o600 }))
         }
     };
     assert_eq!(
@@ -318,9 +328,9 @@ fn the_lock_file_breaks_a_tie_only_with_legacy_traces() {
     };
     assert_eq!(decided(unknown_counts), (Mode::Nft, Source::Default));
     // A lock file kubelet made (0644) is no hint.
-    let other = || Recorded {
-        lock: LockObservation::Other { mode: 0o644 },
-        ..held_tie(legacy_filter(Some("filter holds 1 rule")))()
+    let other = || {
+        held_tie(legacy_filter(Some("filter holds 1 rule")))()
+            .found::<LockFile>(lock(LockObservation::Other { mode: 0o644 }))
     };
     assert_eq!(decided(other), (Mode::Nft, Source::Default));
 }
@@ -349,14 +359,14 @@ fn the_default_is_legacy_only_where_nft_is_lacking_and_legacy_is_not() {
 #[test]
 fn warnings_name_disagreement_and_contradiction() {
     let mut host = Recorded {
-        host_links: link(
-            "/host/etc/alternatives/iptables",
-            "/usr/sbin/iptables-nft",
-            Ok(Mode::Nft),
-        ),
         legacy_hints: Ok(vec![hint(Family::Ipv4)]),
         ..with_legacy_tables()
-    };
+    }
+    .found::<Candidates>(link(
+        "/host/etc/alternatives/iptables",
+        "/usr/sbin/iptables-nft",
+        Ok(Mode::Nft),
+    ));
     let decision = decide(&mut host, Depth::Everything);
     assert_eq!(
         decision.warnings(),
@@ -399,10 +409,7 @@ fn a_mixed_state_warns_only_when_the_counts_decided() {
         .warnings()
         .iter()
         .any(|w| w.starts_with("both backends hold many rules")));
-    let mut linked = Recorded {
-        host_links: link("/host/usr/sbin/iptables", "iptables-legacy", Ok(Mode::Legacy)),
-        ..mixed()
-    };
+    let mut linked = mixed().found::<Candidates>(link("/host/usr/sbin/iptables", "iptables-legacy", Ok(Mode::Legacy)));
     let decision = decide(&mut linked, Depth::Everything);
     assert!(decision.is_mixed());
     assert!(!decision.warnings().iter().any(|w| w.starts_with("both backends")));
@@ -450,14 +457,16 @@ fn an_override_picking_a_lacking_backend_is_obeyed_with_a_warning() {
 
 #[test]
 fn stale_legacy_tables_under_an_nft_link_warn_when_warnings_are_wanted() {
-    let host = || Recorded {
-        host_links: link(
+    let host = || {
+        Recorded {
+            legacy_tables: legacy_filter(Some("filter holds 3 rules")),
+            ..Recorded::default()
+        }
+        .found::<Candidates>(link(
             "/host/etc/alternatives/iptables",
             "/usr/sbin/iptables-nft",
             Ok(Mode::Nft),
-        ),
-        legacy_tables: legacy_filter(Some("filter holds 3 rules")),
-        ..Recorded::default()
+        ))
     };
     let decision = decide(&mut host(), Depth::DecideAndWarn);
     let warnings = decision.warnings();

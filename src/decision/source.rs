@@ -6,11 +6,13 @@
 //! against a stated decision, and how its reason is kept. Every caller that
 //! classifies a source asks these; none matches on the variants itself.
 //!
-//! The order the sources are consulted in is `decide`'s, top to bottom;
-//! the variants are listed in that order. Adding a source: a variant, its
-//! row here, its module, and its call in `decide`.
+//! The order the sources are consulted in is `decide_on`'s, top to
+//! bottom; the variants are listed in that order. Adding a source: a
+//! variant, its row here, its module (with a `FileReading` of its own when
+//! it reads files), and its call in `decide_on`.
 
-/// The sources of evidence, in the order they are consulted.
+/// The sources of evidence, in the order `decide_on` (the decision's
+/// module) consults them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     Override,
@@ -19,9 +21,10 @@ pub enum Source {
     KubeProxyTable,
     RuleCounts,
     XtablesLock,
-    Default,
     /// Whether the running kernel has each backend: never decides alone.
     BackendPresence,
+    /// What decides when nothing before it did.
+    Default,
 }
 
 /// What a source reads to find its evidence.
@@ -154,16 +157,6 @@ impl Source {
                 against_stated: AgainstStated::Disagrees,
                 reason: ReasonKept::InWords,
             },
-            Source::Default => Facts {
-                key: "default",
-                reads: Reads::Nothing,
-                stated: false,
-                doubt: None,
-                stands_on_what_it_found: false,
-                rests_on_counts: true,
-                against_stated: AgainstStated::Disagrees,
-                reason: ReasonKept::InWords,
-            },
             Source::BackendPresence => Facts {
                 key: "backend-presence",
                 reads: Reads::Kernel,
@@ -171,6 +164,16 @@ impl Source {
                 doubt: None,
                 stands_on_what_it_found: false,
                 rests_on_counts: false,
+                against_stated: AgainstStated::Disagrees,
+                reason: ReasonKept::InWords,
+            },
+            Source::Default => Facts {
+                key: "default",
+                reads: Reads::Nothing,
+                stated: false,
+                doubt: None,
+                stands_on_what_it_found: false,
+                rests_on_counts: true,
                 against_stated: AgainstStated::Disagrees,
                 reason: ReasonKept::InWords,
             },
@@ -206,8 +209,8 @@ mod tests {
         Source::KubeProxyTable,
         Source::RuleCounts,
         Source::XtablesLock,
-        Source::Default,
         Source::BackendPresence,
+        Source::Default,
     ];
 
     #[test]
@@ -222,8 +225,8 @@ mod tests {
                 "kube-proxy-table",
                 "rule-counts",
                 "xtables-lock",
-                "default",
-                "backend-presence"
+                "backend-presence",
+                "default"
             ]
         );
     }

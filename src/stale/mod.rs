@@ -43,6 +43,7 @@ pub mod save_tool;
 mod saved_rules;
 pub mod show;
 pub mod signals;
+pub mod uncertain;
 
 use crate::command::WrappedCommand;
 use crate::decision::{self, Decision, Depth, Source};
@@ -52,9 +53,10 @@ use crate::family::Family;
 use crate::host_link::{self, HostLinks};
 use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
-use crate::settings::HOST_ROOT_VAR;
+use crate::settings::{InvalidSetting, HOST_ROOT_VAR};
 use crate::standard_fds::say;
 use std::path::PathBuf;
+use uncertain::Uncertain;
 
 /// Nothing stale: the exit status of a show or a removal that leaves nothing.
 pub const EXIT_NOTHING_STALE: i32 = 0;
@@ -97,9 +99,10 @@ pub fn run(options: &Options) -> i32 {
     for line in in_progress::notice() {
         say(&format!("stale: {line}"));
     }
-    let (hosts, uncertain, contradicted) = match host_backends(options) {
+    let Decided { hosts, doubts } = match host_backends(options) {
         Ok(decided) => decided,
         Err(invalid) => {
+            let invalid = invalid.to_string();
             if options.json {
                 show::print_json_refusal(&[], &invalid, &[]);
             }
@@ -107,11 +110,13 @@ pub fn run(options: &Options) -> i32 {
             return EXIT_REFUSED;
         }
     };
+    let uncertain = (!doubts.is_empty()).then(|| doubted(&doubts, &hosts));
     match (uncertain, options.remove) {
         (None, true) => remove::run(&hosts, options),
         (None, false) => show::run(&hosts, None, options),
         (Some(why), false) => show::run(&hosts, Some(&why), options),
         (Some(why), true) => {
+            let contradicted = contradicting_lines(&doubts);
             let refusal = format!("stale --remove: refused: {why}");
             if options.json {
                 show::print_json_refusal(&hosts, &refusal, &contradicted);
@@ -125,38 +130,62 @@ pub fn run(options: &Options) -> i32 {
     }
 }
 
-/// What [`host_backends`] decided: each family's host backend, why the
-/// families that are not certain are not (with what to do), and the
-/// evidence contradicting the families' decisions, one line each.
-type Decided = (Vec<HostBackend>, Option<String>, Vec<String>);
+/// What [`host_backends`] decided: each family's host backend, and the
+/// families that are not certain, each with why.
+struct Decided {
+    hosts: Vec<HostBackend>,
+    doubts: Vec<Doubt>,
+}
 
 /// A family whose decision is not certain enough, and why.
 struct Doubt {
     family: Family,
-    why: String,
-    /// Evidence contradicts it (rather than nothing deciding it firmly).
-    contradicted: bool,
+    mode: Mode,
+    decided_by: Source,
+    why: Uncertain,
+}
+
+impl Doubt {
+    /// `ip6tables uses nft by hint-chain (...)`.
+    fn line(&self) -> String {
+        format!(
+            "{} uses {} by {} ({})",
+            self.family.program(),
+            self.mode,
+            self.decided_by.key(),
+            self.why
+        )
+    }
+}
+
+/// The evidence contradicting the families' decisions, one line each,
+/// naming its family.
+fn contradicting_lines(doubts: &[Doubt]) -> Vec<String> {
+    doubts
+        .iter()
+        .filter_map(|d| match &d.why {
+            Uncertain::Contradicted(lines) => Some(lines.iter().map(move |l| format!("{}: {l}", d.family.label()))),
+            Uncertain::BySource { .. } => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// Decides each family's host backend (Err: a setting is invalid), with
 /// why the families that are not certain are not.
-fn host_backends(options: &Options) -> Result<Decided, String> {
+fn host_backends(options: &Options) -> Result<Decided, InvalidSetting> {
     let mut hosts = Vec::new();
     let mut doubts = Vec::new();
-    let mut contradicted = Vec::new();
     let mut kernel = KernelReader::new();
     for family in Family::BOTH {
         let command = WrappedCommand::from_name(family.program()).expect("a known name");
         // The override and the host link are certain by themselves: then
         // nothing more is read (counting 55,000 nft rules takes a second).
-        let mut decision = decision::decide_with(&command, Depth::DecideAndWarn, &mut kernel)
-            .map_err(|invalid| invalid.to_string())?;
+        let mut decision = decision::decide_with(&command, Depth::DecideAndWarn, &mut kernel)?;
         if !decision.decided_by.certain_enough_to_remove() {
-            decision = decision::decide_with(&command, Depth::Everything, &mut kernel)
-                .map_err(|invalid| invalid.to_string())?;
+            decision = decision::decide_with(&command, Depth::Everything, &mut kernel)?;
         }
         let mut certain = certainty(&decision);
-        let mut against = false;
         if certain.is_ok() {
             let stale = find::find(decision.mode.other(), family);
             let mut lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
@@ -170,43 +199,31 @@ fn host_backends(options: &Options) -> Result<Decided, String> {
                     )));
                 }
             } else if !lines.is_empty() {
-                certain = Err(format!(
-                    "contradicted by {} piece{} of evidence: {}",
-                    lines.len(),
-                    if lines.len() == 1 { "" } else { "s" },
-                    lines.join("; ")
-                ));
-                against = true;
-                contradicted.extend(lines.iter().map(|l| format!("{}: {l}", family.label())));
+                certain = Err(Uncertain::Contradicted(lines));
             }
         }
         if let Err(why) = certain {
             doubts.push(Doubt {
                 family,
-                why: format!(
-                    "{} uses {} by {} ({why})",
-                    family.program(),
-                    decision.mode,
-                    decision.decided_by.key()
-                ),
-                contradicted: against,
+                mode: decision.mode,
+                decided_by: decision.decided_by,
+                why,
             });
         }
         hosts.push(HostBackend { family, decision });
     }
-    let uncertain = (!doubts.is_empty()).then(|| doubted(&doubts, &hosts));
-    Ok((hosts, uncertain, contradicted))
+    Ok(Decided { hosts, doubts })
 }
 
 /// Why the `doubts` stop a removal, and what would let it go ahead. The
 /// override decides both families, so it is offered only where both are
 /// decided alike; and the host root only where it is not there.
 fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
-    let whys: Vec<&str> = doubts.iter().map(|d| d.why.as_str()).collect();
+    let whys: Vec<String> = doubts.iter().map(Doubt::line).collect();
     let modes: Vec<Mode> = hosts.iter().map(|h| h.decision.mode).collect();
     let alike = modes.windows(2).all(|pair| pair[0] == pair[1]);
     let overridden = hosts.iter().all(|h| h.decision.decided_by == Source::Override);
-    let contradicted = doubts.iter().any(|d| d.contradicted);
+    let contradicted = doubts.iter().any(|d| matches!(d.why, Uncertain::Contradicted(_)));
     let by_link = hosts.iter().any(|h| h.decision.decided_by == Source::HostLink);
     let advice = if contradicted && overridden {
         format!("if {OVERRIDE_VAR}={} is right, pass --despite-contradiction", modes[0])
@@ -255,18 +272,19 @@ fn doubted(doubts: &[Doubt], hosts: &[HostBackend]) -> String {
 }
 
 /// Whether a decision is certain enough to call the other backend stale:
-/// the override or the host link. Err: why not. A hint chain says where
-/// kubelet and kube-proxy write, not where the host's other writers do (a
-/// libvirt or hand-written nat table in the other backend is no Kubernetes
-/// state); the counts, the lock and the default say nothing certain.
-pub fn certainty(decision: &Decision) -> Result<(), String> {
+/// the override or the host link. Err: why not ([`Uncertain::BySource`]).
+/// A hint chain says where kubelet and kube-proxy write, not where the
+/// host's other writers do (a libvirt or hand-written nat table in the
+/// other backend is no Kubernetes state); the counts, the lock and the
+/// default say nothing certain.
+pub fn certainty(decision: &Decision) -> Result<(), Uncertain> {
     if decision.decided_by.certain_enough_to_remove() {
         return Ok(());
     }
-    match decision.decided_by.facts().doubt {
-        Some(doubt) => Err(format!("{}; {doubt}", decision.reason)),
-        None => Err(decision.reason.to_string()),
-    }
+    Err(Uncertain::BySource {
+        reason: decision.reason.to_string(),
+        doubt: decision.decided_by.facts().doubt,
+    })
 }
 
 /// Why `family`'s own state contradicts `decision` (see
@@ -351,7 +369,7 @@ mod tests {
         assert_eq!(certainty(&decided_by(Source::Override)), Ok(()));
         assert_eq!(certainty(&decided_by(Source::HostLink)), Ok(()));
         assert!(certainty(&decided_by(Source::HintChain))
-            .is_err_and(|why| why.contains("not where the host's other writers do")));
+            .is_err_and(|why| why.to_string().contains("not where the host's other writers do")));
         assert!(certainty(&decided_by(Source::RuleCounts)).is_err());
     }
 
