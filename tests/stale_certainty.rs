@@ -232,7 +232,7 @@ iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
-        text.contains("left as it was: legacy ipv4 filter: removing it may open the host (nft holds no `:INPUT DROP`, which blocks): 4 items that nft holds no twin of: :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"),
+        text.contains("left as it was: legacy ipv4 filter: removing it may open the host (nft holds no `:INPUT DROP`, which blocks): 4 items that nft holds no twin of (principle of the first: a policy other than ACCEPT needs the same policy, its chain reaching it the same way): :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"),
         "{text}"
     );
     assert!(
@@ -373,7 +373,7 @@ fn a_queue_or_unknown_verdict_counts_as_filtering() {
         assert_held_open(
             &node,
             &["--remove"],
-            &format!("removing it may open the host (nft holds no `-A INPUT -p tcp -m tcp --dport 8080 -j {verdict}`, which blocks): 1 item that nft holds no twin of: -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
+            &format!("removing it may open the host (nft holds no `-A INPUT -p tcp -m tcp --dport 8080 -j {verdict}`, which blocks): 1 item that nft holds no twin of (principle of the first: a block needs its twin, reached the same way): -A INPUT -p tcp -m tcp --dport 8080 -j {verdict}"),
         );
     }
 }
@@ -751,7 +751,7 @@ iptables-legacy -t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0
     assert_held_open(
         &node,
         &["--remove"],
-        "1 item that nft holds no twin of: -A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff",
+        "removing it is not proven safe: 1 item that nft holds no twin of (principle of the first: a change, a shared state or a name not known needs its whole chain's twin): -A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff",
     );
 }
 

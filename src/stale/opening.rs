@@ -63,6 +63,37 @@ enum Need {
     Twin,
 }
 
+/// The principle of docs/mixed-state.md a held item fails, named in its
+/// table's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Principle {
+    Policy,
+    KeepsOn,
+    Block,
+    Change,
+    Loaded,
+    Security,
+}
+
+impl Principle {
+    fn said(self) -> &'static str {
+        match self {
+            Principle::Policy => "a policy other than ACCEPT needs the same policy, its chain reaching it the same way",
+            Principle::KeepsOn => {
+                "a rule that keeps on what no live rule keeps on (conntrack, defragmentation) needs its twin"
+            }
+            Principle::Block => "a block needs its twin, reached the same way",
+            Principle::Change => "a change, a shared state or a name not known needs its whole chain's twin",
+            Principle::Loaded => {
+                "a rule nothing reaches that keeps something on or alive needs its twin in the live chain"
+            }
+            Principle::Security => {
+                "the security table's twins never count: the backends hook it at different priorities"
+            }
+        }
+    }
+}
+
 /// What each user chain of one table needs (see [`Need`]), computed once.
 struct Needs<'a> {
     table: &'a SavedTable,
@@ -169,13 +200,22 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
     let mut twins = Twins::new(table, live);
     let mut needs = Needs::new(table, name, kept_live);
     let mut items = Vec::new();
+    let mut principle = None;
+    let mut held = |item: Vec<u8>, why: Principle| {
+        principle.get_or_insert(if NO_TWIN_ACROSS_BACKENDS.contains(&name) {
+            Principle::Security
+        } else {
+            why
+        });
+        items.push(item);
+    };
     for (chain, policy) in &table.policies {
         if policy.as_slice() == b"-" || policy.as_slice() == b"ACCEPT" {
             continue;
         }
         let enforced = live.policy(chain) == Some(policy.as_slice()) && twins.policy_reached_same_way(chain);
         if !enforced {
-            items.push([b":".as_slice(), chain, b" ", policy].concat());
+            held([b":".as_slice(), chain, b" ", policy].concat(), Principle::Policy);
         }
     }
     let reachable = table.reachable_chains();
@@ -191,7 +231,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             // unless the live chain loads the same rule.
             let only_loaded = keeps(line) <= kept_live && names_nothing_shared(line, table);
             if !only_loaded && !live.chain(chain).contains(&line.as_slice()) {
-                items.push(line.clone());
+                held(line.clone(), Principle::Loaded);
             }
             continue;
         }
@@ -202,7 +242,12 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             Need::TwinInOrder => twins.in_order(chain, at),
         };
         if !enforced {
-            items.push(line.clone());
+            let why = match need {
+                Need::Twin => Principle::Change,
+                _ if keeps(line) > kept_live => Principle::KeepsOn,
+                _ => Principle::Block,
+            };
+            held(line.clone(), why);
         }
     }
     let blocks_alone = items.iter().find(|item| blocks_alone(item, table, live)).cloned();
@@ -215,6 +260,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
     });
     Held {
         compared: difference::compared(table, live, &items),
+        principle,
         items,
         blocks_alone,
         difference,
@@ -249,6 +295,8 @@ fn blocks_alone(item: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
 pub struct Held {
     pub items: Vec<Vec<u8>>,
     blocks_alone: Option<Vec<u8>>,
+    /// The principle the first item fails.
+    principle: Option<Principle>,
     difference: Option<Difference>,
     /// The held chains that differ from the live ones, rule against rule.
     compared: Vec<Compared>,
@@ -287,6 +335,7 @@ pub fn unenforced(
                 return Held {
                     items: Vec::new(),
                     blocks_alone: None,
+                    principle: None,
                     difference: None,
                     compared: Vec::new(),
                 };
@@ -389,9 +438,12 @@ fn describe(held: &Held, live: Mode, uncounted: Option<&str>) -> Option<String> 
         None => "removing it is not proven safe".to_string(),
     };
     Some(format!(
-        "{verdict}: {} item{} that {live} holds no twin of{}: {}{}{}",
+        "{verdict}: {} item{} that {live} holds no twin of{}{}: {}{}{}",
         items.len(),
         if items.len() == 1 { "" } else { "s" },
+        held.principle
+            .map(|p| format!(" (principle of the first: {})", p.said()))
+            .unwrap_or_default(),
         uncounted
             .map(|why| format!(" (its own table of that name was not counted: {why})"))
             .unwrap_or_default(),

@@ -333,6 +333,52 @@ fn a_held_table_names_where_its_first_item_differs_from_the_live_chain() {
     assert!(said(alone, b"").ends_with("chain INPUT, rule 1: legacy `-A INPUT -j x`, nft none"));
 }
 
+/// A held table's verdict names the principle its first item fails, one
+/// case per principle.
+#[test]
+fn a_held_table_names_the_principle_its_first_item_fails() {
+    let cases: [(&str, &[u8], &str); 6] = [
+        (
+            "filter",
+            b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n",
+            "a policy other than ACCEPT needs the same policy",
+        ),
+        (
+            "filter",
+            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n",
+            "a block needs its twin, reached the same way",
+        ),
+        (
+            "filter",
+            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n",
+            "a change, a shared state or a name not known needs its whole chain's twin",
+        ),
+        (
+            "filter",
+            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
+            "a rule that keeps on what no live rule keeps on",
+        ),
+        (
+            "filter",
+            b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A x -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
+            "a rule nothing reaches that keeps something on or alive",
+        ),
+        (
+            "security",
+            b"*security\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n",
+            "the security table's twins never count",
+        ),
+    ];
+    for (table, stale, principle) in cases {
+        let held = unenforced(stale, b"", None, &[], &[table]).remove(0);
+        let said = super::describe(&held, crate::mode::Mode::Nft, None).unwrap();
+        assert!(
+            said.contains(&format!("(principle of the first: {principle}")),
+            "{said}"
+        );
+    }
+}
+
 /// A held table's chains that differ, and the user chains they reach,
 /// shown stale against live, rule against rule; the same rules far from
 /// a difference counted.
