@@ -14,6 +14,18 @@ use std::collections::{HashMap, HashSet};
 pub(super) struct Twins<'a> {
     stale: &'a SavedTable,
     live: &'a SavedTable,
+    /// What each side's user chains are, read with the first chain (most
+    /// tables need none).
+    sets: Option<ChainSets>,
+    chains: HashMap<Vec<u8>, (StaleChain<'a>, LiveChain<'a>)>,
+    whole_chains: HashMap<Vec<u8>, bool>,
+    /// Per user chain: whether the live one returns every packet the stale
+    /// one returns, in the same state ([`Twins::returns_same_way`]).
+    returning_chains: HashMap<Vec<u8>, bool>,
+}
+
+/// What each side's user chains are, read once for all its chains.
+struct ChainSets {
     /// Each side's harmless user chains ([`SavedTable::harmless_chains`]).
     stale_harmless: HashSet<Vec<u8>>,
     live_harmless: HashSet<Vec<u8>>,
@@ -23,11 +35,6 @@ pub(super) struct Twins<'a> {
     /// ([`stateless_chains`]).
     stale_stateless: HashSet<Vec<u8>>,
     live_stateless: HashSet<Vec<u8>>,
-    chains: HashMap<Vec<u8>, (StaleChain<'a>, LiveChain<'a>)>,
-    whole_chains: HashMap<Vec<u8>, bool>,
-    /// Per user chain: whether the live one returns every packet the stale
-    /// one returns, in the same state ([`Twins::returns_same_way`]).
-    returning_chains: HashMap<Vec<u8>, bool>,
 }
 
 /// The rules of one chain of one side, and what each is.
@@ -88,11 +95,7 @@ impl<'a> Twins<'a> {
         Twins {
             stale,
             live,
-            stale_harmless: stale.harmless_chains(),
-            live_harmless: live.harmless_chains(),
-            stale_exiting: stale.exiting_chains(),
-            stale_stateless: stateless_chains(stale),
-            live_stateless: stateless_chains(live),
+            sets: None,
             chains: HashMap::new(),
             whole_chains: HashMap::new(),
             returning_chains: HashMap::new(),
@@ -101,15 +104,23 @@ impl<'a> Twins<'a> {
 
     fn chain(&mut self, chain: &[u8]) -> &(StaleChain<'a>, LiveChain<'a>) {
         if !self.chains.contains_key(chain) {
-            let stale = ChainRules::read(self.stale, chain, &self.stale_harmless, &self.stale_stateless);
+            let (stale_side, live_side) = (self.stale, self.live);
+            let sets = self.sets.get_or_insert_with(|| ChainSets {
+                stale_harmless: stale_side.harmless_chains(),
+                live_harmless: live_side.harmless_chains(),
+                stale_exiting: stale_side.exiting_chains(),
+                stale_stateless: stateless_chains(stale_side),
+                live_stateless: stateless_chains(live_side),
+            });
+            let stale = ChainRules::read(stale_side, chain, &sets.stale_harmless, &sets.stale_stateless);
             let exits = [false, true].map(|to_policy| {
                 stale
                     .rules
                     .iter()
-                    .map(|r| self.stale.exits(r, to_policy, &self.stale_exiting))
+                    .map(|r| stale_side.exits(r, to_policy, &sets.stale_exiting))
                     .collect()
             });
-            let live = ChainRules::read(self.live, chain, &self.live_harmless, &self.live_stateless);
+            let live = ChainRules::read(live_side, chain, &sets.live_harmless, &sets.live_stateless);
             let returning = live.rules.iter().map(|r| self.returns_same_way(r)).collect();
             let twin_chains = live
                 .rules
