@@ -241,7 +241,7 @@ type Motif = fn(&mut Rng, &mut Rng, Family, &mut NodeSetup) -> Vec<Line>;
 
 /// Each motif with its weight (how often it is drawn): the accept list,
 /// where similar copies differ most subtly, most often.
-pub const MOTIFS: [(&str, Motif, usize); 16] = [
+pub const MOTIFS: [(&str, Motif, usize); 17] = [
     ("accept list before a block", super::rule_motifs::accept_list, 3),
     ("conntrack states", super::rule_motifs::conntrack_states, 1),
     ("mark read by a filter", super::rule_motifs::mark_filter, 1),
@@ -258,6 +258,7 @@ pub const MOTIFS: [(&str, Motif, usize); 16] = [
     ("docker-like writer", super::rule_motifs::docker, 1),
     ("calico-like writer", super::rule_motifs::calico, 1),
     ("native chain between the copies", super::rule_motifs::native_between, 1),
+    ("a block behind a stateful match", super::rule_motifs::stateful_block, 1),
 ];
 
 /// `count` motifs drawn by weight: (which, its shape's seed, its lines).

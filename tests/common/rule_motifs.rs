@@ -351,3 +351,21 @@ cali-FORWARD -m mark --mark 0x10000/0x10000 -j ACCEPT"
     ));
     all
 }
+
+/// A block behind a match that keeps state: its own (`limit`, `statistic`,
+/// `connlimit`) or shared by name (`hashlimit`, a `recent` list another
+/// rule sets). Each is drawn so that it matches every probe packet, so the
+/// block stops its flow whatever the timing.
+pub fn stateful_block(rng: &mut Rng, detail: &mut Rng, _: Family, _: &mut NodeSetup) -> Vec<Line> {
+    let aim = Aim::new(rng, false);
+    let (chain, matches) = (aim.chain, aim.matches());
+    let name = detail.pick(&["A", "B", "C"]);
+    let text = match rng.below(5) {
+        0 => format!("{chain} {matches} -m limit --limit 10000/sec --limit-burst 10000 -j DROP\n"),
+        1 => format!("{chain} {matches} -m statistic --mode nth --every 1 --packet 0 -j DROP\n"),
+        2 => format!("{chain} {matches} -m connlimit --connlimit-above 0 -j DROP\n"),
+        3 => format!("{chain} {matches} -m hashlimit --hashlimit-upto 10000/sec --hashlimit-burst 10000 --hashlimit-name iptw{name} -j DROP\n"),
+        _ => format!("{chain} {matches} -m recent --name iptw{name} --set\n{chain} {matches} -m recent --name iptw{name} --rcheck -j DROP\n"),
+    };
+    lines("filter", &text)
+}
