@@ -2,6 +2,7 @@
 #   scripts/test.sh            the whole suite (as root; below)
 #   scripts/test.sh --quick    the quick tier: the pages' links and words,
 #                              cargo fmt --check, cargo clippy -D warnings,
+#                              cargo doc -D warnings,
 #                              the unit tests, the decision's among them over
 #                              a recorded host (src/decision/rows_tests.rs);
 #                              no root, no network namespace, nothing
@@ -91,6 +92,7 @@ if [[ "${1:-}" == --quick ]]; then
     timed "markdown links" bash scripts/check-links.sh
     timed "words" bash scripts/check-words.sh
     timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings'
+    timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
     timed "unit tests" cargo test --quiet --lib
     times=$(printf '%s, ' "${TIMES[@]}")
     echo "test.sh --quick times: ${times%, }"

@@ -193,10 +193,11 @@ const NO_TWIN_ACROSS_BACKENDS: [&[u8]; 1] = [b"security"];
 /// the live chain too).
 fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, kept_live: Kept) -> Held {
     let empty = SavedTable::default();
-    let live = match live {
-        Some(live) if !NO_TWIN_ACROSS_BACKENDS.contains(&name) => live,
-        _ => &empty,
-    };
+    // What the live backend holds, shown as it is; its twins count
+    // only where the table's do.
+    let shown_live = live.unwrap_or(&empty);
+    let counted = !NO_TWIN_ACROSS_BACKENDS.contains(&name);
+    let live = if counted { shown_live } else { &empty };
     let mut twins = Twins::new(table, live);
     let mut needs = Needs::new(table, name, kept_live);
     let mut items = Vec::new();
@@ -250,16 +251,19 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
             held(line.clone(), why);
         }
     }
-    let blocks_alone = items.iter().find(|item| blocks_alone(item, table, live)).cloned();
+    let blocks_alone = items
+        .iter()
+        .find(|item| counted && blocks_alone(item, table, live))
+        .cloned();
     let difference = items.first().and_then(|item| {
         let chain = match item.strip_prefix(b":") {
             Some(policy) => policy.split(|&b| b == b' ').next().unwrap_or_default(),
             None => item.split(|&b| b == b' ').nth(1).unwrap_or_default(),
         };
-        difference::first(table, live, chain)
+        difference::first(table, shown_live, chain)
     });
     Held {
-        compared: difference::compared(table, live, &items),
+        compared: difference::compared(table, shown_live, &items),
         principle,
         items,
         blocks_alone,
@@ -290,7 +294,7 @@ fn blocks_alone(item: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
 
 /// What holds one stale table: the items the live table holds no twin of
 /// (none: it may go), the first of them that blocks with no such item
-/// live ([`blocks_alone`]), and where the chain of the first of them
+/// live, and where the chain of the first of them
 /// first differs from the live one.
 pub struct Held {
     pub items: Vec<Vec<u8>>,
@@ -362,8 +366,8 @@ fn kept_live(live: &[(Vec<u8>, SavedTable)]) -> Kept {
         .unwrap_or(Kept::Nothing)
 }
 
-/// Why emptying a stale table is not proven safe ([`describe`]), and its
-/// held chains stale against live ([`Compared::shown`]).
+/// Why emptying a stale table is not proven safe, and its held chains
+/// stale against live, rule against rule.
 pub struct Opening {
     pub why: String,
     pub side_by_side: Vec<String>,
@@ -466,3 +470,7 @@ fn describe(held: &Held, live: Mode, uncounted: Option<&str>) -> Option<String> 
 #[cfg(test)]
 #[path = "opening_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "opening_said_tests.rs"]
+mod said_tests;

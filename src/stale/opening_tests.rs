@@ -313,137 +313,48 @@ fn the_rules_before_a_policy_are_compared_by_which_not_how_many() {
     assert!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].is_empty());
 }
 
+/// A chain that keeps state of its own (`statistic`, `limit`) counts
+/// every packet it is fed: one the live side feeds from more places (a
+/// jump, a deeper chain, a goto) drops other packets, so the stale copy
+/// is held; the same chain fed alike goes, and so does a chain keeping no
+/// state fed from more places.
 #[test]
-fn a_held_table_names_where_its_first_item_differs_from_the_live_chain() {
-    let live = b"*filter\n:INPUT DROP [0:0]\n:user-input - [0:0]\n:after-input - [0:0]\n-A INPUT -j user-input\n-A INPUT -j after-input\n-A user-input -p udp -m udp --dport 9000 -j ACCEPT\n-A after-input -p udp -m udp --dport 9002 -j DROP\nCOMMIT\n";
-    let stale = b"*filter\n:INPUT DROP [0:0]\n:user-input - [0:0]\n:after-input - [0:0]\n-A INPUT -j user-input\n-A INPUT -j after-input\n-A user-input -p udp -m udp --dport 9000 -j ACCEPT\n-A user-input -p udp -m udp --dport 9001 -j ACCEPT\n-A after-input -p udp -m udp --dport 9002 -j DROP\nCOMMIT\n";
-    let said = |stale: &[u8], live: &[u8]| {
-        let held = unenforced(stale, live, None, &[], &["filter"]).remove(0);
-        super::describe(&held, crate::mode::Mode::Nft, None).unwrap()
+fn a_chain_keeping_state_fed_from_more_places_live_is_held() {
+    let table = |rules: &str| {
+        format!("*filter\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:L - [0:0]\n:M - [0:0]\n:G - [0:0]\n:U - [0:0]\n{rules}COMMIT\n")
     };
-    // The stale copy accepts 9001 too: more permissive, it goes.
-    assert!(unenforced(stale, live, None, &[], &["filter"])[0].items.is_empty());
-    let missing = said(live, stale);
+    let nth = "-m statistic --mode nth --every 2 --packet 0";
+    let held = |stale: &str, live: &str| {
+        !unenforced(table(stale).as_bytes(), table(live).as_bytes(), None, &[], &["filter"])[0]
+            .items
+            .is_empty()
+    };
+    let jump_l = format!("-A OUTPUT -d 10.9.0.2/32 -j L\n-A L {nth} -j DROP\n");
+    assert!(!held(&jump_l, &jump_l), "fed alike");
     assert!(
-        missing.ends_with("where the first of them differs: chain user-input, rule 2: legacy none, nft `-A user-input -p udp -m udp --dport 9001 -j ACCEPT`"),
-        "{missing}"
+        held(&jump_l, &format!("{jump_l}-A OUTPUT -d 10.9.0.5/32 -j L\n")),
+        "a second jump live"
     );
-    // A chain the live side does not declare differs at its first rule.
-    let alone = b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A INPUT -j x\n-A x -j DROP\nCOMMIT\n";
-    assert!(said(alone, b"").ends_with("chain INPUT, rule 1: legacy `-A INPUT -j x`, nft none"));
-}
-
-/// A held table's verdict names the principle its first item fails, one
-/// case per principle.
-#[test]
-fn a_held_table_names_the_principle_its_first_item_fails() {
-    let cases: [(&str, &[u8], &str); 6] = [
-        (
-            "filter",
-            b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n",
-            "a policy other than ACCEPT needs the same policy",
-        ),
-        (
-            "filter",
-            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n",
-            "a block needs its twin, reached the same way",
-        ),
-        (
-            "filter",
-            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n",
-            "a change, a shared state or a name not known needs its whole chain's twin",
-        ),
-        (
-            "filter",
-            b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
-            "a rule that keeps on what no live rule keeps on",
-        ),
-        (
-            "filter",
-            b"*filter\n:INPUT ACCEPT [0:0]\n:x - [0:0]\n-A x -m conntrack --ctstate NEW -j ACCEPT\nCOMMIT\n",
-            "a rule nothing reaches that keeps something on or alive",
-        ),
-        (
-            "security",
-            b"*security\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n",
-            "the security table's twins never count",
-        ),
-    ];
-    for (table, stale, principle) in cases {
-        let held = unenforced(stale, b"", None, &[], &[table]).remove(0);
-        let said = super::describe(&held, crate::mode::Mode::Nft, None).unwrap();
-        assert!(
-            said.contains(&format!("(principle of the first: {principle}")),
-            "{said}"
-        );
-    }
-}
-
-/// A held table's chains that differ, and the user chains they reach,
-/// shown stale against live, rule against rule; the same rules far from
-/// a difference counted.
-#[test]
-fn a_held_tables_chains_are_shown_stale_against_live() {
-    let same: String = (1..=8)
-        .map(|i| format!("-A INPUT -s 10.0.0.{i}/32 -j ACCEPT\n"))
-        .collect();
-    let stale = format!("*filter\n:INPUT DROP [0:0]\n:user - [0:0]\n{same}-A INPUT -j user\n-A user -p udp -m udp --dport 9000 -j ACCEPT\nCOMMIT\n");
-    let live = format!("*filter\n:INPUT DROP [0:0]\n:user - [0:0]\n{same}-A INPUT -j user\n-A user -p udp -m udp --dport 9000 -j ACCEPT\n-A user -p udp -m udp --dport 9001 -j ACCEPT\nCOMMIT\n");
-    let shown = |stale: &str, live: &str| -> Vec<String> {
-        let held = unenforced(stale.as_bytes(), live.as_bytes(), None, &[], &["filter"]).remove(0);
-        held.compared.iter().flat_map(|c| c.shown("legacy", "nft")).collect()
-    };
-    assert_eq!(
-        shown(&stale, &live),
-        [
-            "chain user",
-            "  both    -A user -p udp -m udp --dport 9000 -j ACCEPT",
-            "  nft     -A user -p udp -m udp --dport 9001 -j ACCEPT",
-        ]
+    let goto = format!("{jump_l}-A OUTPUT -j G\n-A G -d 10.9.0.5/32 -g L\n");
+    assert!(held(&jump_l, &goto), "a goto from another chain live");
+    let deeper = format!("-A OUTPUT -d 10.9.0.2/32 -j L\n-A L -j M\n-A M {nth} -j DROP\n");
+    assert!(
+        held(&deeper, &format!("{deeper}-A INPUT -d 10.9.0.5/32 -j M\n")),
+        "a deeper chain fed from elsewhere live"
     );
-    let other = stale
-        .replace("-A INPUT -j user\n", "-A INPUT -p tcp -j DROP\n-A INPUT -j user\n")
-        .replace(":INPUT DROP", ":INPUT ACCEPT");
-    assert_eq!(
-        shown(&other, &live),
-        [
-            "chain INPUT (policy: legacy ACCEPT, nft DROP)",
-            "  ... 6 the same",
-            "  both    -A INPUT -s 10.0.0.7/32 -j ACCEPT",
-            "  both    -A INPUT -s 10.0.0.8/32 -j ACCEPT",
-            "  legacy  -A INPUT -p tcp -j DROP",
-            "  both    -A INPUT -j user",
-            "chain user",
-            "  both    -A user -p udp -m udp --dport 9000 -j ACCEPT",
-            "  nft     -A user -p udp -m udp --dport 9001 -j ACCEPT",
-        ]
+    let returns = format!(
+        "-A OUTPUT -d 10.9.0.2/32 -j U\n-A OUTPUT -d 10.9.0.2/32 -j DROP\n-A U {nth} -j RETURN\n-A U -j ACCEPT\n"
     );
-    assert_eq!(shown(&stale, "")[0], "chain INPUT (nft has no such chain)");
-}
-
-/// "May open" only where a held item blocks with no such item live (a
-/// policy, a blocking rule); where the live copy holds each held item,
-/// elsewhere or reached otherwise, "not proven safe".
-#[test]
-fn only_a_block_the_live_copy_lacks_may_open_the_host() {
-    let said = |stale: &[u8], live: &[u8]| {
-        let held = unenforced(stale, live, None, &[], &["filter"]).remove(0);
-        super::describe(&held, crate::mode::Mode::Nft, None).unwrap()
-    };
-    let drop_9000 = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n";
-    assert!(said(drop_9000, b"").starts_with(
-        "removing it may open the host (nft holds no `-A INPUT -p udp -m udp --dport 9000 -j DROP`, which blocks): 1 item"
-    ));
-    let policy = b"*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
-    let live_accepts = b"*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n";
-    assert!(said(policy, live_accepts)
-        .starts_with("removing it may open the host (nft holds no `:FORWARD DROP`, which blocks)"));
-    // The same DROP, behind an ACCEPT live: held, but held live too.
-    let behind = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -j ACCEPT\n-A INPUT -p udp -m udp --dport 9000 -j DROP\nCOMMIT\n";
-    assert!(said(drop_9000, behind).starts_with("removing it is not proven safe: 1 item that nft holds no twin of"));
-    // A MARK without its chain's twin changes, and blocks nothing.
-    let mark = b"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
-    assert!(said(mark, b"").starts_with("removing it is not proven safe"));
+    assert!(!held(&returns, &returns));
+    assert!(
+        held(&returns, &format!("{returns}-A OUTPUT -d 10.9.0.5/32 -j U\n")),
+        "fed after the block, live"
+    );
+    let stateless = "-A OUTPUT -d 10.9.0.2/32 -j L\n-A L -p udp -j DROP\n";
+    assert!(
+        !held(stateless, &format!("{stateless}-A OUTPUT -d 10.9.0.5/32 -j L\n")),
+        "no state: fed from more places goes"
+    );
 }
 
 /// A stale copy only more permissive than the live
@@ -478,6 +389,11 @@ fn a_stale_chain_that_only_accepts_more_or_blocks_less_goes() {
             &limited("-A INPUT -p udp -m udp --dport 9001 -j ACCEPT\n"),
             &limited("")
         ),
-        [":INPUT DROP", "-A INPUT -j user", "-A INPUT -j after"]
+        [
+            ":INPUT DROP",
+            "-A INPUT -j user",
+            "-A INPUT -j after",
+            "-A user -m limit --limit 1/sec -j DROP"
+        ]
     );
 }

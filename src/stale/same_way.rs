@@ -19,6 +19,11 @@ pub(super) struct Twins<'a> {
     sets: Option<ChainSets>,
     chains: HashMap<Vec<u8>, (StaleChain<'a>, LiveChain<'a>)>,
     whole_chains: HashMap<Vec<u8>, bool>,
+    /// Per user chain: whether it, and each chain behind it, that keeps
+    /// state of its own is fed the same packets in both sides
+    /// ([`Twins::fed_alike`], [`Twins::fed_alike_below`]).
+    fed_chains: HashMap<Vec<u8>, bool>,
+    fed_below: HashMap<Vec<u8>, bool>,
     /// Per user chain: whether the live one returns every packet the stale
     /// one returns, in the same state ([`Twins::returns_same_way`]).
     returning_chains: HashMap<Vec<u8>, bool>,
@@ -35,6 +40,10 @@ struct ChainSets {
     /// ([`stateless_chains`]).
     stale_stateless: HashSet<Vec<u8>>,
     live_stateless: HashSet<Vec<u8>>,
+    /// Each side's rules that jump or go to each user chain: (the
+    /// caller's chain, the rule's place in it).
+    stale_callers: HashMap<Vec<u8>, Vec<(Vec<u8>, usize)>>,
+    live_callers: HashMap<Vec<u8>, Vec<(Vec<u8>, usize)>>,
 }
 
 /// The rules of one chain of one side, and what each is.
@@ -98,6 +107,8 @@ impl<'a> Twins<'a> {
             sets: None,
             chains: HashMap::new(),
             whole_chains: HashMap::new(),
+            fed_chains: HashMap::new(),
+            fed_below: HashMap::new(),
             returning_chains: HashMap::new(),
         }
     }
@@ -105,13 +116,7 @@ impl<'a> Twins<'a> {
     fn chain(&mut self, chain: &[u8]) -> &(StaleChain<'a>, LiveChain<'a>) {
         if !self.chains.contains_key(chain) {
             let (stale_side, live_side) = (self.stale, self.live);
-            let sets = self.sets.get_or_insert_with(|| ChainSets {
-                stale_harmless: stale_side.harmless_chains(),
-                live_harmless: live_side.harmless_chains(),
-                stale_exiting: stale_side.exiting_chains(),
-                stale_stateless: stateless_chains(stale_side),
-                live_stateless: stateless_chains(live_side),
-            });
+            let sets = self.sets();
             let stale = ChainRules::read(stale_side, chain, &sets.stale_harmless, &sets.stale_stateless);
             let exits = [false, true].map(|to_policy| {
                 stale
@@ -125,7 +130,7 @@ impl<'a> Twins<'a> {
             let twin_chains = live
                 .rules
                 .iter()
-                .map(|r| same_chains(r, self.stale, self.live, &mut HashSet::new()))
+                .map(|r| same_chains(r, self.stale, self.live, &mut HashSet::new()) && self.fed_alike_below(r))
                 .collect();
             let read = (
                 StaleChain { read: stale, exits },
@@ -138,6 +143,81 @@ impl<'a> Twins<'a> {
             self.chains.insert(chain.to_vec(), read);
         }
         &self.chains[chain]
+    }
+
+    /// What each side's user chains are, read once.
+    fn sets(&mut self) -> &ChainSets {
+        let (stale, live) = (self.stale, self.live);
+        self.sets.get_or_insert_with(|| ChainSets {
+            stale_harmless: stale.harmless_chains(),
+            live_harmless: live.harmless_chains(),
+            stale_exiting: stale.exiting_chains(),
+            stale_stateless: stateless_chains(stale),
+            live_stateless: stateless_chains(live),
+            stale_callers: callers(stale),
+            live_callers: callers(live),
+        })
+    }
+
+    /// Whether user chain `chain` is fed the same packets in both sides,
+    /// where that matters: where it reaches a rule keeping state of its
+    /// own (`limit`, `statistic`, ...) in either side, that state counts
+    /// every packet the chain is fed, so the rules that jump or go to it
+    /// must be the same ones, at the same places, with the same rules
+    /// before them and the chains behind those fed alike too, up to the
+    /// built-in chains. A chain reached again while being judged counts
+    /// as not.
+    fn fed_alike(&mut self, chain: &[u8]) -> bool {
+        let (stale, live) = (self.stale, self.live);
+        if !stale.is_user_chain(chain) && !live.is_user_chain(chain) {
+            return true;
+        }
+        let sets = self.sets();
+        if sets.stale_stateless.contains(chain) && sets.live_stateless.contains(chain) {
+            return true;
+        }
+        let callers = sets.stale_callers.get(chain).cloned().unwrap_or_default();
+        let alike = stale.is_user_chain(chain) == live.is_user_chain(chain)
+            && sets.live_callers.get(chain).cloned().unwrap_or_default() == callers;
+        if let Some(&alike) = self.fed_chains.get(chain) {
+            return alike;
+        }
+        self.fed_chains.insert(chain.to_vec(), false);
+        let alike = alike
+            && callers.iter().all(|(caller, at)| {
+                let before = &stale.chain(caller)[..=*at];
+                before == &live.chain(caller)[..=*at]
+                    && before[..*at]
+                        .iter()
+                        .all(|r| same_chains(r, stale, live, &mut HashSet::new()) && self.fed_alike_below(r))
+                    && self.fed_alike(caller)
+            });
+        self.fed_chains.insert(chain.to_vec(), alike);
+        alike
+    }
+
+    /// Whether each user chain `rule` jumps or goes to, and each chain
+    /// behind those, is fed alike ([`Twins::fed_alike`]).
+    fn fed_alike_below(&mut self, rule: &[u8]) -> bool {
+        let (stale, live) = (self.stale, self.live);
+        for t in targets(rule) {
+            if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
+                continue;
+            }
+            if let Some(&alike) = self.fed_below.get(&t) {
+                if !alike {
+                    return false;
+                }
+                continue;
+            }
+            self.fed_below.insert(t.clone(), false);
+            let alike = self.fed_alike(&t) && stale.chain(&t).iter().all(|r| self.fed_alike_below(r));
+            self.fed_below.insert(t, alike);
+            if !alike {
+                return false;
+            }
+        }
+        true
     }
 
     /// Whether each user chain `rule` jumps or goes to is one in both
@@ -159,10 +239,13 @@ impl<'a> Twins<'a> {
                 continue;
             }
             self.returning_chains.insert(t.clone(), false);
-            let same = self.stale.is_user_chain(&t) && self.live.is_user_chain(&t) && {
-                let (stale, live) = self.chain(&t);
-                same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
-            };
+            let same = self.stale.is_user_chain(&t)
+                && self.live.is_user_chain(&t)
+                && {
+                    let (stale, live) = self.chain(&t);
+                    same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
+                }
+                && self.fed_alike(&t);
             self.returning_chains.insert(t, same);
             if !same {
                 return false;
@@ -184,14 +267,15 @@ impl<'a> Twins<'a> {
         let (stale, live) = self.chain(chain);
         let line = stale.read.rules[at];
         let fed = stale.read.own_state[at];
-        live.read.rules.iter().enumerate().any(|(i, rule)| {
+        let held = live.read.rules.iter().enumerate().any(|(i, rule)| {
             *rule == line
                 && if fed {
                     same_before(live, i, stale, at)
                 } else {
                     same_way_in(live, i, stale, at, false)
                 }
-        })
+        });
+        held && self.fed_alike(chain) && self.fed_alike_below(line)
     }
 
     /// Whether the live chain is the stale one's twin: declared there too,
@@ -208,7 +292,8 @@ impl<'a> Twins<'a> {
             && live.chain(chain) == rules
             && rules
                 .iter()
-                .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()));
+                .all(|rule| same_chains(rule, stale, live, &mut HashSet::new()) && self.fed_alike_below(rule))
+            && self.fed_alike(chain);
         self.whole_chains.insert(chain.to_vec(), same);
         same
     }
@@ -294,4 +379,19 @@ fn stateless_chains(side: &SavedTable) -> HashSet<Vec<u8>> {
                 .iter()
                 .all(|t| !side.is_user_chain(t) || stateless.contains(t))
     })
+}
+
+/// Per user chain of `side`, the rules that jump or go to it: (their
+/// chain, their place in it), in the order saved.
+fn callers(side: &SavedTable) -> HashMap<Vec<u8>, Vec<(Vec<u8>, usize)>> {
+    let mut at: HashMap<&[u8], usize> = HashMap::new();
+    let mut callers: HashMap<Vec<u8>, Vec<(Vec<u8>, usize)>> = HashMap::new();
+    for (chain, rule) in &side.rules {
+        let place = at.entry(chain.as_slice()).or_insert(0);
+        for t in targets(rule).into_iter().filter(|t| side.is_user_chain(t)) {
+            callers.entry(t).or_default().push((chain.clone(), *place));
+        }
+        *place += 1;
+    }
+    callers
 }
