@@ -66,6 +66,9 @@ MUTATIONS = [
   [("src/stale/effects.rs", '"DNAT",\n        Target,\n        Translates,\n        Nothing,\n        Conntrack,\n        true,', '"DNAT",\n        Target,\n        Translates,\n        Nothing,\n        Conntrack,\n        false,'),
    ("docs/mixed-state.md", "| `DNAT` | target | translates | none | conntrack | goes |", "| `DNAT` | target | translates | none | conntrack | - |")],
   ["--test stale_effects every_target"]),
+ ("M15 a chain keeping state is taken as fed alike wherever it is fed",
+  [("src/stale/same_way.rs", "    fn fed_alike(&mut self, chain: &[u8]) -> bool {\n", "    fn fed_alike(&mut self, chain: &[u8]) -> bool {\n        #[allow(unreachable_code)]\n        return true;\n")],
+  ["--lib stale::"]),
 ]
 
 
