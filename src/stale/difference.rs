@@ -3,7 +3,7 @@
 //! each side holds there, followed into the user chains both jump to);
 //! and whole, rule against rule, for an operator to review.
 
-use super::saved_rules::{targets, SavedTable};
+use super::saved_rules::{item_chain, targets, SavedTable};
 use std::collections::HashSet;
 
 /// The first position where a stale chain and the live one differ.
@@ -90,12 +90,8 @@ pub(super) struct Compared {
 /// reach, each that differs from its live namesake.
 pub(super) fn compared(stale: &SavedTable, live: &SavedTable, items: &[Vec<u8>]) -> Vec<Compared> {
     let mut chains: Vec<Vec<u8>> = Vec::new();
-    for item in items {
-        let chain = match item.strip_prefix(b":") {
-            Some(policy) => policy.split(|&b| b == b' ').next(),
-            None => item.split(|&b| b == b' ').nth(1),
-        };
-        if let Some(chain) = chain.filter(|c| !chains.iter().any(|seen| seen == c)) {
+    for chain in items.iter().map(|item| item_chain(item)) {
+        if !chains.iter().any(|seen| seen == chain) {
             chains.push(chain.to_vec());
         }
     }

@@ -40,7 +40,7 @@ use super::hooks;
 use super::live_save::proven_live_save;
 use super::same_way::Twins;
 use super::saved_rules::{
-    goes_to, keeps, keeps_no_shared_state, parse, surely_keeps, targets, SavedTable, BUILTIN_CHAINS,
+    goes_to, item_chain, keeps, keeps_no_shared_state, parse, surely_keeps, targets, SavedTable, BUILTIN_CHAINS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
@@ -203,11 +203,7 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
     let mut items = Vec::new();
     let mut principle = None;
     let mut held = |item: Vec<u8>, why: Principle| {
-        principle.get_or_insert(if NO_TWIN_ACROSS_BACKENDS.contains(&name) {
-            Principle::Security
-        } else {
-            why
-        });
+        principle.get_or_insert(if counted { why } else { Principle::Security });
         items.push(item);
     };
     for (chain, policy) in &table.policies {
@@ -255,13 +251,9 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
         .iter()
         .find(|item| counted && blocks_alone(item, table, live))
         .cloned();
-    let difference = items.first().and_then(|item| {
-        let chain = match item.strip_prefix(b":") {
-            Some(policy) => policy.split(|&b| b == b' ').next().unwrap_or_default(),
-            None => item.split(|&b| b == b' ').nth(1).unwrap_or_default(),
-        };
-        difference::first(table, shown_live, chain)
-    });
+    let difference = items
+        .first()
+        .and_then(|item| difference::first(table, shown_live, item_chain(item)));
     Held {
         compared: difference::compared(table, shown_live, &items),
         principle,
@@ -277,15 +269,11 @@ fn unenforced_items(name: &[u8], table: &SavedTable, live: Option<&SavedTable>, 
 /// Removing it may open the host; other held items are only not proven
 /// safe (the live copy holds them, elsewhere or reached otherwise).
 fn blocks_alone(item: &[u8], stale: &SavedTable, live: &SavedTable) -> bool {
-    let mut words = item.split(|&b| b == b' ');
-    if let Some(chain) = item
-        .strip_prefix(b":")
-        .and_then(|line| line.split(|&b| b == b' ').next())
-    {
-        let policy = words.nth(1).unwrap_or_default();
+    let chain = item_chain(item);
+    if item.starts_with(b":") {
+        let policy = item.split(|&b| b == b' ').nth(1).unwrap_or_default();
         return live.policy(chain) != Some(policy);
     }
-    let chain = words.nth(1).unwrap_or_default();
     targets(item)
         .iter()
         .any(|t| !stale.is_user_chain(t) && effects::of(t, Kind::Target).only_ends())

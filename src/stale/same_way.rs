@@ -172,16 +172,19 @@ impl<'a> Twins<'a> {
         if !stale.is_user_chain(chain) && !live.is_user_chain(chain) {
             return true;
         }
+        if let Some(&alike) = self.fed_chains.get(chain) {
+            return alike;
+        }
         let sets = self.sets();
         if sets.stale_stateless.contains(chain) && sets.live_stateless.contains(chain) {
             return true;
         }
         let callers = sets.stale_callers.get(chain).cloned().unwrap_or_default();
         let alike = stale.is_user_chain(chain) == live.is_user_chain(chain)
-            && sets.live_callers.get(chain).cloned().unwrap_or_default() == callers;
-        if let Some(&alike) = self.fed_chains.get(chain) {
-            return alike;
-        }
+            && sets
+                .live_callers
+                .get(chain)
+                .map_or(callers.is_empty(), |live| *live == callers);
         self.fed_chains.insert(chain.to_vec(), false);
         let alike = alike
             && callers.iter().all(|(caller, at)| {
@@ -199,21 +202,39 @@ impl<'a> Twins<'a> {
     /// Whether each user chain `rule` jumps or goes to, and each chain
     /// behind those, is fed alike ([`Twins::fed_alike`]).
     fn fed_alike_below(&mut self, rule: &[u8]) -> bool {
-        let (stale, live) = (self.stale, self.live);
+        self.each_target(
+            rule,
+            |twins| &mut twins.fed_below,
+            |twins, t| {
+                let stale = twins.stale;
+                twins.fed_alike(t) && stale.chain(t).iter().all(|r| twins.fed_alike_below(r))
+            },
+        )
+    }
+
+    /// Whether `judge` holds for each user chain `rule` jumps or goes to,
+    /// each chain judged once and remembered in the map `memo` picks (a
+    /// chain reached again while being judged counts as not).
+    fn each_target(
+        &mut self,
+        rule: &[u8],
+        memo: fn(&mut Self) -> &mut HashMap<Vec<u8>, bool>,
+        judge: fn(&mut Self, &[u8]) -> bool,
+    ) -> bool {
         for t in targets(rule) {
-            if !stale.is_user_chain(&t) && !live.is_user_chain(&t) {
+            if !self.stale.is_user_chain(&t) && !self.live.is_user_chain(&t) {
                 continue;
             }
-            if let Some(&alike) = self.fed_below.get(&t) {
-                if !alike {
+            if let Some(&holds) = memo(self).get(&t) {
+                if !holds {
                     return false;
                 }
                 continue;
             }
-            self.fed_below.insert(t.clone(), false);
-            let alike = self.fed_alike(&t) && stale.chain(&t).iter().all(|r| self.fed_alike_below(r));
-            self.fed_below.insert(t, alike);
-            if !alike {
+            memo(self).insert(t.clone(), false);
+            let holds = judge(self, &t);
+            memo(self).insert(t, holds);
+            if !holds {
                 return false;
             }
         }
@@ -228,30 +249,19 @@ impl<'a> Twins<'a> {
     /// stale chain may accept more, or block less, than the live one; a
     /// chain reached again while being judged counts as not.
     fn returns_same_way(&mut self, rule: &[u8]) -> bool {
-        for t in targets(rule) {
-            if !self.stale.is_user_chain(&t) && !self.live.is_user_chain(&t) {
-                continue;
-            }
-            if let Some(&same) = self.returning_chains.get(&t) {
-                if !same {
-                    return false;
-                }
-                continue;
-            }
-            self.returning_chains.insert(t.clone(), false);
-            let same = self.stale.is_user_chain(&t)
-                && self.live.is_user_chain(&t)
-                && {
-                    let (stale, live) = self.chain(&t);
-                    same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
-                }
-                && self.fed_alike(&t);
-            self.returning_chains.insert(t, same);
-            if !same {
-                return false;
-            }
-        }
-        true
+        self.each_target(
+            rule,
+            |twins| &mut twins.returning_chains,
+            |twins, t| {
+                twins.stale.is_user_chain(t)
+                    && twins.live.is_user_chain(t)
+                    && {
+                        let (stale, live) = twins.chain(t);
+                        same_way_in(live, live.read.rules.len(), stale, stale.read.rules.len(), true)
+                    }
+                    && twins.fed_alike(t)
+            },
+        )
     }
 
     /// Whether the live chain brings to its policy every packet the stale

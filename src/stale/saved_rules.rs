@@ -167,6 +167,15 @@ pub(super) fn goes_to(rule: &[u8]) -> bool {
         .any(|words| words.iter().any(|w| matches!(w.as_slice(), b"-g" | b"--goto")))
 }
 
+/// The chain of a held item: `:CHAIN POLICY` or `-A CHAIN ...`.
+pub(super) fn item_chain(item: &[u8]) -> &[u8] {
+    let mut words = item.strip_prefix(b":").unwrap_or(item).split(|&b| b == b' ');
+    if !item.starts_with(b":") {
+        words.next();
+    }
+    words.next().unwrap_or_default()
+}
+
 /// Every target a rule's `-j`/`-g` (or `--jump`/`--goto`) may name.
 pub(super) fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
     let mut found = Vec::new();
