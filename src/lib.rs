@@ -22,7 +22,7 @@
 //!   and at the bottom the lock file (`xtables_lock`), the wrapper's own
 //!   file (`own_file`), the caller's standard descriptors and the wrapper's
 //!   own messages (`standard_fds`), whether a path may be trusted (`trust`),
-//!   how text from outside is shown
+//!   the save tools' text (`save_text`), how text from outside is shown
 //!   (`escape`), the caller's environment variables (`environment`), the
 //!   address families (`family`) and the binary's memory allocator
 //!   (`allocator`).
@@ -51,6 +51,7 @@ pub(crate) mod package_hint;
 pub mod privilege;
 pub(crate) mod report;
 pub mod run_dir;
+pub mod save_text;
 pub(crate) mod settings;
 pub mod stale;
 pub mod standard_fds;

@@ -6,6 +6,7 @@ mod common;
 use common::{enter_new_netns, save_rule_lines, sh};
 use iptables_wrapper::family::Family;
 use iptables_wrapper::kernel::legacy::{LegacyFamily, TableEntries};
+use iptables_wrapper::save_text;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -137,9 +138,10 @@ fn listed_tables(family: Family) -> BTreeSet<String> {
 fn saved_user_chains(family: Family, table: &str) -> BTreeSet<String> {
     sh(&format!("{} -t {table}", tool(family, "-save")))
         .lines()
-        .filter_map(|l| l.strip_prefix(':'))
-        .filter_map(|l| l.strip_suffix(" - [0:0]"))
-        .map(str::to_owned)
+        .filter_map(|text| match save_text::line(text.as_bytes()) {
+            save_text::Line::Chain { name, policy: b"-" } => Some(String::from_utf8_lossy(name).into_owned()),
+            _ => None,
+        })
         .collect()
 }
 

@@ -8,6 +8,7 @@ mod common;
 use common::{enter_new_netns, sh, Node};
 use iptables_wrapper::family::Family;
 use iptables_wrapper::kernel::legacy::{LegacyFamily, Policy};
+use iptables_wrapper::save_text;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
@@ -130,19 +131,12 @@ COMMIT
 
 /// Per chain: (policy or "-", rules), as iptables-legacy-save prints them.
 fn saved_chains(save: &str) -> BTreeMap<(String, String), (String, u64)> {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     let mut chains = BTreeMap::new();
-    let mut table = String::new();
-    for line in save.lines() {
-        if let Some(name) = line.strip_prefix('*') {
-            table = name.to_string();
-        } else if let Some(declaration) = line.strip_prefix(':') {
-            let mut fields = declaration.split_whitespace();
-            let chain = fields.next().unwrap().to_string();
-            let policy = fields.next().unwrap().to_string();
-            chains.insert((table.clone(), chain), (policy, 0));
-        } else if let Some(rule) = line.strip_prefix("-A ") {
-            let chain = rule.split_whitespace().next().unwrap().to_string();
-            chains.get_mut(&(table.clone(), chain)).unwrap().1 += 1;
+    for (table, saved) in save_text::tables(save.as_bytes()) {
+        for (chain, policy) in &saved.policies {
+            let rules = saved.rules.iter().filter(|(of, _)| of == chain).count() as u64;
+            chains.insert((text(&table), text(chain)), (text(policy), rules));
         }
     }
     chains

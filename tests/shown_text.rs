@@ -8,6 +8,7 @@
 mod common;
 
 use common::Node;
+use iptables_wrapper::save_text;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
@@ -78,7 +79,12 @@ fn stale_v_shows_the_saved_rules_byte_for_byte() {
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
     let save = common::sh("iptables-legacy-save -t filter");
-    let saved: Vec<&str> = save.lines().filter(|line| line.starts_with("-A ")).collect();
+    let saved: Vec<String> = save_text::lines(save.as_bytes())
+        .filter_map(|line| match line {
+            save_text::Line::Rule { rule, .. } => Some(String::from_utf8_lossy(rule).into_owned()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(saved.len(), 1, "{save}");
     assert!(saved[0].contains('\\'), "the save escapes the comment: {save}");
     let out = node.wrapper().args(["stale", "-v"]).output().unwrap();

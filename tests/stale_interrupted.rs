@@ -20,8 +20,9 @@
 
 mod common;
 
-use common::stale::{stale, stderr, stdout};
+use common::stale::{stale, stderr, stdout, uncounted};
 use common::{write_program, Node};
+use iptables_wrapper::save_text;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -50,21 +51,12 @@ fn node(name: &str, host: &str, stale: &str) -> Node {
 
 /// Each family's save of `backend`, without headers and counters.
 fn saves(node: &Node, backend: &str) -> [String; 2] {
-    ["iptables", "ip6tables"].map(|program| {
-        node.sh(&format!("{program}-{backend}-save"))
-            .lines()
-            .filter(|line| !line.starts_with('#'))
-            .map(|line| match line.find(" [") {
-                Some(at) if line.starts_with(':') => format!("{}\n", &line[..at]),
-                _ => format!("{line}\n"),
-            })
-            .collect()
-    })
+    ["iptables", "ip6tables"].map(|program| uncounted(&node.sh(&format!("{program}-{backend}-save"))))
 }
 
 /// Whether a family's save holds no rule.
 fn emptied(save: &str) -> bool {
-    !save.lines().any(|line| line.starts_with("-A "))
+    !save_text::lines(save.as_bytes()).any(|line| matches!(line, save_text::Line::Rule { .. }))
 }
 
 /// A directory of the real backends, with `iptables-legacy-restore` and

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::stale::{legacy_saves, nft_ruleset, stale, stderr, stdout};
+use common::stale::{legacy_saves, nft_ruleset, stale, stderr, stdout, uncounted};
 use common::Node;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -151,16 +151,6 @@ fn node_with(name: &str, legacy: &str, live: &str) -> Node {
         "{legacy}\niptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT\n{live}"
     ));
     node
-}
-
-/// A save without its chains' counters (the probes move them).
-fn uncounted(save: &str) -> String {
-    save.lines()
-        .map(|l| match l.strip_prefix(':').and_then(|_| l.rfind(" [")) {
-            Some(at) => format!("{}\n", &l[..at]),
-            None => format!("{l}\n"),
-        })
-        .collect()
 }
 
 /// Asserts that `probe` is blocked and `open` passes, that `stale

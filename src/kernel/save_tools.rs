@@ -23,6 +23,7 @@ use crate::escape::Shown as _;
 use crate::family::Family;
 use crate::kernel::HINT_CHAINS;
 use crate::mode::Mode;
+use crate::save_text;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::{BufRead, BufReader};
@@ -142,18 +143,15 @@ fn summarise(mut output: impl BufRead) -> std::io::Result<SavedRules> {
         if output.read_until(b'\n', &mut line)? == 0 {
             break;
         }
-        let line = line.strip_suffix(b"\n").unwrap_or(&line);
-        if let Some(table) = line.strip_prefix(b"*") {
-            in_mangle = table == b"mangle";
-        } else if line.starts_with(b"-A ") {
-            summary.rules += 1;
-        } else if let Some(declaration) = line.strip_prefix(b":") {
-            let chain = declaration.split(u8::is_ascii_whitespace).next().unwrap_or_default();
-            if in_mangle {
-                if let Some(hint) = HINT_CHAINS.iter().find(|h| h.as_bytes() == chain) {
+        match save_text::line(&line) {
+            save_text::Line::Table(table) => in_mangle = table == b"mangle",
+            save_text::Line::Rule { .. } => summary.rules += 1,
+            save_text::Line::Chain { name, .. } if in_mangle => {
+                if let Some(hint) = HINT_CHAINS.iter().find(|h| h.as_bytes() == name) {
                     summary.hint_chains.push(hint);
                 }
             }
+            _ => {}
         }
     }
     Ok(summary)

@@ -19,6 +19,7 @@ use crate::kernel::modules;
 use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 use crate::mode::Mode;
+use crate::save_text;
 
 /// One chain's stale state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,35 +182,32 @@ fn add_legacy_table(finding: &mut Finding, table: &str, chains: Vec<StaleChain>)
 }
 
 /// The tables of a save, each with every chain it declares: its policy
-/// (None for a user chain, declared with `-`) and its `-A` lines.
+/// (None for a user chain, declared with `-`) and how many rules it has.
 fn parse_save(save: &[u8]) -> Vec<(String, Vec<StaleChain>)> {
-    let mut tables: Vec<(String, Vec<StaleChain>)> = Vec::new();
-    for line in save.split(|&b| b == b'\n') {
-        if let Some(table) = line.strip_prefix(b"*") {
-            tables.push((String::from_utf8_lossy(table).into_owned(), Vec::new()));
-        } else if let (Some(declaration), Some((_, chains))) = (line.strip_prefix(b":"), tables.last_mut()) {
-            let mut fields = declaration.split(u8::is_ascii_whitespace);
-            let name = String::from_utf8_lossy(fields.next().unwrap_or_default()).into_owned();
-            let policy = match fields.next() {
-                Some(b"ACCEPT") => Some("ACCEPT"),
-                Some(b"DROP") => Some("DROP"),
-                Some(b"-") | None => None,
-                Some(_) => Some("other"),
-            };
-            chains.push(StaleChain {
-                name,
-                builtin: policy.is_some(),
-                policy,
-                rules: 0,
-            });
-        } else if let (Some(rule), Some((_, chains))) = (line.strip_prefix(b"-A "), tables.last_mut()) {
-            let chain = rule.split(u8::is_ascii_whitespace).next().unwrap_or_default();
-            if let Some(chain) = chains.iter_mut().find(|c| c.name.as_bytes() == chain) {
-                chain.rules += 1;
-            }
-        }
-    }
-    tables
+    save_text::tables(save)
+        .into_iter()
+        .map(|(name, table)| {
+            let chains = table
+                .policies
+                .iter()
+                .map(|(chain, policy)| {
+                    let policy = match policy.as_slice() {
+                        b"ACCEPT" => Some("ACCEPT"),
+                        b"DROP" => Some("DROP"),
+                        b"-" => None,
+                        _ => Some("other"),
+                    };
+                    StaleChain {
+                        name: String::from_utf8_lossy(chain).into_owned(),
+                        builtin: policy.is_some(),
+                        policy,
+                        rules: table.rules.iter().filter(|(of, _)| of == chain).count() as u64,
+                    }
+                })
+                .collect();
+            (String::from_utf8_lossy(&name).into_owned(), chains)
+        })
+        .collect()
 }
 
 fn find_nft(finding: &mut Finding, saved: &mut Vec<u8>) -> Result<(), String> {

@@ -12,9 +12,9 @@
 use super::find;
 use super::opening;
 use super::proof::Verdicts;
-use super::save_tool;
 use crate::family::Family;
 use crate::mode::Mode;
+use crate::save_text;
 use std::path::Path;
 
 /// Per table of `names` in the stale `save`: why emptying it is not proven
@@ -65,7 +65,7 @@ pub fn as_one((save, mut verdicts): Verdicts, opens: Vec<Option<String>>, names:
         .map(|(name, _)| *name)
         .collect();
     if held.is_empty() {
-        return (save_tool::sections(&save, names), verdicts);
+        return (save_text::sections(&save, names), verdicts);
     }
     for verdict in verdicts.iter_mut().filter(|v| v.is_ok()) {
         *verdict = Err(left_with(&held));

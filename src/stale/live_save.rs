@@ -12,6 +12,7 @@ use crate::kernel::modules;
 use crate::kernel::nft::{DumpInterrupted, NftSocket};
 use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
+use crate::save_text;
 use std::path::Path;
 
 /// Readings of the live tables before they are given up as changing: a
@@ -70,7 +71,7 @@ fn kept(save: &[u8], names: &[&str], verdicts: Vec<Result<(), String>>) -> LiveS
             Err(why) => live.inexact.push((name.to_string(), why)),
         }
     }
-    live.exact = save_tool::sections(save, &exact);
+    live.exact = save_text::sections(save, &exact);
     live
 }
 

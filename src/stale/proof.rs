@@ -24,7 +24,6 @@
 //! made, nothing is proven and nothing is removed.
 
 use super::ipsets::HostSets;
-use super::save_tool;
 use crate::backend;
 use crate::command::WrappedCommand;
 use crate::escape::Shown as _;
@@ -32,6 +31,7 @@ use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
 use crate::kernel::nft::{DumpInterrupted, NftSocket, NftTableImage};
 use crate::mode::Mode;
+use crate::save_text;
 use crate::xtables_lock::LOCKFILE_VAR;
 use std::io::Write as _;
 use std::os::unix::process::CommandExt;
@@ -211,7 +211,7 @@ fn narrowed<I>(
             return Ok((Vec::new(), verdicts));
         }
         let chosen: Vec<&str> = candidates.iter().map(|&i| names[i]).collect();
-        let input = save_tool::sections(save, &chosen);
+        let input = save_text::sections(save, &chosen);
         match restored_by(&input, &chosen) {
             Ok(restored) => {
                 let mut all_exact = true;
@@ -228,7 +228,7 @@ fn narrowed<I>(
             Err(why) if candidates.len() == 1 => verdicts[candidates[0]] = Err(why),
             Err(_) => {
                 for &index in &candidates {
-                    let alone = save_tool::sections(save, &[names[index]]);
+                    let alone = save_text::sections(save, &[names[index]]);
                     if let Err(why) = restored_by(&alone, &[names[index]]) {
                         verdicts[index] = Err(why);
                     }

@@ -97,23 +97,3 @@ fn run(backend: Mode, family: Family, table: Option<&str>) -> Result<SaveOutput,
         stderr: output.stderr,
     })
 }
-
-/// The sections of a save for the given tables (`*name` to `COMMIT`).
-pub fn sections(save: &[u8], tables: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut keep = false;
-    for line in save.split_inclusive(|&b| b == b'\n') {
-        let bare = line.strip_suffix(b"\n").unwrap_or(line);
-        if let Some(table) = bare.strip_prefix(b"*") {
-            keep = tables.iter().any(|t| t.as_bytes() == table);
-        }
-        if keep {
-            out.extend_from_slice(bare);
-            out.push(b'\n');
-        }
-        if bare == b"COMMIT" {
-            keep = false;
-        }
-    }
-    out
-}

@@ -72,49 +72,11 @@ pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     found
 }
 
-/// One table of a save: its chains' policies and its rules, as printed.
-#[derive(Default)]
-pub(super) struct SavedTable {
-    /// `(chain, policy)` of each declared chain; `-` for a user chain.
-    pub(super) policies: Vec<(Vec<u8>, Vec<u8>)>,
-    /// `(chain, whole line from "-A")`.
-    pub(super) rules: Vec<(Vec<u8>, Vec<u8>)>,
-}
+/// One table of a save, as [`crate::save_text`] reads it.
+pub(super) use crate::save_text::Table as SavedTable;
 
 /// The tables of a save, by name, in order.
-pub(super) fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
-    let mut tables: Vec<(Vec<u8>, SavedTable)> = Vec::new();
-    for line in save.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(name) = line.strip_prefix(b"*") {
-            tables.push((name.to_vec(), SavedTable::default()));
-            continue;
-        }
-        let Some((_, table)) = tables.last_mut() else {
-            continue;
-        };
-        if let Some(declaration) = line.strip_prefix(b":") {
-            let mut fields = declaration.split(u8::is_ascii_whitespace).filter(|f| !f.is_empty());
-            let chain = fields.next().unwrap_or_default().to_vec();
-            let policy = fields.next().unwrap_or(b"-").to_vec();
-            table.policies.push((chain, policy));
-            continue;
-        }
-        // `-c` saves print "[packets:bytes] -A ...".
-        let rule = match line.strip_prefix(b"[") {
-            Some(rest) => match rest.iter().position(|&b| b == b']') {
-                Some(end) => rest[end + 1..].trim_ascii_start(),
-                None => line,
-            },
-            None => line,
-        };
-        if let Some(body) = rule.strip_prefix(b"-A ") {
-            let chain = body.split(u8::is_ascii_whitespace).next().unwrap_or_default().to_vec();
-            table.rules.push((chain, rule.trim_ascii_end().to_vec()));
-        }
-    }
-    tables
-}
+pub(super) use crate::save_text::tables as parse;
 
 /// A rule's words as the save tools quote them (`"..."`, with `\"` and
 /// `\\` inside).

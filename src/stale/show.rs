@@ -12,6 +12,7 @@ use super::proof;
 use super::save_tool;
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
 use crate::escape::{bytes_shown, printable, saved_line, string};
+use crate::save_text;
 use crate::standard_fds::say;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -65,7 +66,7 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
                 return Ok(Vec::new());
             }
             let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
-            save_tool::tables(f.backend, f.family, &names).map(|save| save_tool::sections(&save.stdout, &names))
+            save_tool::tables(f.backend, f.family, &names).map(|save| save_text::sections(&save.stdout, &names))
         })
         .collect()
 }

@@ -67,7 +67,11 @@ pub fn sh_output(script: &str) -> Output {
 
 /// `-A` lines printed by a save tool (e.g. `iptables-legacy-save`).
 pub fn save_rule_lines(save_tool: &str) -> u64 {
-    sh(save_tool).lines().filter(|l| l.starts_with("-A ")).count() as u64
+    let save = sh(save_tool);
+    let lines = iptables_wrapper::save_text::lines(save.as_bytes());
+    lines
+        .filter(|line| matches!(line, iptables_wrapper::save_text::Line::Rule { .. }))
+        .count() as u64
 }
 
 use std::path::{Path, PathBuf};

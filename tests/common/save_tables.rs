@@ -3,31 +3,24 @@
 //! (built-in chains with ACCEPT policies, no rule, no user chain) left out,
 //! as legacy tables stay registered once emptied.
 
+use iptables_wrapper::save_text;
 use std::collections::BTreeMap;
 
 /// Per table, per chain: its policy (`-` for a user chain) and its rules.
 pub type Tables = BTreeMap<String, BTreeMap<String, (String, Vec<String>)>>;
 
 pub fn tables(save: &str) -> Tables {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     let mut all = Tables::new();
-    let mut table = String::new();
-    for line in save.lines() {
-        if let Some(name) = line.strip_prefix('*') {
-            table = name.to_string();
-            all.entry(table.clone()).or_default();
-        } else if let Some(chain) = line.strip_prefix(':') {
-            let mut words = chain.split(' ');
-            let name = words.next().unwrap_or_default().to_string();
-            let policy = words.next().unwrap_or_default().to_string();
-            all.entry(table.clone()).or_default().entry(name).or_default().0 = policy;
-        } else if let Some(rule) = line.strip_prefix("-A ") {
-            let (chain, words) = rule.split_once(' ').unwrap_or((rule, ""));
-            all.entry(table.clone())
-                .or_default()
-                .entry(chain.to_string())
-                .or_default()
-                .1
-                .push(words.to_string());
+    for (name, table) in save_text::tables(save.as_bytes()) {
+        let chains = all.entry(text(&name)).or_default();
+        for (chain, policy) in &table.policies {
+            chains.entry(text(chain)).or_default().0 = text(policy);
+        }
+        for (chain, rule) in &table.rules {
+            // The rule's words after `-A CHAIN`.
+            let words = rule[b"-A ".len() + chain.len()..].trim_ascii_start();
+            chains.entry(text(chain)).or_default().1.push(text(words));
         }
     }
     all.retain(|_, chains| {

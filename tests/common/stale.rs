@@ -40,6 +40,25 @@ pub fn nft_ruleset(node: &Node) -> String {
     node.sh("nft list ruleset")
 }
 
+/// A save without its chains' counters and its `#` headers (they move
+/// between two saves of the same rules).
+pub fn uncounted(save: &str) -> String {
+    use iptables_wrapper::save_text::{line, Line};
+    without_headers(save)
+        .lines()
+        .map(|text| match line(text.as_bytes()) {
+            Line::Chain { name, policy } => {
+                format!(
+                    ":{} {}\n",
+                    String::from_utf8_lossy(name),
+                    String::from_utf8_lossy(policy)
+                )
+            }
+            _ => format!("{text}\n"),
+        })
+        .collect()
+}
+
 pub fn without_headers(save: &str) -> String {
     save.lines()
         .filter(|l| !l.starts_with('#'))
