@@ -44,7 +44,7 @@ pub(crate) mod install;
 pub(crate) mod interval;
 pub mod kernel;
 pub(crate) mod metrics;
-pub(crate) mod mode;
+pub mod mode;
 pub(crate) mod on_node;
 pub(crate) mod own_file;
 pub(crate) mod package_hint;

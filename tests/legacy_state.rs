@@ -8,7 +8,10 @@ mod common;
 use common::{enter_new_netns, sh, Node};
 use iptables_wrapper::family::Family;
 use iptables_wrapper::kernel::legacy::{LegacyFamily, Policy};
+use iptables_wrapper::kernel::IPTABLES_TABLES;
+use iptables_wrapper::mode::Mode;
 use iptables_wrapper::save_text;
+use iptables_wrapper::stale::{find, proof};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
@@ -140,6 +143,48 @@ fn saved_chains(save: &str) -> BTreeMap<(String, String), (String, u64)> {
         }
     }
     chains
+}
+
+/// An image (the removal's reading, compared before and after its save)
+/// holds what a walk of its table reads, table by table, in both
+/// families, an empty table and a policy-only one among them: the
+/// removal's judgement finds the stale tables in that one reading.
+#[test]
+fn a_table_image_holds_what_its_table_holds() {
+    common::root_or_skip!();
+    enter_new_netns();
+    for (family, prefix) in [(Family::Ipv4, "iptables"), (Family::Ipv6, "ip6tables")] {
+        sh(&format!(
+            "{prefix}-legacy-restore <<'EOF'\n{RULESET}EOF\n{prefix}-legacy -t raw -P OUTPUT DROP\n{prefix}-legacy -t security -L -n >/dev/null"
+        ));
+        let tables = LegacyFamily::open(family).unwrap();
+        let images = proof::legacy_images(family, &IPTABLES_TABLES).unwrap();
+        for (name, image) in IPTABLES_TABLES.iter().zip(&images) {
+            let walked = tables.table(name).map(|table| tables.contents(table).unwrap());
+            let imaged = image.as_ref().map(|image| image.contents(family, name).unwrap());
+            assert_eq!(imaged, walked, "{family:?} {name}");
+        }
+        assert!(images.iter().all(Option::is_some), "{family:?}: every table is listed");
+        // The same tables, in the order of the tables' names (a walk
+        // follows the kernel's list).
+        let by_name = |finding: find::Finding| {
+            let mut tables = finding.tables().to_vec();
+            tables.sort_by_key(|table| table.name);
+            (
+                finding.unknown().map(str::to_owned),
+                tables,
+                finding.left,
+                finding.read_by,
+            )
+        };
+        let (unknown, tables, left, read_by) = by_name(find::legacy_from_images(family, &images));
+        assert_eq!(
+            (&unknown, &tables, &left, &read_by),
+            (&None, &by_name(find::find(Mode::Legacy, family)).1, &vec![], &None),
+            "{family:?}"
+        );
+        assert_eq!(tables.len(), 4, "{family:?}: all but the empty security table");
+    }
 }
 
 /// The walk's chains, rules and policies are what iptables-legacy-save

@@ -205,12 +205,12 @@ fn stale_state(backend: Mode, family: Family) -> StaleState {
         return StaleState::Absent;
     }
     let finding = stale::find::find(backend, family);
-    if finding.unknown.is_some() {
+    if finding.unknown().is_some() {
         return StaleState::Unknown;
     }
     let tables = IPTABLES_TABLES.map(|name| {
         let mut state = TableState::default();
-        for table in finding.tables.iter().filter(|table| table.name == name) {
+        for table in finding.tables().iter().filter(|table| table.name == name) {
             for chain in &table.chains {
                 state.rules += chain.rules;
                 if !chain.builtin {

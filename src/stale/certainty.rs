@@ -37,12 +37,13 @@ const WRITERS: [&[&str]; 2] = [&["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"], &
 
 /// The evidence contradicting `decision` for `family`, one line each
 /// (empty: nothing contradicts it). `stale` is what the other backend
-/// holds in the family.
+/// holds in the family, `chosen` what the decided one holds.
 pub fn contradictions(
     decision: &Decision,
     family: Family,
     kernel: &mut KernelReader,
     stale: &find::Finding,
+    chosen: &find::Finding,
 ) -> Vec<String> {
     let mode = decision.mode;
     let mut lines = Vec::new();
@@ -72,7 +73,7 @@ pub fn contradictions(
     match (&in_stale, &in_chosen) {
         // The stale backend itself cannot be read: nothing is removed, for
         // that reason, which says what reading it needs.
-        (Err(_), _) if stale.unknown.is_some() => {}
+        (Err(_), _) if stale.unknown().is_some() => {}
         (Err(why), _) => lines.push(format!("{}'s hint chains cannot be read: {why}", mode.other())),
         (Ok(stale_hints), Err(why)) if !stale_hints.is_empty() => lines.push(format!(
             "{} {} holds hint chains ({}), and whether {mode} holds any cannot be read: {why}",
@@ -97,7 +98,7 @@ pub fn contradictions(
         }
         _ => {}
     }
-    lines.extend(writer_chains_only_in(stale, mode, family));
+    lines.extend(writer_chains_only_in(stale, chosen));
     if mode == Mode::Legacy {
         if let Ok(reading) = kernel.nft_lookups() {
             if reading.value.kube_proxy_tables.is_some_and(|t| t.contains(&family)) {
@@ -129,13 +130,14 @@ const WRITER_CHAIN_PREFIXES: [(&str, &[&str]); 7] = [
     ("CNI plugins", &["CNI-"]),
 ];
 
-/// One line per writer whose user chains in `stale` (`family`) `mode`
-/// does not hold alike: chain by chain, in the same table, with rules
-/// where the stale one has rules.
-fn writer_chains_only_in(stale: &find::Finding, mode: Mode, family: Family) -> Vec<String> {
+/// One line per writer whose user chains in `stale` the decided backend
+/// (`chosen`, the same family) does not hold alike: chain by chain, in the
+/// same table, with rules where the stale one has rules.
+fn writer_chains_only_in(stale: &find::Finding, chosen: &find::Finding) -> Vec<String> {
+    let (mode, family) = (chosen.backend, chosen.family);
     let writer_chains = |finding: &find::Finding, prefixes: &[&str]| -> Vec<(&'static str, String, u64)> {
         finding
-            .tables
+            .tables()
             .iter()
             .flat_map(|t| {
                 t.chains
@@ -145,16 +147,14 @@ fn writer_chains_only_in(stale: &find::Finding, mode: Mode, family: Family) -> V
             })
             .collect()
     };
-    let mut chosen: Option<find::Finding> = None;
+    if chosen.unknown().is_some() {
+        return Vec::new(); // the removal stops on that by itself
+    }
     let mut lines = Vec::new();
     for (writer, prefixes) in WRITER_CHAIN_PREFIXES {
         let chains = writer_chains(stale, prefixes);
         if chains.is_empty() {
             continue;
-        }
-        let chosen = chosen.get_or_insert_with(|| find::find(mode, family));
-        if chosen.unknown.is_some() {
-            return Vec::new(); // the removal stops on that by itself
         }
         let in_chosen = writer_chains(chosen, prefixes);
         let mut missing: Vec<String> = chains

@@ -14,7 +14,7 @@
 
 use super::save_tool;
 use crate::family::Family;
-use crate::kernel::legacy::{self, LegacyFamily};
+use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
 use crate::kernel::modules;
 use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
@@ -58,23 +58,84 @@ pub struct LeftTable {
 pub struct Finding {
     pub family: Family,
     pub backend: Mode,
-    pub tables: Vec<StaleTable>,
-    /// Tables with state that are not the backend's own to remove.
+    pub held: Held,
+    /// Tables with state that are not the backend's own to remove (those
+    /// seen before a reading failed, where one did).
     pub left: Vec<LeftTable>,
-    /// Why the family could not be read, if it could not.
-    pub unknown: Option<String>,
-    /// The stale tables (in `tables`) whose own save failed, and why: they
-    /// can be neither backed up nor removed.
-    pub unsaved: Vec<LeftTable>,
     /// The save tool it was read through, where the kernel refused the
     /// wrapper's own reads (None: read from the kernel directly).
     pub read_by: Option<String>,
 }
 
+/// What is known of a family's stale tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Read: the tables holding state, and those of them whose own save
+    /// failed, and why (they can be neither backed up nor removed).
+    Known {
+        tables: Vec<StaleTable>,
+        unsaved: Vec<LeftTable>,
+    },
+    /// Not read, and why: anything may be there.
+    Unknown(String),
+}
+
 impl Finding {
+    /// Nothing found yet.
+    fn empty(backend: Mode, family: Family) -> Finding {
+        Finding {
+            family,
+            backend,
+            held: Held::Known {
+                tables: Vec::new(),
+                unsaved: Vec::new(),
+            },
+            left: Vec::new(),
+            read_by: None,
+        }
+    }
+
+    /// The stale tables known (none where the family could not be read).
+    pub fn tables(&self) -> &[StaleTable] {
+        match &self.held {
+            Held::Known { tables, .. } => tables,
+            Held::Unknown(_) => &[],
+        }
+    }
+
+    /// The stale tables whose own save failed, and why.
+    pub fn unsaved(&self) -> &[LeftTable] {
+        match &self.held {
+            Held::Known { unsaved, .. } => unsaved,
+            Held::Unknown(_) => &[],
+        }
+    }
+
+    /// Why the family could not be read, if it could not.
+    pub fn unknown(&self) -> Option<&str> {
+        match &self.held {
+            Held::Known { .. } => None,
+            Held::Unknown(why) => Some(why),
+        }
+    }
+
     /// Whether anything stale is known or may be there.
     pub fn is_stale(&self) -> bool {
-        !self.tables.is_empty() || self.unknown.is_some()
+        !self.tables().is_empty() || self.unknown().is_some()
+    }
+
+    /// A stale table found (while the family is being read).
+    fn add_table(&mut self, table: StaleTable) {
+        if let Held::Known { tables, .. } = &mut self.held {
+            tables.push(table);
+        }
+    }
+
+    /// A stale table found whose own save failed (while reading).
+    fn add_unsaved(&mut self, table: LeftTable) {
+        if let Held::Known { unsaved, .. } = &mut self.held {
+            unsaved.push(table);
+        }
     }
 }
 
@@ -88,23 +149,13 @@ pub fn find(backend: Mode, family: Family) -> Finding {
 /// iptables-nft's: [`save_tool::each`]; empty for legacy).
 pub fn find_saved(backend: Mode, family: Family) -> (Finding, Vec<u8>) {
     let mut saved = Vec::new();
-    let mut finding = Finding {
-        family,
-        backend,
-        tables: Vec::new(),
-        left: Vec::new(),
-        unknown: None,
-        unsaved: Vec::new(),
-        read_by: None,
-    };
+    let mut finding = Finding::empty(backend, family);
     let read = match backend {
         Mode::Legacy => find_legacy(&mut finding),
         Mode::Nft => find_nft(&mut finding, &mut saved),
     };
     if let Err(why) = read {
-        finding.tables.clear();
-        finding.unsaved.clear();
-        finding.unknown = Some(why);
+        finding.held = Held::Unknown(why);
         saved.clear();
     }
     (finding, saved)
@@ -123,23 +174,46 @@ fn find_legacy(finding: &mut Finding) -> Result<(), String> {
         let contents = tables
             .contents(table)
             .map_err(|e| format!("legacy {} {}: {e}", family.label(), table.name))?;
-        if !contents.holds_state() {
-            continue;
-        }
-        let chains = contents
-            .chains
-            .iter()
-            .filter(|c| c.rules > 0 || c.policy != Some(legacy::Policy::Accept))
-            .map(|c| StaleChain {
-                name: c.name.clone(),
-                builtin: c.policy.is_some(),
-                policy: c.policy.map(|p| p.name()),
-                rules: c.rules,
-            })
-            .collect();
-        add_legacy_table(finding, &table.name, chains);
+        add_legacy_contents(finding, &table.name, &contents);
     }
     Ok(())
+}
+
+/// What the legacy tables of `family` hold, from `images` (one per
+/// [`IPTABLES_TABLES`], None for a table not listed): the removal's
+/// judgement finds and compares one reading, not two.
+pub fn legacy_from_images(family: Family, images: &[Option<LegacyTableImage>]) -> Finding {
+    let mut finding = Finding::empty(Mode::Legacy, family);
+    for (name, image) in IPTABLES_TABLES.iter().zip(images) {
+        let Some(image) = image else { continue };
+        match image.contents(family, name) {
+            Ok(contents) => add_legacy_contents(&mut finding, name, &contents),
+            Err(e) => {
+                finding.held = Held::Unknown(format!("legacy {} {name}: {e}", family.label()));
+                break;
+            }
+        }
+    }
+    finding
+}
+
+/// A legacy table's chains that hold state, if any does.
+fn add_legacy_contents(finding: &mut Finding, table: &str, contents: &legacy::TableContents) {
+    if !contents.holds_state() {
+        return;
+    }
+    let chains = contents
+        .chains
+        .iter()
+        .filter(|c| c.rules > 0 || c.policy != Some(legacy::Policy::Accept))
+        .map(|c| StaleChain {
+            name: c.name.clone(),
+            builtin: c.policy.is_some(),
+            policy: c.policy.map(|p| p.name()),
+            rules: c.rules,
+        })
+        .collect();
+    add_legacy_table(finding, table, chains);
 }
 
 /// The stale tables as `<family>-legacy-save` shows them, where the kernel
@@ -169,7 +243,7 @@ fn find_legacy_saved(finding: &mut Finding, refused: &std::io::Error) -> Result<
 
 fn add_legacy_table(finding: &mut Finding, table: &str, chains: Vec<StaleChain>) {
     match IPTABLES_TABLES.iter().find(|t| **t == table) {
-        Some(&name) => finding.tables.push(StaleTable {
+        Some(&name) => finding.add_table(StaleTable {
             name,
             builtin_chains: builtin_chains_of(name),
             chains,
@@ -274,12 +348,12 @@ fn find_nft(finding: &mut Finding, saved: &mut Vec<u8>) -> Result<(), String> {
             continue;
         }
         if let Some((_, why)) = unsaved.iter().find(|(table, _)| *table == name) {
-            finding.unsaved.push(LeftTable {
+            finding.add_unsaved(LeftTable {
                 name: name.to_string(),
                 why: format!("iptables-nft-save cannot save it, so it cannot be backed up: {why}"),
             });
         }
-        finding.tables.push(StaleTable {
+        finding.add_table(StaleTable {
             name,
             builtin_chains: builtin_chains_of(name),
             chains: holding,

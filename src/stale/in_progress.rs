@@ -87,8 +87,8 @@ impl Part {
             let finding = find::find(*backend, *family);
             for table in tables {
                 let named = format!("{backend} {} {table}", family.label());
-                let holds = finding.tables.iter().any(|t| t.name == table.as_str());
-                if finding.unknown.is_some() || holds {
+                let holds = finding.tables().iter().any(|t| t.name == table.as_str());
+                if finding.unknown().is_some() || holds {
                     left.push(named);
                 } else {
                     emptied.push(named);

@@ -33,6 +33,7 @@ pub mod in_progress;
 pub mod ipsets;
 pub mod judge;
 pub mod live_save;
+pub mod look;
 pub mod opening;
 pub mod proof;
 pub mod removal_report;
@@ -55,6 +56,7 @@ use crate::kernel::KernelReader;
 use crate::mode::{Mode, OVERRIDE_VAR};
 use crate::settings::{InvalidSetting, HOST_ROOT_VAR};
 use crate::standard_fds::say;
+use look::Look;
 use std::path::PathBuf;
 use uncertain::Uncertain;
 
@@ -99,7 +101,8 @@ pub fn run(options: &Options) -> i32 {
     for line in in_progress::notice() {
         say(&format!("stale: {line}"));
     }
-    let Decided { hosts, doubts } = match host_backends(options) {
+    let mut look = Look::default();
+    let Decided { hosts, doubts } = match host_backends(options, &mut look) {
         Ok(decided) => decided,
         Err(invalid) => {
             let invalid = invalid.to_string();
@@ -112,9 +115,9 @@ pub fn run(options: &Options) -> i32 {
     };
     let uncertain = (!doubts.is_empty()).then(|| doubted(&doubts, &hosts));
     match (uncertain, options.remove) {
-        (None, true) => remove::run(&hosts, options),
-        (None, false) => show::run(&hosts, None, options),
-        (Some(why), false) => show::run(&hosts, Some(&why), options),
+        (None, true) => remove::run(&hosts, options, &mut look),
+        (None, false) => show::run(&hosts, None, options, &mut look),
+        (Some(why), false) => show::run(&hosts, Some(&why), options, &mut look),
         (Some(why), true) => {
             let contradicted = contradicting_lines(&doubts);
             let refusal = format!("stale --remove: refused: {why}");
@@ -173,7 +176,7 @@ fn contradicting_lines(doubts: &[Doubt]) -> Vec<String> {
 
 /// Decides each family's host backend (Err: a setting is invalid), with
 /// why the families that are not certain are not.
-fn host_backends(options: &Options) -> Result<Decided, InvalidSetting> {
+fn host_backends(options: &Options, look: &mut Look) -> Result<Decided, InvalidSetting> {
     let mut hosts = Vec::new();
     let mut doubts = Vec::new();
     let mut kernel = KernelReader::new();
@@ -187,9 +190,10 @@ fn host_backends(options: &Options) -> Result<Decided, InvalidSetting> {
         }
         let mut certain = certainty(&decision);
         if certain.is_ok() {
-            let stale = find::find(decision.mode.other(), family);
-            let mut lines = certainty::contradictions(&decision, family, &mut kernel, &stale);
-            lines.extend(family_state(&decision, family));
+            let stale = look.of(decision.mode.other(), family).clone();
+            let chosen = look.of(decision.mode, family);
+            let mut lines = certainty::contradictions(&decision, family, &mut kernel, &stale, chosen);
+            lines.extend(family_state(decision.mode, &stale, chosen));
             let overruled = decision.decided_by == Source::Override && options.despite_contradiction;
             if overruled {
                 for line in &lines {
@@ -287,18 +291,15 @@ pub fn certainty(decision: &Decision) -> Result<(), Uncertain> {
     })
 }
 
-/// Why `family`'s own state contradicts `decision` (see
-/// [`family_contradiction`]); None when it does not.
-fn family_state(decision: &Decision, family: Family) -> Option<String> {
-    let mode = decision.mode;
-    let state = |backend: Mode| {
-        let finding = find::find(backend, family);
-        match &finding.unknown {
-            Some(why) => Err(why.clone()),
-            None => Ok(decisive_state(&finding.tables)),
-        }
+/// Why a family's own state contradicts a decision for `mode` (see
+/// [`family_contradiction`]), from what `mode` holds there (`chosen`) and
+/// what the other backend holds (`stale`); None when it does not.
+fn family_state(mode: Mode, stale: &find::Finding, chosen: &find::Finding) -> Option<String> {
+    let state = |finding: &find::Finding| match finding.unknown() {
+        Some(why) => Err(why.to_string()),
+        None => Ok(decisive_state(finding.tables())),
     };
-    family_contradiction(mode, family, state(mode), state(mode.other()))
+    family_contradiction(mode, chosen.family, state(chosen), state(stale))
 }
 
 /// What in `tables` decides a packet's fate: their rules and non-ACCEPT

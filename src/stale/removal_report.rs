@@ -41,7 +41,7 @@ impl Removal {
     /// Every stale table of `findings` left, for `why`.
     pub fn fail_all(&mut self, findings: &[&Finding], why: &str) {
         for finding in findings {
-            for table in &finding.tables {
+            for table in finding.tables() {
                 self.failed
                     .push(((finding.backend, finding.family, table.name), why.to_string()));
             }
@@ -50,7 +50,7 @@ impl Removal {
 
     /// The tables of `finding` whose `verdicts` (one per table) failed.
     pub fn record_verdicts(&mut self, finding: &Finding, verdicts: &[Result<(), String>]) {
-        for (table, verdict) in finding.tables.iter().zip(verdicts) {
+        for (table, verdict) in finding.tables().iter().zip(verdicts) {
             if let Err(why) = verdict {
                 self.failed
                     .push(((finding.backend, finding.family, table.name), why.clone()));

@@ -42,6 +42,7 @@ use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
 use super::in_progress::{self, Part};
 use super::judge;
+use super::look::Look;
 use super::proof;
 use super::removal_report::{nothing_stale, report, stopped, Removal};
 use super::signals::{self, NoTurningBack};
@@ -86,25 +87,25 @@ impl Proven {
 
     fn proven_tables(&self) -> impl Iterator<Item = (usize, &StaleTable)> {
         self.finding
-            .tables
+            .tables()
             .iter()
             .enumerate()
             .filter(|(index, _)| self.verdicts[*index].is_ok())
     }
 }
 
-/// Runs the removal, top to bottom: find what is stale, stop where nothing
-/// can be removed safely, then per backend judge each family (its backup
-/// proven, what may go: [`judge`]), back up, empty, and read again to
-/// report. Exit 0 when nothing stale remains.
-pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
+/// Runs the removal, top to bottom: what is stale (from the first
+/// [`Look`]), stop where nothing can be removed safely, then per backend
+/// judge each family (its backup proven, what may go: [`judge`]), back up,
+/// empty, and read again to report. Exit 0 when nothing stale remains.
+pub fn run(hosts: &[HostBackend], options: &Options, look: &mut Look) -> i32 {
     signals::catch();
-    let before: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
+    let before: Vec<Finding> = hosts.iter().map(|h| look.of(h.stale(), h.family).clone()).collect();
     let stop = |why: String| stopped(hosts, options, &before, &why);
-    if let Some(unknown) = before.iter().find_map(|f| f.unknown.as_ref()) {
+    if let Some(unknown) = before.iter().find_map(Finding::unknown) {
         return stop(format!("{unknown}; nothing was changed"));
     }
-    if before.iter().all(|f| f.tables.is_empty()) {
+    if before.iter().all(|f| f.tables().is_empty()) {
         return nothing_stale(hosts, options, &before);
     }
     if let Err(why) = proof::scratch_namespace_available() {
@@ -121,14 +122,13 @@ pub fn run(hosts: &[HostBackend], options: &Options) -> i32 {
     };
     // The families each backend holds stale tables in; what they hold is
     // read again once writers are held off (another removal may have run).
-    let legacy: Vec<Family> = before
+    let legacy: Vec<&Finding> = before
         .iter()
-        .filter(|f| f.backend == Mode::Legacy && !f.tables.is_empty())
-        .map(|f| f.family)
+        .filter(|f| f.backend == Mode::Legacy && !f.tables().is_empty())
         .collect();
     let nft_before: Vec<&Finding> = before
         .iter()
-        .filter(|f| f.backend == Mode::Nft && !f.tables.is_empty())
+        .filter(|f| f.backend == Mode::Nft && !f.tables().is_empty())
         .collect();
     let mut removal = Removal::default();
     // Held until the tables have been read again after the removal, and
@@ -202,10 +202,10 @@ impl Removing<'_> {
     /// Judges, backs up and empties; Err (with nothing changed) when a
     /// backup or the record cannot be written, or a signal came before the
     /// first emptying. Every backup and the record are on disk before
-    /// anything is emptied. `nft_before`:
-    /// the nft families' findings before the removal, named with the
-    /// reason when no attempt ever reads a steady ruleset.
-    fn remove(&self, legacy: &[Family], nft_before: &[&Finding], removal: &mut Removal) -> Result<Begun, String> {
+    /// anything is emptied. `legacy` and `nft_before`: the families' findings
+    /// of the first look, named with the reason where no reading under the
+    /// lock is had.
+    fn remove(&self, legacy: &[&Finding], nft_before: &[&Finding], removal: &mut Removal) -> Result<Begun, String> {
         let Some(lock) = self.hold_xtables_lock(legacy, nft_before, removal) else {
             return Ok(Begun::NoLock);
         };
@@ -275,12 +275,16 @@ impl Removing<'_> {
     /// emptied, and while a live legacy backend is read for the twins of a
     /// stale nft one and that is emptied (None, with every stale family
     /// left, when it cannot be taken).
-    fn hold_xtables_lock(&self, legacy: &[Family], nft_before: &[&Finding], removal: &mut Removal) -> Option<HeldLock> {
+    fn hold_xtables_lock(
+        &self,
+        legacy: &[&Finding],
+        nft_before: &[&Finding],
+        removal: &mut Removal,
+    ) -> Option<HeldLock> {
         match xtables_lock::hold(LOCK_WAIT) {
             Ok(held) => Some(held),
             Err(why) => {
-                let findings: Vec<Finding> = legacy.iter().map(|&f| find::find(Mode::Legacy, f)).collect();
-                let all: Vec<&Finding> = findings.iter().chain(nft_before.iter().copied()).collect();
+                let all: Vec<&Finding> = legacy.iter().chain(nft_before).copied().collect();
                 removal.fail_all(&all, &format!("{why}; nothing was changed"));
                 None
             }

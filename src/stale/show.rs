@@ -7,6 +7,7 @@
 
 use super::find::{self, Finding};
 use super::judge;
+use super::look::Look;
 use super::opening;
 use super::proof;
 use super::save_tool;
@@ -20,14 +21,16 @@ use std::io::Write as _;
 /// Shows the stale state; exit 0 when nothing is stale, 1 when something
 /// is or may be. With `uncertain` (why the host's backend is not certain),
 /// what each backend holds, since either may be the stale one.
-pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options) -> i32 {
-    let findings: Vec<Finding> = match uncertain {
-        None => hosts.iter().map(|h| find::find(h.stale(), h.family)).collect(),
-        Some(_) => hosts
-            .iter()
-            .flat_map(|h| [find::find(h.decision.mode, h.family), find::find(h.stale(), h.family)])
-            .collect(),
+pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options, look: &mut Look) -> i32 {
+    let backends = |h: &HostBackend| match uncertain {
+        None => vec![h.stale()],
+        Some(_) => vec![h.decision.mode, h.stale()],
     };
+    let findings: Vec<Finding> = hosts
+        .iter()
+        .flat_map(|h| backends(h).into_iter().map(|backend| (backend, h.family)))
+        .map(|(backend, family)| look.of(backend, family).clone())
+        .collect();
     let saves = if options.verbose { saves(&findings) } else { Vec::new() };
     let (opens, side_by_side) = openings(hosts, &findings);
     let out = if options.json {
@@ -62,10 +65,10 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
     findings
         .iter()
         .map(|f| {
-            if f.tables.is_empty() {
+            if f.tables().is_empty() {
                 return Ok(Vec::new());
             }
-            let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
+            let names: Vec<&str> = f.tables().iter().map(|t| t.name).collect();
             save_tool::tables(f.backend, f.family, &names).map(|save| save_text::sections(&save.stdout, &names))
         })
         .collect()
@@ -86,10 +89,10 @@ fn openings(hosts: &[HostBackend], findings: &[Finding]) -> (Openings, SideBySid
         .iter()
         .map(|f| {
             let live = host_of(hosts, f.family);
-            if f.backend == live || f.tables.is_empty() {
+            if f.backend == live || f.tables().is_empty() {
                 return (Vec::new(), Vec::new());
             }
-            let names: Vec<&str> = f.tables.iter().map(|t| t.name).collect();
+            let names: Vec<&str> = f.tables().iter().map(|t| t.name).collect();
             let opens = proof::AnonymousLock::new().and_then(|lock| {
                 save_tool::tables(f.backend, f.family, &names)
                     .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
@@ -136,13 +139,13 @@ fn text_with(
     }
     for (index, finding) in findings.iter().enumerate() {
         let (backend, family) = (finding.backend, finding.family);
-        if let Some(why) = &finding.unknown {
+        if let Some(why) = finding.unknown() {
             let _ = writeln!(out, "{backend} {}: unknown: {}", family.label(), printable(why));
         }
         if let Some(tool) = &finding.read_by {
             let _ = writeln!(out, "{backend} {}: read through {tool}", family.label());
         }
-        for (table_index, table) in finding.tables.iter().enumerate() {
+        for (table_index, table) in finding.tables().iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{} {backend} {} {}: {}",
@@ -234,8 +237,8 @@ fn summary(findings: &[Finding], uncertain: bool) -> String {
         .iter()
         .map(|f| format!("{} {}", f.backend, f.family.label()))
         .collect();
-    let found = findings.iter().any(|f| !f.tables.is_empty());
-    let unknown = findings.iter().any(|f| f.unknown.is_some());
+    let found = findings.iter().any(|f| !f.tables().is_empty());
+    let unknown = findings.iter().any(|f| f.unknown().is_some());
     match (found, unknown, uncertain) {
         (true, _, true) => "state found in the backends above; which is stale is not certain, so `iptables-wrapper stale --remove` refuses until it is\n".to_string(),
         (true, _, false) => "stale state found: `iptables-wrapper stale -v` shows the rules, `iptables-wrapper stale --remove` removes them after a backup\n".to_string(),
@@ -323,7 +326,7 @@ fn json_report(
         .enumerate()
         .map(|(index, f)| {
             let tables: Vec<String> = f
-                .tables
+                .tables()
                 .iter()
                 .enumerate()
                 .map(|(table_index, t)| {
@@ -372,7 +375,7 @@ fn json_report(
                 f.is_stale() && f.backend != host_of(hosts, f.family),
                 tables.join(","),
                 left.join(","),
-                f.unknown.as_deref().map_or("null".into(), string),
+                f.unknown().map_or("null".into(), string),
                 f.read_by.as_deref().map_or("null".into(), string),
             )
         })

@@ -97,6 +97,14 @@ pub struct LegacyTableImage {
 }
 
 impl LegacyTableImage {
+    /// What the image holds, as [`LegacyFamily::contents`] reads it from the
+    /// kernel (`name`, of `family`): the same reading, not another one.
+    pub fn contents(&self, family: Family, name: &str) -> io::Result<TableContents> {
+        let info = info_of(name, &self.info);
+        walk(&Layout::of(family), &self.blob, &info)?
+            .ok_or_else(|| invalid_data("the image's entries do not add up to its GET_INFO"))
+    }
+
     /// The first difference between this image and `other`, in words (this
     /// one is "the table", the other "the restored one"); None when equal.
     pub fn difference(&self, other: &LegacyTableImage) -> Option<String> {
@@ -336,18 +344,23 @@ fn get_info(socket: &OwnedFd, layout: &Layout, name: &str) -> io::Result<TableIn
     let mut buf = [0u8; size_of::<GetInfo>()];
     put_table_name(&mut buf[offset_of!(GetInfo, name)..], name)?;
     getsockopt_exact(socket, layout.sockopt_level, SO_GET_INFO, &mut buf)?;
-    let valid_hooks = read_u32(&buf, offset_of!(GetInfo, valid_hooks));
+    Ok(info_of(name, &buf))
+}
+
+/// A GET_INFO reply (`buf`) of the table `name`, read.
+fn info_of(name: &str, buf: &[u8]) -> TableInfo {
+    let valid_hooks = read_u32(buf, offset_of!(GetInfo, valid_hooks));
     let hook_entries = (0..NUM_HOOKS)
         .filter(|hook| valid_hooks & (1 << hook) != 0)
-        .map(|hook| read_u32(&buf, offset_of!(GetInfo, hook_entry) + hook * size_of::<u32>()))
+        .map(|hook| read_u32(buf, offset_of!(GetInfo, hook_entry) + hook * size_of::<u32>()))
         .collect();
-    Ok(TableInfo {
+    TableInfo {
         name: name.to_owned(),
         valid_hooks,
-        num_entries: read_u32(&buf, offset_of!(GetInfo, num_entries)),
-        size: read_u32(&buf, offset_of!(GetInfo, size)),
+        num_entries: read_u32(buf, offset_of!(GetInfo, num_entries)),
+        size: read_u32(buf, offset_of!(GetInfo, size)),
         hook_entries,
-    })
+    }
 }
 
 /// `*_SO_GET_ENTRIES` for a blob of `info.size` bytes; the reply holds the

@@ -38,57 +38,64 @@ pub const EMPTYING_ORDER: [&str; 5] = ["security", "filter", "nat", "mangle", "r
 const LEGACY_TRIES: usize = 3;
 
 impl Removing<'_> {
-    /// Each legacy family read afresh and judged, under the xtables lock.
-    pub(super) fn judge_legacy(&self, legacy: &[Family], removal: &mut Removal) -> Vec<Proven> {
+    /// Each legacy family of `legacy` (as the first look found it) read
+    /// afresh and judged, under the xtables lock.
+    pub(super) fn judge_legacy(&self, legacy: &[&Finding], removal: &mut Removal) -> Vec<Proven> {
         let mut judged = Vec::new();
-        for &family in legacy {
-            let finding = find::find(Mode::Legacy, family);
-            if let Some(why) = &finding.unknown {
-                removal.fail_all(&[&finding], why);
-                continue;
-            }
-            if finding.tables.is_empty() {
-                continue; // emptied meanwhile (by another removal)
-            }
-            match self.judge_legacy_family(&finding) {
-                Ok(((save, verdicts), legacy_read)) => judged.push(Proven {
-                    finding,
-                    save,
-                    verdicts,
-                    images: Vec::new(),
-                    legacy_read,
-                }),
-                Err(why) => removal.fail_all(&[&finding], &why),
+        for looked in legacy {
+            match self.judge_legacy_family(looked.family) {
+                Ok(Some(proven)) => judged.push(proven),
+                Ok(None) => {} // emptied meanwhile (by another removal)
+                Err((finding, why)) => removal.fail_all(&[finding.as_deref().unwrap_or(looked)], &why),
             }
         }
         judged
     }
 
-    /// Reads every table of a legacy family ([`family_images`]), saves it,
-    /// reads them again (a difference: a writer that bypasses the xtables
-    /// lock, so again), and judges the save against the stale tables;
-    /// returns the verdicts and that reading. Called with the xtables lock
-    /// held.
-    fn judge_legacy_family(
-        &self,
-        finding: &Finding,
-    ) -> Result<(proof::Verdicts, Vec<Option<LegacyTableImage>>), String> {
-        let family = finding.family;
-        let names: Vec<&str> = finding.tables.iter().map(|t| t.name).collect();
+    /// Reads every table of a legacy family ([`family_images`]) and finds
+    /// its stale tables in that reading, saves it, reads them again (a
+    /// difference: a writer that bypasses the xtables lock, so again), and
+    /// judges the save against the stale tables. None: nothing is stale
+    /// now. Called with the xtables lock held; Err names what it read, if
+    /// it read it.
+    fn judge_legacy_family(&self, family: Family) -> Result<Option<Proven>, (Option<Box<Finding>>, String)> {
         for _ in 0..LEGACY_TRIES {
-            let whole = family_images(family)?;
-            let save = save_tool::legacy(family)?.stdout;
-            if family_images(family)? != whole {
-                continue;
+            let whole = family_images(family).map_err(|why| (None, why))?;
+            let finding = find::legacy_from_images(family, &whole);
+            if let Some(why) = finding.unknown() {
+                return Err((None, why.to_string()));
+            }
+            if finding.tables().is_empty() {
+                return Ok(None);
+            }
+            let names: Vec<&str> = finding.tables().iter().map(|t| t.name).collect();
+            let save = match save_tool::legacy(family) {
+                Ok(save) => save.stdout,
+                Err(why) => return Err((Some(Box::new(finding)), why)),
+            };
+            match family_images(family) {
+                Ok(again) if again == whole => {}
+                Ok(_) => continue,
+                Err(why) => return Err((Some(Box::new(finding)), why)),
             }
             let live = of_tables(&whole, &names);
-            let verdicts = self.judge(Mode::Legacy, family, &save, &names, || {
+            let judged = self.judge(Mode::Legacy, family, &save, &names, || {
                 proof::prove_legacy("the backup", family, &save, &names, &live, &self.private_lock)
-            })?;
-            return Ok((verdicts, whole));
+            });
+            return match judged {
+                Ok((save, verdicts)) => Ok(Some(Proven {
+                    finding,
+                    save,
+                    verdicts,
+                    images: Vec::new(),
+                    legacy_read: whole,
+                })),
+                Err(why) => Err((Some(Box::new(finding)), why)),
+            };
         }
-        Err(format!(
-            "the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"
+        Err((
+            None,
+            format!("the tables changed while the xtables lock was held, in each of {LEGACY_TRIES} readings: something writes to them without taking the lock; nothing removed"),
         ))
     }
 
@@ -132,7 +139,7 @@ impl Removing<'_> {
                 let what = (Mode::Legacy, family, table.name);
                 let failed = match (&emptied, &now) {
                     (Err(why), Some(now))
-                        if now.unknown.is_some() || now.tables.iter().any(|t| t.name == table.name) =>
+                        if now.unknown().is_some() || now.tables().iter().any(|t| t.name == table.name) =>
                     {
                         Some(why.clone())
                     }

@@ -37,13 +37,13 @@ impl Removing<'_> {
             // The finding saves each stale table (its notes say whether it is
             // iptables-nft's); the generation check below covers all three.
             let (finding, save) = find::find_saved(Mode::Nft, family);
-            if let Some(why) = &finding.unknown {
-                return Err(why.clone());
+            if let Some(why) = finding.unknown() {
+                return Err(why.to_string());
             }
-            if finding.tables.is_empty() {
+            if finding.tables().is_empty() {
                 continue; // emptied meanwhile (by another removal)
             }
-            let names: Vec<&'static str> = finding.tables.iter().map(|t| t.name).collect();
+            let names: Vec<&'static str> = finding.tables().iter().map(|t| t.name).collect();
             let Some((images, at)) = proof::nft_images(socket, family, &names)? else {
                 return Ok(None);
             };
@@ -62,12 +62,12 @@ impl Removing<'_> {
         let mut judged = Vec::new();
         for (finding, names, images, save) in read {
             let family = finding.family;
-            let (save, verdicts) = if finding.unsaved.is_empty() {
+            let (save, verdicts) = if finding.unsaved().is_empty() {
                 self.judge(Mode::Nft, family, &save, &names, || {
                     proof::prove_nft("the backup", family, &save, &names, &images, &self.private_lock)
                 })?
             } else {
-                judge::unsaved(&finding.unsaved, &names)
+                judge::unsaved(finding.unsaved(), &names)
             };
             judged.push(Proven {
                 finding,
