@@ -28,6 +28,7 @@ pub mod certainty;
 mod difference;
 mod effects;
 pub mod find;
+mod finding;
 pub mod hooks;
 pub mod in_progress;
 pub mod ipsets;
