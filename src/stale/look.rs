@@ -9,9 +9,19 @@ use crate::family::Family;
 use crate::mode::Mode;
 
 /// The findings read so far, each read at most once.
-#[derive(Default)]
 pub struct Look {
     read: Vec<Finding>,
+    /// How a finding is read: [`find::find`], the kernel's.
+    reader: fn(Mode, Family) -> Finding,
+}
+
+impl Default for Look {
+    fn default() -> Self {
+        Look {
+            read: Vec::new(),
+            reader: find::find,
+        }
+    }
 }
 
 impl Look {
@@ -24,7 +34,7 @@ impl Look {
         {
             Some(at) => at,
             None => {
-                self.read.push(find::find(backend, family));
+                self.read.push((self.reader)(backend, family));
                 self.read.len() - 1
             }
         };
@@ -35,21 +45,48 @@ impl Look {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A finding asked for twice is the first one, not a second reading.
+    static READINGS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A reading of nothing, counted, with the reading's number as its
+    /// only (left) table: which reading a finding came from.
+    fn counted(backend: Mode, family: Family) -> Finding {
+        let number = READINGS.fetch_add(1, Ordering::SeqCst);
+        let mut finding = Finding::empty(backend, family);
+        finding.left.push(find::LeftTable {
+            name: number.to_string(),
+            why: "reading".into(),
+        });
+        finding
+    }
+
+    /// A finding asked for again is the first reading, in any order of
+    /// asking; each backend and family is read once.
     #[test]
     fn each_backend_and_family_is_read_once() {
-        let mut look = Look::default();
-        let mut first = look.of(Mode::Legacy, Family::Ipv4).clone();
-        first.left.push(find::LeftTable {
-            name: "marked".into(),
-            why: "by this test".into(),
-        });
-        look.read[0] = first.clone();
-        assert_eq!(*look.of(Mode::Legacy, Family::Ipv4), first);
-        assert_eq!(look.read.len(), 1);
-        look.of(Mode::Nft, Family::Ipv4);
-        look.of(Mode::Legacy, Family::Ipv6);
-        assert_eq!(look.read.len(), 3);
+        let mut look = Look {
+            read: Vec::new(),
+            reader: counted,
+        };
+        let asked = [
+            (Mode::Legacy, Family::Ipv4),
+            (Mode::Nft, Family::Ipv4),
+            (Mode::Legacy, Family::Ipv4),
+            (Mode::Legacy, Family::Ipv6),
+            (Mode::Nft, Family::Ipv4),
+            (Mode::Nft, Family::Ipv6),
+            (Mode::Legacy, Family::Ipv6),
+        ];
+        let numbers: Vec<String> = asked
+            .iter()
+            .map(|&(backend, family)| {
+                let finding = look.of(backend, family);
+                assert_eq!((finding.backend, finding.family), (backend, family));
+                finding.left[0].name.clone()
+            })
+            .collect();
+        assert_eq!(numbers, ["0", "1", "0", "2", "1", "3", "2"]);
+        assert_eq!(READINGS.load(Ordering::SeqCst), 4);
     }
 }
