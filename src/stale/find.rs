@@ -64,11 +64,22 @@ fn find_legacy(finding: &mut Finding) -> Result<(), String> {
 
 /// What the legacy tables of `family` hold, from `images` (one per
 /// [`IPTABLES_TABLES`], None for a table not listed): the removal's
-/// judgement finds and compares one reading, not two.
+/// judgement finds and compares one reading, not two. Its tables come in
+/// the order the kernel lists them, as [`find`]'s do.
 pub fn legacy_from_images(family: Family, images: &[Option<LegacyTableImage>]) -> Finding {
     let mut finding = Finding::empty(Mode::Legacy, family);
-    for (name, image) in IPTABLES_TABLES.iter().zip(images) {
-        let Some(image) = image else { continue };
+    let listed = match legacy::listed_tables(family) {
+        Ok(listed) => listed.unwrap_or_default(),
+        Err(why) => {
+            finding.held = Held::Unknown(why);
+            return finding;
+        }
+    };
+    let imaged = IPTABLES_TABLES.iter().zip(images);
+    for listed in listed {
+        let Some((name, Some(image))) = imaged.clone().find(|(name, _)| **name == listed) else {
+            continue;
+        };
         match image.contents(family, name) {
             Ok(contents) => add_legacy_contents(&mut finding, name, &contents),
             Err(e) => {
