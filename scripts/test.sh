@@ -91,6 +91,7 @@ timed() {
 if [[ "${1:-}" == --quick ]]; then
     timed "markdown links" bash scripts/check-links.sh
     timed "words" bash scripts/check-words.sh
+    timed "mutations apply" python3 scripts/stale-mutations.py --check
     timed "style" bash -c 'cargo fmt --check && cargo clippy --quiet --all-targets -- -D warnings'
     timed "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
     timed "unit tests" cargo test --quiet --lib
