@@ -173,6 +173,50 @@ fn mode_and_source(report: &Value) -> (&str, &str) {
 
 // Item 4: unknown is unknown, never zero.
 
+/// A removal by the override whose own backend cannot be read (legacy,
+/// without /proc) while the other holds rules is refused, naming why, and
+/// empties nothing, `--allow-opening` or not: nothing shows that the
+/// host's rules are where the override says. `--despite-contradiction`
+/// is the operator's word that they are.
+#[test]
+fn a_host_backend_that_cannot_be_read_does_not_let_the_other_go() {
+    common::root_or_skip!();
+    let node = Node::new("unreadable-host");
+    node.sh("iptables-nft -A INPUT -s 10.9.9.8 -j ACCEPT\niptables-nft -A INPUT -p tcp --dport 22 -j ACCEPT");
+    host_module_list(
+        &node,
+        "modules.builtin",
+        &["kernel/net/netfilter/nfnetlink.ko", "kernel/net/netfilter/nf_tables.ko"],
+    );
+    let before = node.sh("iptables-nft-save | grep -c '^-A'");
+    let override_legacy = [("IPTABLES_MODE", "legacy")];
+    for args in [
+        &["stale", "--remove"][..],
+        &["stale", "--remove", "--allow-opening"][..],
+    ] {
+        let out = run_in_view(&node, View::NoProc, WRAPPER, args, &override_legacy);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("in ipv4 nft holds 2 rules while what legacy holds cannot be read"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(node.sh("iptables-nft-save | grep -c '^-A'"), before, "{args:?}");
+    }
+    let out = run_in_view(&node, View::NoProc, WRAPPER, &["stale", "--json"], &override_legacy);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(report["certain"], false, "{report}");
+    let out = run_in_view(
+        &node,
+        View::NoProc,
+        WRAPPER,
+        &["stale", "--remove", "--allow-opening", "--despite-contradiction"],
+        &override_legacy,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(node.sh("iptables-nft-save | grep -c '^-A' || true").trim(), "0");
+}
+
 #[test]
 fn without_proc_legacy_is_unknown_not_empty() {
     common::root_or_skip!();

@@ -189,6 +189,75 @@ fn an_nft_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
     }
 }
 
+/// A directory of the real backends where `iptables-nft-save` is a
+/// stand-in that, the second time it runs in the wrapper's own namespace
+/// (the removal's first nft judgement, after the first look), commits to
+/// nf_tables once, so that judgement reads a moving generation and the
+/// removal tries again; then sends `signal` to the wrapper, if any.
+fn moving_the_generation(node: &Node, signal: Option<&str>) -> PathBuf {
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    let count = node.path("nft-saves");
+    let body = format!(
+        "#!/bin/sh\n/usr/sbin/iptables-nft-save \"$@\" || exit\n\
+         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
+         echo >> {count}\n[ \"$(wc -l < {count})\" -eq 2 ] || exit 0\n\
+         nft add table inet iptw-moved && nft delete table inet iptw-moved\n{kill}\n",
+        count = count.display(),
+        kill = signal.map_or(String::new(), |signal| format!("kill -{signal} $PPID")),
+    );
+    write_program(&dir.join("iptables-nft-save"), &body);
+    dir
+}
+
+/// An nft removal whose first judgement read a moving generation empties
+/// in a later attempt: the record is written before that emptying too, so
+/// a kill right after it leaves a removal the next `stale` names.
+#[test]
+fn a_later_nft_attempt_writes_the_record_before_it_empties() {
+    common::root_or_skip!();
+    let node = node("later-attempt", "legacy", "nft");
+    let before = saves(&node, "nft");
+    let out = node
+        .wrapper()
+        .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, None))
+        .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:nft")
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap();
+    let saves_run = std::fs::read_to_string(node.path("nft-saves")).unwrap_or_default();
+    assert!(saves_run.lines().count() >= 3, "no later attempt: {}", stderr(&out));
+    assert!(saves(&node, "nft").iter().all(|save| emptied(save)), "{}", stderr(&out));
+    after_the_kill(&node, "nft", &before, &out, "emptied:nft in a later attempt");
+}
+
+/// A signal that came before a later nft attempt's emptying (the first
+/// attempt read a moving generation and emptied nothing) stops the
+/// removal with nothing changed, as before the first attempt's.
+#[test]
+fn a_signal_before_a_later_nft_attempt_stops_with_nothing_changed() {
+    common::root_or_skip!();
+    let node = node("signal-later", "legacy", "nft");
+    let before = saves(&node, "nft");
+    let out = node
+        .wrapper()
+        .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, Some("TERM")))
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped by SIGTERM before anything was emptied"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(saves(&node, "nft"), before);
+    assert!(!node.path("run/stale-removal").exists());
+}
+
 #[test]
 fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
     common::root_or_skip!();

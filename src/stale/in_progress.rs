@@ -327,6 +327,20 @@ fn place(dir: &RunDir, text: &str, replace: bool) -> std::io::Result<File> {
 }
 
 impl Held {
+    /// The removal's own part, now `part`: written again, the earlier
+    /// parts kept (an nft attempt after the first may empty other tables).
+    pub fn rewrite(&mut self, part: &Part) -> Result<(), String> {
+        let mut text: String = self.earlier.iter().map(Part::text).collect();
+        text.push_str(&part.text());
+        self._file = place(&self.dir, &text, true).map_err(|e| {
+            format!(
+                "the record of the removal cannot be written again in {}: {e}",
+                self.dir.path().shown()
+            )
+        })?;
+        Ok(())
+    }
+
     /// After the report: the record goes, but for the earlier removals'
     /// parts that name a table still holding something.
     pub fn finish(self) {

@@ -325,9 +325,11 @@ fn decisive_state(tables: &[find::StaleTable]) -> Option<String> {
 
 /// Why `family`'s state contradicts a decision for `mode`: in `family`,
 /// the other backend holds rules or non-ACCEPT policies (`other`) while
-/// `mode` holds neither (`chosen`). Tables are empty at boot: what the
-/// other holds, something wrote there since, and nothing wrote to `mode`.
-/// A state that cannot be read stops a removal by itself, saying so.
+/// `mode` holds neither (`chosen`), or while what `mode` holds cannot be
+/// read (nothing then says the host's rules are there). Tables are empty
+/// at boot: what the other holds, something wrote there since, and nothing
+/// wrote to `mode`. A stale state that cannot be read stops a removal by
+/// itself, saying so.
 fn family_contradiction(
     mode: Mode,
     family: Family,
@@ -340,6 +342,11 @@ fn family_contradiction(
             family.label(),
             mode.other(),
             mode.other(),
+            mode.other()
+        )),
+        (Err(why), Ok(Some(held))) => Some(format!(
+            "in {} {} holds {held} while what {mode} holds cannot be read ({why}): nothing shows that the host's rules are in {mode}",
+            family.label(),
             mode.other()
         )),
         _ => None,
@@ -386,6 +393,15 @@ mod tests {
         assert_eq!(family_contradiction(Mode::Nft, Family::Ipv4, Ok(None), Ok(None)), None);
         assert_eq!(
             family_contradiction(Mode::Legacy, Family::Ipv6, Err("refused".into()), Ok(None)),
+            None
+        );
+        assert!(
+            family_contradiction(Mode::Legacy, Family::Ipv4, Err("refused".into()), held()).is_some_and(
+                |why| why.starts_with("in ipv4 nft holds 3 rules while what legacy holds cannot be read (refused)")
+            )
+        );
+        assert_eq!(
+            family_contradiction(Mode::Legacy, Family::Ipv4, held(), Err("refused".into())),
             None
         );
     }

@@ -33,10 +33,11 @@
 //! (writers come in bursts), backs up, proves and tries again, five attempts
 //! at most, then stops with what is left and why.
 //!
-//! Before the first emptying the removal writes its record
-//! ([`in_progress`]); from there on SIGTERM, SIGINT and SIGHUP wait for the
-//! report ([`signals`]), and a signal that came earlier stops it with
-//! nothing changed.
+//! Before the first emptying, whichever nft attempt makes it, the removal
+//! writes its record ([`in_progress`]), and writes it again before a later
+//! attempt that empties other tables; from the record on SIGTERM, SIGINT
+//! and SIGHUP wait for the report ([`signals`]), and a signal that came
+//! earlier stops it with nothing changed.
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
@@ -147,9 +148,9 @@ pub fn run(hosts: &[HostBackend], options: &Options, look: &mut Look) -> i32 {
     remove_unused_backups(&backup, &mut removal);
     let after: Vec<Finding> = hosts.iter().map(|h| find::find(h.stale(), h.family)).collect();
     let (record, no_turning_back) = match begun {
-        Begun::Emptied(lock, record, held) => {
+        Begun::Emptied(lock, under_way) => {
             drop(lock);
-            (Some(record), Some(held))
+            (Some(under_way.record), Some(under_way.no_turning_back))
         }
         Begun::Nothing(lock) => {
             drop(lock);
@@ -186,7 +187,36 @@ pub fn run(hosts: &[HostBackend], options: &Options, look: &mut Look) -> i32 {
 enum Begun {
     NoLock,
     Nothing(HeldLock),
-    Emptied(HeldLock, in_progress::Held, NoTurningBack),
+    Emptied(HeldLock, Box<Emptying>),
+}
+
+/// An emptying under way: its record, what the record says, and the
+/// signals held off.
+struct Emptying {
+    record: in_progress::Held,
+    part: Part,
+    no_turning_back: NoTurningBack,
+}
+
+/// What has the record name an nft attempt's tables before it empties them.
+type BeforeEmptying<'a> = dyn FnMut(&[Proven], &Removal) -> Result<(), NotRecorded> + 'a;
+
+/// Why no record could be had before an emptying.
+enum NotRecorded {
+    /// Nothing was emptied yet (the first record cannot be written, or a
+    /// signal came): the removal stops with nothing changed.
+    Stop(String),
+    /// The record, already written, cannot be written again to name what
+    /// a later attempt would empty: that is not emptied.
+    Kept(String),
+}
+
+impl NotRecorded {
+    fn why(self) -> String {
+        match self {
+            NotRecorded::Stop(why) | NotRecorded::Kept(why) => why,
+        }
+    }
 }
 
 /// What each step of one removal needs: where its backups go, the lock
@@ -227,27 +257,63 @@ impl Removing<'_> {
         }
         let legacy_ready = self.still_as_judged(&legacy_judged, removal);
         let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(first_judged).collect();
-        // Where anything is to be emptied: no turning back from the record on.
         let mut emptying = None;
         if to_empty.iter().any(|p| p.proven_tables().next().is_some()) {
-            let no_turning_back = NoTurningBack::hold();
-            if let Some(signal) = signals::came() {
-                return Err(format!("stopped by {signal} before anything was emptied"));
-            }
-            let record = in_progress::begin(&self.part(&to_empty, removal))?;
-            signals::reached("record");
-            emptying = Some((record, no_turning_back));
+            self.record_before_emptying(&mut emptying, &to_empty, removal)
+                .map_err(NotRecorded::why)?;
         }
         // Each family's verdicts are recorded as it is emptied (of nothing,
         // when none of its tables may go).
         self.empty_legacy(&legacy_ready, removal);
         if let Some(socket) = socket {
-            self.empty_nft(&socket, nft_before, first, written, removal);
+            // A later nft attempt may empty what the record does not name
+            // yet, or be the first emptying of all.
+            let mut before_emptying = |judged: &[Proven], removal: &Removal| {
+                let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(judged).collect();
+                self.record_before_emptying(&mut emptying, &to_empty, removal)
+            };
+            self.empty_nft(&socket, nft_before, first, written, removal, &mut before_emptying)?;
         }
         Ok(match emptying {
-            Some((record, no_turning_back)) => Begun::Emptied(lock, record, no_turning_back),
+            Some(under_way) => Begun::Emptied(lock, Box::new(under_way)),
             None => Begun::Nothing(lock),
         })
+    }
+
+    /// Before emptying `to_empty`'s proven tables: the record written, and
+    /// from then on the signals held off; where the record names other
+    /// tables (a later nft attempt judged others), written again.
+    fn record_before_emptying(
+        &self,
+        emptying: &mut Option<Emptying>,
+        to_empty: &[&Proven],
+        removal: &Removal,
+    ) -> Result<(), NotRecorded> {
+        let part = self.part(to_empty, removal);
+        match emptying {
+            Some(under_way) if under_way.part.tables == part.tables => Ok(()),
+            Some(under_way) => {
+                under_way.record.rewrite(&part).map_err(NotRecorded::Kept)?;
+                under_way.part = part;
+                Ok(())
+            }
+            None => {
+                let no_turning_back = NoTurningBack::hold();
+                if let Some(signal) = signals::came() {
+                    return Err(NotRecorded::Stop(format!(
+                        "stopped by {signal} before anything was emptied"
+                    )));
+                }
+                let record = in_progress::begin(&part).map_err(NotRecorded::Stop)?;
+                signals::reached("record");
+                *emptying = Some(Emptying {
+                    record,
+                    part,
+                    no_turning_back,
+                });
+                Ok(())
+            }
+        }
     }
 
     /// The record of what is about to be emptied: `to_empty`'s proven

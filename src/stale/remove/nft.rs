@@ -3,7 +3,7 @@
 //! transaction committed only at that generation; when anything committed
 //! meanwhile, judged, backed up and tried again.
 
-use super::{Proven, Removing};
+use super::{BeforeEmptying, NotRecorded, Proven, Removing};
 use crate::family::Family;
 use crate::kernel::nft::{Emptied, NftSocket, NftTableImage};
 use crate::mode::Mode;
@@ -83,7 +83,9 @@ impl Removing<'_> {
     /// Empties each nft family that may go in one transaction at the
     /// generation it was judged at; when anything committed meanwhile,
     /// waits, judges, backs up and tries again, [`NFT_TRIES`] attempts at
-    /// most.
+    /// most. `before_emptying` has the record name each attempt's tables
+    /// before it empties them; Err: it stopped the removal before anything
+    /// was emptied.
     pub(super) fn empty_nft(
         &self,
         socket: &NftSocket,
@@ -91,7 +93,8 @@ impl Removing<'_> {
         mut attempt_read: Result<NftAttempt, String>,
         mut written: HashSet<String>,
         removal: &mut Removal,
-    ) {
+        before_emptying: &mut BeforeEmptying,
+    ) -> Result<(), String> {
         let nft: Vec<Family> = nft_before.iter().map(|f| f.family).collect();
         // What each failure names: the tables of the last attempt read, at
         // first those found before the removal.
@@ -101,7 +104,7 @@ impl Removing<'_> {
             let (generation, judged) = match attempt_read {
                 Err(why) => {
                     removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
-                    return;
+                    return Ok(());
                 }
                 Ok(None) => {
                     std::thread::sleep(NFT_BACKOFF * attempt as u32);
@@ -118,7 +121,7 @@ impl Removing<'_> {
                             &to_fail(&judged),
                             &format!("backing up again: {e}; nothing removed from nft"),
                         );
-                        return;
+                        return Ok(());
                     }
                 }
             }
@@ -129,6 +132,16 @@ impl Removing<'_> {
                         .map(move |(index, table)| (p.finding.family, table.name, &p.images[index]))
                 })
                 .collect();
+            if !to_empty.is_empty() {
+                match before_emptying(&judged, removal) {
+                    Ok(()) => {}
+                    Err(NotRecorded::Stop(why)) => return Err(why),
+                    Err(NotRecorded::Kept(why)) => {
+                        removal.fail_all(&to_fail(&judged), &format!("{why}; nothing removed from nft"));
+                        return Ok(());
+                    }
+                }
+            }
             match socket.empty_tables(generation, &to_empty) {
                 Ok(Emptied::Done) => {
                     signals::reached("emptied:nft");
@@ -141,7 +154,7 @@ impl Removing<'_> {
                             ));
                         }
                     }
-                    return;
+                    return Ok(());
                 }
                 Ok(Emptied::GenerationMoved) => {
                     // Writers come in bursts (a sync, a restore): let one end.
@@ -151,7 +164,7 @@ impl Removing<'_> {
                 }
                 Err(e) => {
                     removal.fail_all(&to_fail(&judged), &format!("emptying: {e}"));
-                    return;
+                    return Ok(());
                 }
             }
         }
@@ -164,6 +177,7 @@ impl Removing<'_> {
             format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
         };
         removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
+        Ok(())
     }
 }
 
