@@ -255,8 +255,7 @@ impl Removing<'_> {
             self.back_up(judged, &mut written, removal)
                 .map_err(|e| format!("backup into {}: {e}", self.backup.path.shown()))?;
         }
-        let legacy_ready = self.still_as_judged(&legacy_judged, removal);
-        let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(first_judged).collect();
+        let to_empty: Vec<&Proven> = legacy_judged.iter().chain(first_judged).collect();
         let mut emptying = None;
         if to_empty.iter().any(|p| p.proven_tables().next().is_some()) {
             self.record_before_emptying(&mut emptying, &to_empty, removal)
@@ -264,12 +263,12 @@ impl Removing<'_> {
         }
         // Each family's verdicts are recorded as it is emptied (of nothing,
         // when none of its tables may go).
-        self.empty_legacy(&legacy_ready, removal);
+        self.empty_legacy(&legacy_judged, removal);
         if let Some(socket) = socket {
             // A later nft attempt may empty what the record does not name
             // yet, or be the first emptying of all.
             let mut before_emptying = |judged: &[Proven], removal: &Removal| {
-                let to_empty: Vec<&Proven> = legacy_ready.iter().copied().chain(judged).collect();
+                let to_empty: Vec<&Proven> = legacy_judged.iter().chain(judged).collect();
                 self.record_before_emptying(&mut emptying, &to_empty, removal)
             };
             self.empty_nft(&socket, nft_before, first, written, removal, &mut before_emptying)?;

@@ -1,12 +1,13 @@
 //! The legacy half of a removal: each stale legacy family read, saved and
-//! judged under the xtables lock, then read once more and emptied table by
-//! table. Legacy has no generation to tie the emptying to: a writer that
-//! bypasses the lock and writes between two readings changes what they
-//! read, so a change between the readings around the save means reading
-//! again, and a change between the judgement and the emptying, to any
-//! table of the family (one that held nothing too), leaves the family.
-//! A family is emptied by one restore process fed all of its tables, in
-//! [`EMPTYING_ORDER`] (which says why that order).
+//! judged under the xtables lock, then read once more just before its
+//! restore and emptied table by table. Legacy has no generation to tie the
+//! emptying to: a writer that bypasses the lock and writes between two
+//! readings changes what they read, so a change between the readings
+//! around the save means reading again, and a change between the
+//! judgement and the emptying, to any table of the family (one that held
+//! nothing too), leaves the family. A family is emptied by one restore
+//! process fed all of its tables, in [`EMPTYING_ORDER`] (which says why
+//! that order).
 
 use super::{Proven, Removing};
 use crate::family::Family;
@@ -99,37 +100,35 @@ impl Removing<'_> {
         ))
     }
 
-    /// The legacy families that may go and are read again as they were
-    /// judged, every table of each: a writer that bypasses the xtables lock
-    /// and wrote during the judgement, the proof or the backups (to a stale
-    /// table, or to one that was empty then) leaves the family (what it
-    /// wrote is in no backup, or was not judged with it).
-    pub(super) fn still_as_judged<'p>(&self, judged: &'p [Proven], removal: &mut Removal) -> Vec<&'p Proven> {
-        let mut ready = Vec::new();
+    /// Empties each family of `judged` by one `<family>-legacy-restore`,
+    /// fed all of its tables at once, in [`EMPTYING_ORDER`], where it is
+    /// read again just before, every table of it, as it was judged: a
+    /// writer that bypasses the xtables lock and wrote since the judgement
+    /// (to a stale table, or to one that was empty then) leaves the family
+    /// (what it wrote is in no backup, or was not judged with it).
+    pub(super) fn empty_legacy(&self, judged: &[Proven], removal: &mut Removal) {
         for proven in judged {
-            match family_images(proven.finding.family) {
-                Ok(now) if now == proven.legacy_read => ready.push(proven),
-                Ok(_) => removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed"),
-                Err(why) => removal.fail_all(
-                    &[&proven.finding],
-                    &format!("reading again before the emptying: {why}; nothing removed"),
-                ),
-            }
-        }
-        ready
-    }
-
-    /// Empties each family of `ready` ([`Self::still_as_judged`]) by one
-    /// `<family>-legacy-restore`, fed all of its tables at once, in
-    /// [`EMPTYING_ORDER`].
-    pub(super) fn empty_legacy(&self, ready: &[&Proven], removal: &mut Removal) {
-        for proven in ready {
             let family = proven.finding.family;
-            removal.record_verdicts(&proven.finding, &proven.verdicts);
             let mut tables: Vec<&StaleTable> = proven.proven_tables().map(|(_, table)| table).collect();
             if tables.is_empty() {
+                removal.record_verdicts(&proven.finding, &proven.verdicts);
                 continue;
             }
+            match family_images(family) {
+                Ok(now) if now == proven.legacy_read => {}
+                Ok(_) => {
+                    removal.fail_all(&[&proven.finding], "the tables changed after they were judged, while the xtables lock was held: something writes to them without taking the lock; nothing removed");
+                    continue;
+                }
+                Err(why) => {
+                    removal.fail_all(
+                        &[&proven.finding],
+                        &format!("reading again before the emptying: {why}; nothing removed"),
+                    );
+                    continue;
+                }
+            }
+            removal.record_verdicts(&proven.finding, &proven.verdicts);
             tables.sort_by_key(|table| EMPTYING_ORDER.iter().position(|name| *name == table.name));
             let emptied = empty_legacy_tables(family, &tables, &self.private_lock);
             signals::reached(&format!("emptied:legacy:{}", family.label()));
