@@ -258,6 +258,49 @@ fn a_signal_before_a_later_nft_attempt_stops_with_nothing_changed() {
     assert!(!node.path("run/stale-removal").exists());
 }
 
+/// A signal that came after the record, while nothing was emptied (the
+/// kernel refused the first nft attempt's commit: a stand-in
+/// `iptables-legacy-save`, the live save the first judgement reads, commits
+/// to nf_tables; its second run, the next attempt's, sends SIGTERM), stops
+/// the removal with nothing changed, and the record goes.
+#[test]
+fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
+    common::root_or_skip!();
+    let node = node("signal-refused", "legacy", "nft");
+    let before = saves(&node, "nft");
+    let dir = node.path("sbin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
+        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
+    }
+    let count = node.path("live-saves");
+    let body = format!(
+        "#!/bin/sh\n/usr/sbin/iptables-legacy-save \"$@\" || exit\n\
+         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
+         echo >> {count}\ncase \"$(wc -l < {count})\" in\n\
+         1) nft add table inet iptw-moved && nft delete table inet iptw-moved ;;\n\
+         2) kill -TERM $PPID ;;\nesac\n",
+        count = count.display()
+    );
+    write_program(&dir.join("iptables-legacy-save"), &body);
+    let out = node
+        .wrapper()
+        .env("IPTABLES_WRAPPER_SBIN", &dir)
+        .args(["stale", "--remove"])
+        .output()
+        .unwrap();
+    let runs = std::fs::read_to_string(&count).unwrap_or_default().lines().count();
+    assert!(runs >= 2, "no second attempt ({runs} live saves): {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped by SIGTERM before anything was emptied"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(saves(&node, "nft"), before);
+    assert!(!node.path("run/stale-removal").exists());
+}
+
 #[test]
 fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
     common::root_or_skip!();

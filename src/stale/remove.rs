@@ -35,9 +35,9 @@
 //!
 //! Before the first emptying, whichever nft attempt makes it, the removal
 //! writes its record ([`in_progress`]), and writes it again before a later
-//! attempt that empties other tables; from the record on SIGTERM, SIGINT
-//! and SIGHUP wait for the report ([`signals`]), and a signal that came
-//! earlier stops it with nothing changed.
+//! attempt that empties other tables; a SIGTERM, SIGINT or SIGHUP that
+//! came before the first emptying stops it with nothing changed (the
+//! record removed), one after it waits for the report ([`signals`]).
 
 use super::backup::BackupDir;
 use super::find::{self, Finding, StaleTable};
@@ -289,6 +289,16 @@ impl Removing<'_> {
         removal: &Removal,
     ) -> Result<(), NotRecorded> {
         let part = self.part(to_empty, removal);
+        if let (Some(signal), Some(_), true) = (signals::came(), &emptying, removal.emptied.is_empty()) {
+            // Recorded, nothing emptied yet (the kernel refused an nft
+            // attempt): the record goes, and with it the signals' hold.
+            if let Some(under_way) = emptying.take() {
+                under_way.record.finish();
+            }
+            return Err(NotRecorded::Stop(format!(
+                "stopped by {signal} before anything was emptied"
+            )));
+        }
         match emptying {
             Some(under_way) if under_way.part.tables == part.tables => Ok(()),
             Some(under_way) => {

@@ -2,11 +2,14 @@
 //!
 //! From the start of the removal they are caught (a flag, nothing else;
 //! one the caller ignores stays ignored, as under `nohup`), so
-//! none of them ends the process between two steps. Before the first
-//! emptying the removal looks at the flag and, when one came, stops with
-//! nothing changed. From there on ([`NoTurningBack`]) they are also
-//! blocked: the removal empties every family it judged, reads again and
-//! reports, then says which signal came and exits with 128 + its number.
+//! none of them ends the process between two steps. From the record on
+//! ([`NoTurningBack`]) they are also blocked (pending until the report).
+//! Before each emptying while nothing is emptied yet (an nft attempt after
+//! one the kernel refused, too) the removal looks at the flag and the
+//! pending ones and, when one came, stops with nothing changed. Once
+//! something is emptied, it empties every family it judged, reads again
+//! and reports, then says which signal came and exits with 128 + its
+//! number.
 //! The restore tool that empties legacy tables runs in a process group of
 //! its own, so a terminal's Ctrl-C or hang-up (sent to the wrapper's group)
 //! does not end it between two tables either. SIGKILL cannot be caught:
@@ -54,19 +57,39 @@ pub fn catch() {
     }
 }
 
-/// The signal that came, if any, by name.
+/// The signal that came, if any, by name: caught, or held off
+/// ([`NoTurningBack`]) and pending.
 pub fn came() -> Option<&'static str> {
-    match CAME.load(Ordering::SeqCst) {
-        libc::SIGTERM => Some("SIGTERM"),
-        libc::SIGINT => Some("SIGINT"),
-        libc::SIGHUP => Some("SIGHUP"),
+    match number() {
+        Some(libc::SIGTERM) => Some("SIGTERM"),
+        Some(libc::SIGINT) => Some("SIGINT"),
+        Some(libc::SIGHUP) => Some("SIGHUP"),
         _ => None,
     }
 }
 
 /// The exit status after a signal came: 128 + its number.
 pub fn exit_status() -> Option<i32> {
-    came().map(|_| 128 + CAME.load(Ordering::SeqCst))
+    number().map(|signal| 128 + signal)
+}
+
+/// The number of the signal of [`CAUGHT`] that came, or is pending.
+fn number() -> Option<libc::c_int> {
+    match CAME.load(Ordering::SeqCst) {
+        0 => {
+            // SAFETY: sigpending fills an initialised set.
+            let pending = unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigpending(&mut set);
+                set
+            };
+            // SAFETY: sigismember reads an initialised set.
+            CAUGHT
+                .into_iter()
+                .find(|&signal| unsafe { libc::sigismember(&pending, signal) } == 1)
+        }
+        signal => Some(signal),
+    }
 }
 
 /// Held from just before the first emptying to the end of the report: the
