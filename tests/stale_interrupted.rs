@@ -59,27 +59,38 @@ fn emptied(save: &str) -> bool {
     !save_text::lines(save.as_bytes()).any(|line| matches!(line, save_text::Line::Rule { .. }))
 }
 
-/// A directory of the real backends, with `iptables-legacy-restore` and
-/// `ip6tables-legacy-restore` stand-ins that run the real tool and, after
-/// the `nth` run in the wrapper's own (the live) namespace, SIGKILL it.
-fn killing_restores(node: &Node, nth: usize) -> PathBuf {
+/// A directory of the real backends where each of `tools` is a stand-in
+/// that runs the real one and then, when it runs in the wrapper's own (the
+/// live) namespace, counts the runs of all of them in `node`'s file
+/// `count` and runs the shell commands `at` gives for that run's number.
+fn stand_ins(node: &Node, tools: &[&str], count: &str, at: &[(usize, String)]) -> PathBuf {
     let dir = node.path("sbin");
     std::fs::create_dir_all(&dir).unwrap();
     for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
         std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
     }
-    let count = node.path("live-commits");
-    for program in ["iptables", "ip6tables"] {
+    let count = node.path(count);
+    let cases: String = at
+        .iter()
+        .map(|(run, commands)| format!("{run}) {commands} ;;\n"))
+        .collect();
+    for tool in tools {
         let body = format!(
-            "#!/bin/sh\n/usr/sbin/{program}-legacy-restore \"$@\" || exit\n\
+            "#!/bin/sh\n/usr/sbin/{tool} \"$@\" || exit\n\
              [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
-             echo >> {count}\n\
-             [ \"$(wc -l < {count})\" -eq {nth} ] && kill -KILL $PPID\nexit 0\n",
+             echo >> {count}\ncase \"$(wc -l < {count})\" in\n{cases}esac\nexit 0\n",
             count = count.display()
         );
-        write_program(&dir.join(format!("{program}-legacy-restore")), &body);
+        write_program(&dir.join(tool), &body);
     }
     dir
+}
+
+/// Stand-in `iptables-legacy-restore` and `ip6tables-legacy-restore` that,
+/// after the `nth` run in the live namespace, SIGKILL the wrapper.
+fn killing_restores(node: &Node, nth: usize) -> PathBuf {
+    let tools = ["iptables-legacy-restore", "ip6tables-legacy-restore"];
+    stand_ins(node, &tools, "live-commits", &[(nth, "kill -KILL $PPID".into())])
 }
 
 /// `stale --remove` killed by the seam after `step`.
@@ -189,28 +200,22 @@ fn an_nft_removal_killed_after_any_step_leaves_no_family_half_and_says_so() {
     }
 }
 
-/// A directory of the real backends where `iptables-nft-save` is a
-/// stand-in that, the second time it runs in the wrapper's own namespace
-/// (the removal's first nft judgement, after the first look), commits to
-/// nf_tables once, so that judgement reads a moving generation and the
-/// removal tries again; then sends `signal` to the wrapper, if any.
+/// The shell commands that commit to nf_tables once (its generation moves).
+const MOVE_THE_GENERATION: &str = "nft add table inet iptw-moved && nft delete table inet iptw-moved";
+
+/// A stand-in `iptables-nft-save` that, the second time it runs in the
+/// wrapper's own namespace (the removal's first nft judgement, after the
+/// first look), commits to nf_tables once, so that judgement reads a moving
+/// generation and the removal tries again; then sends `signal` to the
+/// wrapper, if any.
 fn moving_the_generation(node: &Node, signal: Option<&str>) -> PathBuf {
-    let dir = node.path("sbin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
-        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
-    }
-    let count = node.path("nft-saves");
-    let body = format!(
-        "#!/bin/sh\n/usr/sbin/iptables-nft-save \"$@\" || exit\n\
-         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
-         echo >> {count}\n[ \"$(wc -l < {count})\" -eq 2 ] || exit 0\n\
-         nft add table inet iptw-moved && nft delete table inet iptw-moved\n{kill}\n",
-        count = count.display(),
-        kill = signal.map_or(String::new(), |signal| format!("kill -{signal} $PPID")),
-    );
-    write_program(&dir.join("iptables-nft-save"), &body);
-    dir
+    let kill = signal.map_or(String::new(), |signal| format!("; kill -{signal} $PPID"));
+    stand_ins(
+        node,
+        &["iptables-nft-save"],
+        "nft-saves",
+        &[(2, format!("{MOVE_THE_GENERATION}{kill}"))],
+    )
 }
 
 /// An nft removal whose first judgement read a moving generation empties
@@ -268,21 +273,13 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
     common::root_or_skip!();
     let node = node("signal-refused", "legacy", "nft");
     let before = saves(&node, "nft");
-    let dir = node.path("sbin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
-        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
-    }
-    let count = node.path("live-saves");
-    let body = format!(
-        "#!/bin/sh\n/usr/sbin/iptables-legacy-save \"$@\" || exit\n\
-         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
-         echo >> {count}\ncase \"$(wc -l < {count})\" in\n\
-         1) nft add table inet iptw-moved && nft delete table inet iptw-moved ;;\n\
-         2) kill -TERM $PPID ;;\nesac\n",
-        count = count.display()
+    let dir = stand_ins(
+        &node,
+        &["iptables-legacy-save"],
+        "live-saves",
+        &[(1, MOVE_THE_GENERATION.into()), (2, "kill -TERM $PPID".into())],
     );
-    write_program(&dir.join("iptables-legacy-save"), &body);
+    let count = node.path("live-saves");
     let out = node
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &dir)
@@ -360,24 +357,12 @@ fn a_record_whose_backup_is_gone_says_its_undo_cannot_run() {
     );
 }
 
-/// A directory of the real backends where `name` is a stand-in that runs
-/// the real tool and then sends `signal` to the wrapper, the first time it
-/// runs in the wrapper's own namespace.
+/// A stand-in `name` that sends `signal` to the wrapper the first time it
+/// runs in the wrapper's own namespace, leaving `node`'s file `signalled`.
 fn signalling(node: &Node, name: &str, signal: &str) -> PathBuf {
-    let dir = node.path("sbin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
-        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
-    }
     let marker = node.path("signalled");
-    let body = format!(
-        "#!/bin/sh\n/usr/sbin/{name} \"$@\" || exit\n\
-         [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
-         [ -e {m} ] && exit 0\n: > {m}\nkill -{signal} $PPID\n",
-        m = marker.display()
-    );
-    write_program(&dir.join(name), &body);
-    dir
+    let commands = format!(": > {}; kill -{signal} $PPID", marker.display());
+    stand_ins(node, &[name], "signalling-runs", &[(1, commands)])
 }
 
 #[test]

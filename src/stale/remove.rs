@@ -289,40 +289,34 @@ impl Removing<'_> {
         removal: &Removal,
     ) -> Result<(), NotRecorded> {
         let part = self.part(to_empty, removal);
+        let stopped = |signal| NotRecorded::Stop(format!("stopped by {signal} before anything was emptied"));
         if let (Some(signal), Some(_), true) = (signals::came(), &emptying, removal.emptied.is_empty()) {
             // Recorded, nothing emptied yet (the kernel refused an nft
             // attempt): the record goes, and with it the signals' hold.
             if let Some(under_way) = emptying.take() {
                 under_way.record.finish();
             }
-            return Err(NotRecorded::Stop(format!(
-                "stopped by {signal} before anything was emptied"
-            )));
+            return Err(stopped(signal));
         }
-        match emptying {
-            Some(under_way) if under_way.part.tables == part.tables => Ok(()),
-            Some(under_way) => {
-                under_way.record.rewrite(&part).map_err(NotRecorded::Kept)?;
-                under_way.part = part;
-                Ok(())
+        let Some(under_way) = emptying else {
+            let no_turning_back = NoTurningBack::hold();
+            if let Some(signal) = signals::came() {
+                return Err(stopped(signal));
             }
-            None => {
-                let no_turning_back = NoTurningBack::hold();
-                if let Some(signal) = signals::came() {
-                    return Err(NotRecorded::Stop(format!(
-                        "stopped by {signal} before anything was emptied"
-                    )));
-                }
-                let record = in_progress::begin(&part).map_err(NotRecorded::Stop)?;
-                signals::reached("record");
-                *emptying = Some(Emptying {
-                    record,
-                    part,
-                    no_turning_back,
-                });
-                Ok(())
-            }
+            let record = in_progress::begin(&part).map_err(NotRecorded::Stop)?;
+            signals::reached("record");
+            *emptying = Some(Emptying {
+                record,
+                part,
+                no_turning_back,
+            });
+            return Ok(());
+        };
+        if under_way.part.tables != part.tables {
+            under_way.record.rewrite(&part).map_err(NotRecorded::Kept)?;
+            under_way.part = part;
         }
+        Ok(())
     }
 
     /// The record of what is about to be emptied: `to_empty`'s proven
