@@ -2,13 +2,20 @@
 # The kernel matrix: the wrapper against real Debian kernels of six
 # architectures, each booted under qemu-system full emulation (TCG; no KVM
 # needed), with the checks of container-tests/kernels/guest/iptw/checks.sh
-# and the cross-built kernel-facing integration tests inside.
+# and the cross-built kernel-facing integration tests inside. Two guests
+# (amd64-6.12-nolegacy, arm64-6.12-nolegacy; "removed" in guests.txt's
+# last column) boot trixie's 6.12 without the legacy x_tables modules in
+# their initramfs, as a kernel built without CONFIG_NETFILTER_XTABLES_LEGACY
+# (6.17 and later) offers userspace, and run the checks for such a kernel
+# instead (guest/iptw/without-legacy.sh; expected values:
+# container-tests/kernels/expected-without-legacy.txt).
 #
 #   scripts/kernel-matrix.sh [GUEST...]     (default: every guest of
 #                                            container-tests/kernels/guests.txt)
 #
 # Prints one "PASS GUEST: CHECK" or "FAIL GUEST: CHECK: ..." line per guest
-# and check (expected values: container-tests/kernels/expected.txt), then
+# and check (expected values: container-tests/kernels/expected.txt, or
+# expected-without-legacy.txt for the guests without legacy x_tables), then
 # each guest's times; exit 1 if any failed.
 #
 # Steps, per guest:
@@ -17,13 +24,15 @@
 #    apt with a private configuration and pinned with their sha256
 #    (container-tests/kernels/fetch.sh).
 # 2. The wrapper for its architecture (dist/iptables-wrapper-ARCH, from
-#    scripts/build-static.sh --all) and the test binaries GUEST_TESTS
-#    names (of tests/kernel_evidence.rs, kernel_legacy.rs, kernel_nft.rs,
+#    scripts/build-static.sh --all; only the architectures of the guests
+#    run are needed) and the test binaries GUEST_TESTS names for the
+#    guests run (of tests/kernel_evidence.rs, kernel_legacy.rs, kernel_nft.rs,
 #    stale_safety.rs and count_cache.rs), cross-built by cargo for their
 #    guests' architectures (profile kernel-matrix: unoptimised, no debug
 #    information; the wrapper they run goes to the path cargo built it at).
 # 3. Kernel and initramfs, offline from the cache
-#    (container-tests/kernels/build-initramfs.sh), kept under a key of
+#    (container-tests/kernels/build-initramfs.sh; without the legacy
+#    x_tables modules where guests.txt says "removed"), kept under a key of
 #    everything that goes in: built again only when something changed.
 # 4. Boot under qemu-system-ARCH (-smp 1, 1 GiB), IPTW_KERNEL_JOBS guests
 #    at once (2), in the order of guests.txt, which lists the longest
@@ -66,11 +75,12 @@ log() { echo "kernel-matrix: $*" >&2; }
 # guest_line NAME: the guest's line of guests.txt.
 guest_line() { awk -v n="$1" '$1 == n' "$KDIR/guests.txt"; }
 
-# qemu_command DEBIAN-ARCH KERNEL INITRD TESTS: sets QEMU to the command
-# booting it; TESTS (on the kernel's command line: the names, comma
-# separated, or "none") says which integration tests the guest runs.
+# qemu_command DEBIAN-ARCH KERNEL INITRD TESTS LEGACY: sets QEMU to the
+# command booting it; on the kernel's command line, TESTS (the names,
+# comma separated, or "none") says which integration tests the guest runs,
+# LEGACY ("present" or "removed") which checks.
 qemu_command() {
-    local arch="$1" append="quiet loglevel=1 panic=-1 rdinit=/init iptw.tests=$4"
+    local arch="$1" append="quiet loglevel=1 panic=-1 rdinit=/init iptw.tests=$4 iptw.legacy=$5"
     local common=(-m 1024 -smp 1 -nographic -no-reboot -nic none -kernel "$2" -initrd "$3")
     case "$arch" in
         amd64) QEMU=(qemu-system-x86_64 -M pc "${common[@]}" -append "console=ttyS0 $append") ;;
@@ -83,15 +93,17 @@ qemu_command() {
     esac
 }
 
-# test_binaries ARCH PAYLOAD: cross-builds the integration tests ARCH's
-# guests run and lays them out under PAYLOAD (/iptw/tests/NAME, and the
-# wrapper they run at the path cargo built it at).
+# test_binaries ARCH PAYLOAD GUEST...: cross-builds the integration tests
+# the GUESTs of ARCH run and lays them out under PAYLOAD (/iptw/tests/NAME,
+# and the wrapper they run at the path cargo built it at).
 test_binaries() {
     local arch="$1" payload="$2" target json guest more wanted=()
+    shift 2
     target="$(bash scripts/static-target.sh "$arch")"
     mkdir -p "$payload/iptw/tests"
     printf '%s\n' "${TESTS[@]}" >"$payload/iptw/tests.list"
-    for guest in "${!GUEST_TESTS[@]}"; do
+    for guest in "$@"; do
+        [[ -v "GUEST_TESTS[$guest]" ]] || continue
         [[ "$(guest_line "$guest" | awk '{print $6}')" == "$arch" ]] || continue
         read -ra more <<<"${GUEST_TESTS[$guest]}"
         wanted+=("${more[@]}")
@@ -112,38 +124,48 @@ test_binaries() {
 
 # prepare NAME: fetches and builds what guest NAME boots; prints its image directory.
 prepare() {
-    local name="$1" arch userland_suite kernel_suite kernel_meta wrapper_arch
-    read -r _ arch userland_suite kernel_suite kernel_meta wrapper_arch < <(guest_line "$name")
+    local name="$1" arch userland_suite kernel_suite kernel_meta wrapper_arch legacy
+    read -r _ arch userland_suite kernel_suite kernel_meta wrapper_arch legacy < <(guest_line "$name")
     bash "$KDIR/fetch.sh" "$name" "$arch" "$userland_suite" "$kernel_suite" "$kernel_meta" "$CACHE/$name"
     local wrapper="$REPO/dist/iptables-wrapper-$wrapper_arch"
     [[ -x "$wrapper" ]] || { log "$wrapper is missing: run scripts/build-static.sh --all first"; return 1; }
     local payload="$OUT/payload-$wrapper_arch"
     local key
-    key="$( (cat "$CACHE/$name/manifest" "$wrapper" "$KDIR/build-initramfs.sh"
+    key="$( (echo "$legacy"; cat "$CACHE/$name/manifest" "$wrapper" "$KDIR/build-initramfs.sh"
         find "$payload" -type f | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-16)"
     local image="$CACHE/$name/image-$key"
     if [[ ! -s "$image/initrd.cpio" ]]; then
         rm -rf "$CACHE/$name"/image-*
-        bash "$KDIR/build-initramfs.sh" "$CACHE/$name" "$wrapper" "$payload" "$image"
+        bash "$KDIR/build-initramfs.sh" "$CACHE/$name" "$wrapper" "$payload" "$image" "$legacy" || return 1
     fi
     echo "$image"
 }
 
 # boot NAME IMAGE: boots it; the console to OUT/NAME.console.
 boot() {
-    local name="$1" image="$2" arch
-    arch="$(guest_line "$name" | awk '{print $2}')"
+    local name="$1" image="$2" arch legacy
+    read -r _ arch _ _ _ _ legacy < <(guest_line "$name")
     local QEMU
     local tests="${GUEST_TESTS[$name]:-none}"
     tests="${tests// /,}"
-    qemu_command "$arch" "$image/kernel" "$image/initrd.cpio" "$tests"
+    qemu_command "$arch" "$image/kernel" "$image/initrd.cpio" "$tests" "$legacy"
     timeout "$BOOT_TIMEOUT" "${QEMU[@]}" </dev/null >"$OUT/$name.console" 2>&1 \
         || log "$name: qemu exited $? (timeout: ${BOOT_TIMEOUT}s)"
 }
 
+# expected NAME: the file of the checks guest NAME must print.
+expected() {
+    if [[ "$(guest_line "$1" | awk '{print $7}')" == removed ]]; then
+        echo "$KDIR/expected-without-legacy.txt"
+    else
+        echo "$KDIR/expected.txt"
+    fi
+}
+
 # judge NAME: PASS/FAIL lines from its console; returns 1 on any FAIL.
 judge() {
-    local name="$1" fails=0 crc text lines=0 end=""
+    local name="$1" fails=0 crc text lines=0 end="" expected
+    expected="$(expected "$name")"
     local got="$OUT/$name.checks"
     : >"$got"
     while IFS= read -r line; do
@@ -159,8 +181,8 @@ judge() {
     [[ -n "$end" && "$end" == "$lines" ]] || { echo "FAIL $name: the guest's output is incomplete ($lines lines, its end line says ${end:-nothing}; see $OUT/$name.console)"; fails=1; }
     local check want have
     while IFS= read -r check; do
-        want="$(awk -v c="$check@$name" 'index($0, c "|") == 1 { sub(/^[^|]*\|/, ""); print; f = 1; exit } END { exit !f }' "$KDIR/expected.txt" \
-            || awk -v c="$check" 'index($0, c "|") == 1 { sub(/^[^|]*\|/, ""); print; exit }' "$KDIR/expected.txt")"
+        want="$(awk -v c="$check@$name" 'index($0, c "|") == 1 { sub(/^[^|]*\|/, ""); print; f = 1; exit } END { exit !f }' "$expected" \
+            || awk -v c="$check" 'index($0, c "|") == 1 { sub(/^[^|]*\|/, ""); print; exit }' "$expected")"
         have="$(awk -v c="$check" 'index($0, c "|") == 1 { sub(/^[^|]*\|/, ""); print; exit }' "$got")"
         if ! grep -qF "$check|" "$got"; then
             echo "FAIL $name: $check: the guest did not report it"; fails=1
@@ -169,10 +191,10 @@ judge() {
         else
             echo "FAIL $name: $check: got '$have', expected '$want'"; fails=1
         fi
-    done < <(grep -v '^#' "$KDIR/expected.txt" | cut -d'|' -f1 | sed 's/@.*//' | awk '!seen[$0]++')
+    done < <(grep -v '^#' "$expected" | cut -d'|' -f1 | sed 's/@.*//' | awk '!seen[$0]++')
     while IFS= read -r check; do
-        grep -v '^#' "$KDIR/expected.txt" | cut -d'|' -f1 | sed 's/@.*//' | grep -qxF "$check" \
-            || { echo "FAIL $name: $check: reported but not in container-tests/kernels/expected.txt"; fails=1; }
+        grep -v '^#' "$expected" | cut -d'|' -f1 | sed 's/@.*//' | grep -qxF "$check" \
+            || { echo "FAIL $name: $check: reported but not in ${expected#"$REPO/"}"; fails=1; }
     done < <(cut -d'|' -f1 "$got")
     return "$fails"
 }
@@ -208,7 +230,7 @@ for arch in $(for name in "${guests[@]}"; do guest_line "$name" | awk '{print $6
     rm -rf "$OUT/payload-$arch"
     mkdir -p "$OUT/payload-$arch"
     cp -a "$KDIR/guest/." "$OUT/payload-$arch/"
-    test_binaries "$arch" "$OUT/payload-$arch" || { log "cross-building the integration tests for $arch failed"; exit 1; }
+    test_binaries "$arch" "$OUT/payload-$arch" "${guests[@]}" || { log "cross-building the integration tests for $arch failed"; exit 1; }
 done
 log "test binaries: $((SECONDS - start))s"
 rm -f "$OUT"/*.result "$OUT"/*.time

@@ -2,7 +2,7 @@
 # Builds one guest's kernel and initramfs from the kernel matrix's cache,
 # offline (container-tests/kernels/fetch.sh filled it):
 #
-#   container-tests/kernels/build-initramfs.sh DIR WRAPPER PAYLOAD OUT
+#   container-tests/kernels/build-initramfs.sh DIR WRAPPER PAYLOAD OUT [LEGACY]
 #
 # DIR holds the guest's debs and manifest; every deb is checked against the
 # manifest's sha256 first. The userland debs are unpacked (not configured:
@@ -11,7 +11,12 @@
 # net/netfilter, and crypto, lib and arch (what the kernel asks for by name
 # at run time, as libcrc32c does for crc32c: no symbol dependency shows
 # it), with everything they depend on (the kernel's modules.dep, made by
-# depmod here), then depmod again for the guest. The wrapper goes to
+# depmod here), then depmod again for the guest. LEGACY "removed" leaves
+# out the legacy x_tables modules (ip_tables, ip6_tables, arp_tables,
+# ebtables, iptable_*, ip6table_*, arptable_*, ebtable_*) and every module
+# that depends on one: what a kernel built without
+# CONFIG_NETFILTER_XTABLES_LEGACY (Linux 6.17 and later) offers userspace,
+# nf_tables, nft_compat and x_tables' matches kept. The wrapper goes to
 # /usr/local/bin/iptables-wrapper, the files under PAYLOAD (the guest's
 # /init and checks, the cross-built test binaries) to the same paths in the
 # root. Written: OUT/kernel (the image qemu boots) and OUT/initrd.cpio
@@ -20,7 +25,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-dir="$1" wrapper="$2" payload="$3" out="$4"
+dir="$1" wrapper="$2" payload="$3" out="$4" legacy="${5:-present}"
+[[ "$legacy" == present || "$legacy" == removed ]] || die "LEGACY is present or removed, not '$legacy'"
 [[ -s "$dir/manifest" ]] || die "no manifest in $dir: container-tests/kernels/fetch.sh fills it"
 (cd "$dir/debs" && awk '{print $2 "  " $1}' ../manifest | sha256sum --quiet -c -) \
   || die "a cached deb in $dir/debs does not match its manifest: remove $dir and run again to fetch it anew"
@@ -48,17 +54,29 @@ release="$(basename "$modules")"
 image="$(find "$kernel/boot" -name "vmlinu[xz]-$release" | head -n1)"
 [[ -n "$image" ]] || die "$kernel_deb holds no /boot/vmlinuz-$release or vmlinux-$release"
 depmod -b "$(dirname "$(dirname "$(dirname "$modules")")")" "$release"
-# The netfilter modules and, recursively, what they depend on.
-awk '
+# The netfilter modules and, recursively, what they depend on; with LEGACY
+# "removed", none of the legacy x_tables modules nor any that needs one
+# (listed in modules.removed).
+: >"$work/modules.removed"
+awk -v legacy="$legacy" -v removed="$work/modules.removed" '
   { sub(/:$/, "", $1); key = $1; deps[key] = ""; for (i = 2; i <= NF; i++) deps[key] = deps[key] " " $i }
   key ~ /^kernel\/net\/(netfilter|ipv4\/netfilter|ipv6\/netfilter|bridge\/netfilter)\// { want[key] = 1 }
   key ~ /^kernel\/(crypto|lib|arch)\// { want[key] = 1 }
+  legacy == "removed" && key ~ /\/(ip_tables|ip6_tables|arp_tables|ebtables|iptable_[a-z]+|ip6table_[a-z]+|arptable_[a-z]+|ebtable_[a-z]+)\.ko/ { drop[key] = 1 }
   END {
+    do { added = 0
+      for (m in deps) if (!(m in drop)) { n = split(deps[m], d, " "); for (i = 1; i <= n; i++) if (d[i] in drop) { drop[m] = 1; added = 1; break } }
+    } while (added)
+    for (m in drop) { delete want[m]; print m >removed }
     do { added = 0
       for (m in want) { n = split(deps[m], d, " "); for (i = 1; i <= n; i++) if (!(d[i] in want)) { want[d[i]] = 1; added = 1 } }
     } while (added)
     for (m in want) print m
   }' "$modules/modules.dep" >"$work/modules.list"
+# A legacy table built into the kernel cannot be left out.
+if [[ "$legacy" == removed ]] && grep -E '/(ip_tables|ip6_tables|iptable_[a-z]+|ip6table_[a-z]+)\.ko' "$modules/modules.builtin"; then
+  die "$kernel_deb builds legacy x_tables in (above): no initramfs can leave them out"
+fi
 guest_modules="$root/usr/lib/modules/$release"
 mkdir -p "$guest_modules"
 (cd "$modules" && xargs -a "$work/modules.list" cp --parents -t "$guest_modules" && cp modules.order modules.builtin* "$guest_modules/")
@@ -72,4 +90,4 @@ cp "$image" "$out/kernel"
 printf '%s\n' "$release" >"$out/kernel-release"
 (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >"$out/initrd.cpio.tmp"
 mv "$out/initrd.cpio.tmp" "$out/initrd.cpio"
-log "$(basename "$dir"): kernel $release, $(wc -l <"$work/modules.list") modules, initramfs $(du -h "$out/initrd.cpio" | cut -f1)"
+log "$(basename "$dir"): kernel $release, $(wc -l <"$work/modules.list") modules$([[ "$legacy" == removed ]] && echo " ($(wc -l <"$work/modules.removed") legacy x_tables modules left out: $(sed 's,.*/,,; s,\.ko.*,,' "$work/modules.removed" | sort | paste -sd' '))"), initramfs $(du -h "$out/initrd.cpio" | cut -f1)"

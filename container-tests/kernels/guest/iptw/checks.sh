@@ -57,53 +57,7 @@ in_netns() {
     echo "check $1|${lines[-1]}"
 }
 
-# --- The decision, tier by tier ----------------------------------------------
-# First: nothing has loaded nf_tables yet in the freshly booted guest, and
-# the wrapper does not load it by asking (the default decides).
-in_netns "decision: empty namespace, nf_tables not loaded yet" 'decided'
-in_netns "decision: IPTABLES_MODE=legacy overrides" 'decided IPTABLES_MODE=legacy'
-in_netns "decision: host link to legacy" \
-    'host /tmp/h legacy; rules 3 10.1 | iptables-nft-restore; decided IPTABLES_WRAPPER_HOST_ROOT=/tmp/h'
-in_netns "decision: host link to nft" \
-    'host /tmp/h nft; rules 3 10.1 | iptables-legacy-restore; decided IPTABLES_WRAPPER_HOST_ROOT=/tmp/h'
-in_netns "decision: kubelet's hint chain in nft" \
-    'rules 5 10.1 | iptables-legacy-restore; iptables-nft -t mangle -N KUBE-IPTABLES-HINT; decided'
-in_netns "decision: kubelet's hint chain in legacy" \
-    'rules 5 10.1 | iptables-nft-restore; iptables-legacy -t mangle -N KUBE-IPTABLES-HINT; decided'
-in_netns "decision: kube-proxy's canary in legacy (ip6tables)" \
-    'rules 5 10.1 | iptables-nft-restore; ip6tables-legacy -t mangle -N KUBE-PROXY-CANARY; decided'
-# kube-proxy's nftables table decides where legacy holds no rules (its
-# filter table listed, empty), and does not outweigh rules in legacy.
-kube_proxy_table='nft add table ip kube-proxy; nft add chain ip kube-proxy services; nft add rule ip kube-proxy services counter'
-in_netns "decision: kube-proxy's nft table" "iptables-legacy -S >/dev/null; $kube_proxy_table; decided"
-in_netns "decision: kube-proxy's nft table beside legacy rules" "rules 5 10.1 | iptables-legacy-restore; $kube_proxy_table; decided"
-in_netns "decision: more legacy rules" 'rules 3 10.1 | iptables-legacy-restore; rules 2 10.2 | iptables-nft-restore; decided'
-in_netns "decision: more nft rules" 'rules 2 10.1 | iptables-legacy-restore; rules 3 10.2 | iptables-nft-restore; decided'
-# 3,100 nft rules span many netlink datagrams of a GETRULE dump; 2,500
-# legacy rules are a walk of thousands of x_tables entries.
-in_netns "counts: 3100 nft rules beside 2500 legacy" \
-    'rules 2500 10.1 | iptables-legacy-restore; rules 3100 10.2 | iptables-nft-restore
-     echo "$(count nft) nft, $(count legacy) legacy: $(decided)"'
-in_netns "counts: 3000 legacy rules beside 10 nft" \
-    'rules 3000 10.1 | iptables-legacy-restore; rules 10 10.2 | iptables-nft-restore
-     echo "$(count legacy) legacy, $(count nft) nft: $(decided)"'
-in_netns "counts: ip6tables rules count too" \
-    'rules 2 10.1 | iptables-nft-restore; printf "*filter\n-A INPUT -s 2001:db8::1 -j ACCEPT\n-A INPUT -s 2001:db8::2 -j ACCEPT\n-A INPUT -s 2001:db8::3 -j ACCEPT\nCOMMIT\n" | ip6tables-legacy-restore
-     echo "$(count legacy) legacy, $(count nft) nft: $(decided)"'
-in_netns "decision: a tie broken by the lock file" \
-    'rules 1 10.1 | iptables-legacy-restore; rules 1 10.2 | iptables-nft-restore; install -m 0600 /dev/null /run/iptw.lock; decided XTABLES_LOCKFILE=/run/iptw.lock'
-in_netns "decision: a tie, no lock file: the default" \
-    'rules 1 10.1 | iptables-legacy-restore; rules 1 10.2 | iptables-nft-restore; decided XTABLES_LOCKFILE=/run/iptw-none.lock'
-
-# --- The count cache ---------------------------------------------------------
-# The third detect finds the count the first stored and the second
-# confirmed; where the kernel has no namespace cookie, each says why not.
-in_netns "count cache: a third detect of the same generation" \
-    'export IPTABLES_WRAPPER_RUN_DIR=/tmp/run; rules 1 10.1 | iptables-legacy-restore; rules 4 10.2 | iptables-nft-restore
-     for i in 1 2 3; do line="$("$W" detect -v | grep "\[rule-counts\] nft rules")"; done
-     sed -e "s/.*(netlink GETRULE dumps, generation [0-9]*//; s/) *\(-> [a-z]*\)\{0,1\}$//" <<<"$line"'
-
-# --- The six names, wrapped: output and exit status as the backend's own ------
+# The six names, wrapped: output and exit status as the backend's own.
 # sequence MODE WRAPPED: for each of the six names, one call of it (as
 # itself) and one that fails, then the table as its save tool shows it,
 # each after a "== NAME" line; run once wrapped (WRAPPED=1: the names from
@@ -151,10 +105,15 @@ parts() {
     done <"$1"
 }
 export -f sequence
-declare -A wrapped direct
-for mode in nft legacy; do
-    unshare -n bash -c "sequence $mode 1" 2>&1 | alike >/tmp/wrapped.out
-    unshare -n bash -c "sequence $mode 0" 2>&1 | alike >/tmp/direct.out
+# compare_wrapped MODE WHERE [ENV...]: the sequence, wrapped and direct
+# (ENV set for both), each in a namespace of its own; one "check wrapped
+# call: NAME in WHERE|..." line per name.
+compare_wrapped() {
+    local mode="$1" where="$2" name line statuses failing
+    shift 2
+    local -A wrapped direct
+    unshare -n env "$@" bash -c "sequence $mode 1" 2>&1 | alike >/tmp/wrapped.out
+    unshare -n env "$@" bash -c "sequence $mode 0" 2>&1 | alike >/tmp/direct.out
     parts /tmp/wrapped.out wrapped
     parts /tmp/direct.out direct
     for name in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
@@ -164,14 +123,73 @@ for mode in nft legacy; do
                 [[ "$line" == rc=* ]] && statuses=$((statuses + 1))
                 [[ "$line" == rc=[1-9]* ]] && failing=$((failing + 1))
             done <<<"${direct[$name]}"
-            echo "check wrapped call: $name in a $mode namespace|as the backend's own ($statuses exit statuses, $failing failing)"
+            echo "check wrapped call: $name in $where|as the backend's own ($statuses exit statuses, $failing failing)"
         else
             printf '%s' "${direct[$name]-}" >/tmp/direct.part
             printf '%s' "${wrapped[$name]-}" >/tmp/wrapped.part
-            echo "check wrapped call: $name in a $mode namespace|differs: $(diff /tmp/direct.part /tmp/wrapped.part | head -n4 | paste -sd' ')"
+            echo "check wrapped call: $name in $where|differs: $(diff /tmp/direct.part /tmp/wrapped.part | head -n4 | paste -sd' ')"
         fi
     done
-done
+}
+
+# A kernel without legacy x_tables (iptw.legacy=removed on the kernel's
+# command line: scripts/kernel-matrix.sh, guests.txt's last column) runs
+# the checks for such a kernel instead (container-tests/kernels/
+# expected-without-legacy.txt).
+read -r cmdline </proc/cmdline
+if [[ " $cmdline " == *" iptw.legacy=removed "* ]]; then
+    source /iptw/without-legacy.sh
+    exit
+fi
+
+# --- The decision, tier by tier ----------------------------------------------
+# First: nothing has loaded nf_tables yet in the freshly booted guest, and
+# the wrapper does not load it by asking (the default decides).
+in_netns "decision: empty namespace, nf_tables not loaded yet" 'decided'
+in_netns "decision: IPTABLES_MODE=legacy overrides" 'decided IPTABLES_MODE=legacy'
+in_netns "decision: host link to legacy" \
+    'host /tmp/h legacy; rules 3 10.1 | iptables-nft-restore; decided IPTABLES_WRAPPER_HOST_ROOT=/tmp/h'
+in_netns "decision: host link to nft" \
+    'host /tmp/h nft; rules 3 10.1 | iptables-legacy-restore; decided IPTABLES_WRAPPER_HOST_ROOT=/tmp/h'
+in_netns "decision: kubelet's hint chain in nft" \
+    'rules 5 10.1 | iptables-legacy-restore; iptables-nft -t mangle -N KUBE-IPTABLES-HINT; decided'
+in_netns "decision: kubelet's hint chain in legacy" \
+    'rules 5 10.1 | iptables-nft-restore; iptables-legacy -t mangle -N KUBE-IPTABLES-HINT; decided'
+in_netns "decision: kube-proxy's canary in legacy (ip6tables)" \
+    'rules 5 10.1 | iptables-nft-restore; ip6tables-legacy -t mangle -N KUBE-PROXY-CANARY; decided'
+# kube-proxy's nftables table decides where legacy holds no rules (its
+# filter table listed, empty), and does not outweigh rules in legacy.
+kube_proxy_table='nft add table ip kube-proxy; nft add chain ip kube-proxy services; nft add rule ip kube-proxy services counter'
+in_netns "decision: kube-proxy's nft table" "iptables-legacy -S >/dev/null; $kube_proxy_table; decided"
+in_netns "decision: kube-proxy's nft table beside legacy rules" "rules 5 10.1 | iptables-legacy-restore; $kube_proxy_table; decided"
+in_netns "decision: more legacy rules" 'rules 3 10.1 | iptables-legacy-restore; rules 2 10.2 | iptables-nft-restore; decided'
+in_netns "decision: more nft rules" 'rules 2 10.1 | iptables-legacy-restore; rules 3 10.2 | iptables-nft-restore; decided'
+# 3,100 nft rules span many netlink datagrams of a GETRULE dump; 2,500
+# legacy rules are a walk of thousands of x_tables entries.
+in_netns "counts: 3100 nft rules beside 2500 legacy" \
+    'rules 2500 10.1 | iptables-legacy-restore; rules 3100 10.2 | iptables-nft-restore
+     echo "$(count nft) nft, $(count legacy) legacy: $(decided)"'
+in_netns "counts: 3000 legacy rules beside 10 nft" \
+    'rules 3000 10.1 | iptables-legacy-restore; rules 10 10.2 | iptables-nft-restore
+     echo "$(count legacy) legacy, $(count nft) nft: $(decided)"'
+in_netns "counts: ip6tables rules count too" \
+    'rules 2 10.1 | iptables-nft-restore; printf "*filter\n-A INPUT -s 2001:db8::1 -j ACCEPT\n-A INPUT -s 2001:db8::2 -j ACCEPT\n-A INPUT -s 2001:db8::3 -j ACCEPT\nCOMMIT\n" | ip6tables-legacy-restore
+     echo "$(count legacy) legacy, $(count nft) nft: $(decided)"'
+in_netns "decision: a tie broken by the lock file" \
+    'rules 1 10.1 | iptables-legacy-restore; rules 1 10.2 | iptables-nft-restore; install -m 0600 /dev/null /run/iptw.lock; decided XTABLES_LOCKFILE=/run/iptw.lock'
+in_netns "decision: a tie, no lock file: the default" \
+    'rules 1 10.1 | iptables-legacy-restore; rules 1 10.2 | iptables-nft-restore; decided XTABLES_LOCKFILE=/run/iptw-none.lock'
+
+# --- The count cache ---------------------------------------------------------
+# The third detect finds the count the first stored and the second
+# confirmed; where the kernel has no namespace cookie, each says why not.
+in_netns "count cache: a third detect of the same generation" \
+    'export IPTABLES_WRAPPER_RUN_DIR=/tmp/run; rules 1 10.1 | iptables-legacy-restore; rules 4 10.2 | iptables-nft-restore
+     for i in 1 2 3; do line="$("$W" detect -v | grep "\[rule-counts\] nft rules")"; done
+     sed -e "s/.*(netlink GETRULE dumps, generation [0-9]*//; s/) *\(-> [a-z]*\)\{0,1\}$//" <<<"$line"'
+
+# --- The six names, wrapped: output and exit status as the backend's own ------
+for mode in nft legacy; do compare_wrapped "$mode" "a $mode namespace"; done
 echo "  wrapped calls: $SECONDS s since the checks began"
 
 # --- stale and stale --remove, both directions --------------------------------
@@ -209,7 +227,6 @@ in_netns "stale: nft left behind, the host on legacy" 'stale_both nft legacy'
 # GUEST_TESTS), which /iptw/tests holds where the host cross-built them.
 # Each runs whole, one test at a time; the wrapper they run is at the path
 # cargo built it at (the host put it there). One line per binary.
-read -r cmdline </proc/cmdline
 [[ " $cmdline " =~ \ iptw\.tests=([^ ]*)\  ]] && run=",${BASH_REMATCH[1]}," || run=,
 while read -r name; do
     test="/iptw/tests/$name"
