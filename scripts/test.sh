@@ -25,7 +25,8 @@
 # architectures with their checksums, --version and the sizes docs/building.md gives (within
 # 10%); the five cross targets' unit tests and binaries under qemu-user
 # (scripts/qemu-lib-tests.sh, scripts/qemu-smoke.sh); the kernel matrix,
-# eight real Debian kernels of six architectures under qemu-system
+# ten guests: eight real Debian kernels of six architectures under
+# qemu-system, and amd64 and arm64 6.12 without the legacy x_tables modules
 # (scripts/kernel-matrix.sh; IPTW_KERNELS=0 skips it); the six-platform OCI
 # image index, written and read back (scripts/oci-image.sh); then, when a Docker engine answers, the container
 # matrix (with the real clients from Debian's packages, scenario 14, which
@@ -151,7 +152,9 @@ timed "release binaries" check_release_binaries
 timed "unit tests under qemu" bash scripts/qemu-lib-tests.sh
 timed "binaries under qemu" bash scripts/qemu-smoke.sh
 # The kernel matrix: real Debian kernels (amd64 5.10, 6.1, 6.12; arm64,
-# armv7, ppc64le, s390x, riscv64 6.12) booted under qemu-system, the checks
+# armv7, ppc64le, s390x, riscv64 6.12; amd64 and arm64 6.12 again without
+# the legacy x_tables modules, as a kernel built without
+# CONFIG_NETFILTER_XTABLES_LEGACY) booted under qemu-system, the checks
 # and the cross-built kernel tests inside (scripts/kernel-matrix.sh; one
 # PASS/FAIL line per guest and check). IPTW_KERNELS=0 skips it.
 if [[ "${IPTW_KERNELS:-1}" == 1 ]]; then
