@@ -17,26 +17,13 @@ cd "$(dirname "$0")/.."
 
 ALL_ARCHES=(x86_64 aarch64 armv7 ppc64le riscv64 s390x)
 
-# ensure_target TARGET: the target's standard library is installed, or a
-# one-line error says how to get it.
-ensure_target() {
-    local target="$1"
-    [ -d "$(rustc --print sysroot)/lib/rustlib/$target/lib" ] && return
-    if command -v rustup >/dev/null; then
-        echo "installing the Rust target $target" >&2
-        rustup target add "$target" >&2 && return
-    fi
-    echo "build-static.sh: the Rust target $target is not installed and could not be (rustup target add $target)" >&2
-    exit 1
-}
-
 # build ARCH: builds the binary for ARCH, checks it is static, prints its path.
 build() {
     local target path
     local linker
     target=$(bash scripts/static-target.sh "$1")
     linker=$(bash scripts/static-target.sh --linker "$1")
-    ensure_target "$target"
+    bash scripts/ensure-target.sh "$target"
     if [[ -n "$linker" ]] && ! command -v "$linker" >/dev/null; then
         echo "build-static.sh: $target links with $linker, which is missing (bash scripts/install-deps.sh installs it)" >&2
         exit 1

@@ -18,5 +18,8 @@ has_tool() { PATH="$PATH:/usr/sbin:/sbin" command -v "$1" >/dev/null 2>&1; }
 if ! has_tool xtables-legacy-multi || ! has_tool xtables-nft-multi; then
     bash scripts/apt-install.sh detect.sh iptables
 fi
+echo "detect.sh: building the wrapper (cargo build --release; a minute or two the first time)" >&2
+start=$SECONDS
 wrapper=$(bash scripts/build-static.sh)
+echo "detect.sh: built $wrapper in $((SECONDS - start)) s; its decision for this machine:" >&2
 exec "$wrapper" detect "$@"

@@ -67,14 +67,8 @@ command -v cargo >/dev/null && command -v rustc >/dev/null || {
     echo "install-deps.sh: cargo and rustc are needed: install a Rust toolchain with rustup first (README.md, \"Two commands\")" >&2
     exit 1
 }
-sysroot=$(rustc --print sysroot)
 for arch in x86_64 aarch64 armv7 ppc64le riscv64 s390x; do
-    target=$(bash scripts/static-target.sh "$arch")
-    [ -d "$sysroot/lib/rustlib/$target/lib" ] && continue
-    if ! command -v rustup >/dev/null || ! timeout 300 rustup target add "$target" >&2; then
-        echo "install-deps.sh: the Rust target $target is missing and rustup could not add it (rustup target add $target)" >&2
-        exit 1
-    fi
+    bash scripts/ensure-target.sh "$(bash scripts/static-target.sh "$arch")"
 done
 for component in rustfmt clippy; do
     cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1 && continue
