@@ -25,7 +25,7 @@ use common::{write_program, Node};
 use iptables_wrapper::save_text;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
 /// What each family holds in the stale backend (and its twin in the host's).
 const RULES: &str = "-t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0x4000
@@ -93,9 +93,17 @@ fn killing_restores(node: &Node, nth: usize) -> PathBuf {
     stand_ins(node, &tools, "live-commits", &[(nth, "kill -KILL $PPID".into())])
 }
 
+/// The wrapper's command line, with the signals these tests send at their
+/// defaults whatever the runner left them as (`nohup`, a background job).
+fn wrapper(node: &Node) -> Command {
+    let mut command = node.wrapper();
+    common::default_signals(&mut command);
+    command
+}
+
 /// `stale --remove` killed by the seam after `step`.
 fn killed_after(node: &Node, step: &str) -> Output {
-    node.wrapper()
+    wrapper(node)
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", step)
         .args(["stale", "--remove"])
         .output()
@@ -168,8 +176,7 @@ fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_famil
         let node = node("killed-legacy-tool", "nft", "legacy");
         let before = saves(&node, "legacy");
         let sbin = killing_restores(&node, nth);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -226,8 +233,7 @@ fn a_later_nft_attempt_writes_the_record_before_it_empties() {
     common::root_or_skip!();
     let node = node("later-attempt", "legacy", "nft");
     let before = saves(&node, "nft");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, None))
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:nft")
         .args(["stale", "--remove"])
@@ -247,8 +253,7 @@ fn a_signal_before_a_later_nft_attempt_stops_with_nothing_changed() {
     common::root_or_skip!();
     let node = node("signal-later", "legacy", "nft");
     let before = saves(&node, "nft");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, Some("TERM")))
         .args(["stale", "--remove"])
         .output()
@@ -280,8 +285,7 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
         &[(1, MOVE_THE_GENERATION.into()), (2, "kill -TERM $PPID".into())],
     );
     let count = node.path("live-saves");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
         .output()
@@ -306,14 +310,13 @@ fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));
     let [ipv4, ipv6] = saves(&node, "legacy");
     assert!(emptied(&ipv4) && !emptied(&ipv6), "{ipv4}{ipv6}");
-    let detect = node.wrapper().arg("detect").output().unwrap();
+    let detect = wrapper(&node).arg("detect").output().unwrap();
     assert!(
         stderr(&detect).contains("detect: an interrupted removal ("),
         "{}",
         stderr(&detect)
     );
-    let metrics = node
-        .wrapper()
+    let metrics = wrapper(&node)
         .args(["detect", "--format", "prometheus"])
         .output()
         .unwrap();
@@ -372,8 +375,7 @@ fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
         let node = node("signal-before", "nft", "legacy");
         let before = saves(&node, "legacy");
         let sbin = signalling(&node, "iptables-legacy-save", signal);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -401,8 +403,7 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
     for signal in ["TERM", "INT", "HUP"] {
         let node = node("signal-after", "nft", "legacy");
         let sbin = signalling(&node, "iptables-legacy-restore", signal);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -425,7 +426,7 @@ fn a_signal_the_caller_ignores_stays_ignored() {
     use std::os::unix::process::CommandExt as _;
     let node = node("signal-ignored", "nft", "legacy");
     let sbin = signalling(&node, "iptables-legacy-save", "HUP");
-    let mut removal = node.wrapper();
+    let mut removal = wrapper(&node);
     removal.env("IPTABLES_WRAPPER_SBIN", &sbin).args(["stale", "--remove"]);
     // SAFETY: only signal(2), async-signal-safe, between fork and exec.
     unsafe {
@@ -462,8 +463,7 @@ fn a_restore_left_running_by_a_killed_wrapper_keeps_locking_writers_waiting() {
         );
         write_program(&dir.join(format!("{program}-legacy-restore")), &body);
     }
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
         .output()
