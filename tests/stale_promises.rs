@@ -378,3 +378,40 @@ ip6tables-nft -A INPUT -s 2001:db8::9/128 -m conntrack --ctstate NEW -j ACCEPT")
         "taken\n"
     );
 }
+
+/// The undo a removal prints runs as printed whatever the backup
+/// directory's name (a blank, a `;`, a quote): each `(undo: ...)` line, fed
+/// to `sh -c`, gives the emptied tables back; a name no line carries as it
+/// is (a newline) is refused.
+#[test]
+fn the_printed_undo_runs_as_printed_for_any_directory_name() {
+    common::root_or_skip!();
+    let node = legacy_stale_node("undo-quoted");
+    let before = common::stale::uncounted(&legacy_saves(&node));
+    // A name no printed line carries as it is (a newline) is refused
+    // before anything changes.
+    let unprintable = node.path("new\nline");
+    let out = stale(&node, &["--remove", "--backup-dir", unprintable.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("a printed undo cannot carry"), "{}", stderr(&out));
+    assert_eq!(common::stale::uncounted(&legacy_saves(&node)), before);
+    std::fs::create_dir(node.path("my dir")).unwrap();
+    let backups = node.path("my dir/b;x'y");
+    let out = stale(&node, &["--remove", "--backup-dir", backups.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_ne!(
+        common::stale::uncounted(&legacy_saves(&node)),
+        before,
+        "nothing emptied"
+    );
+    let report = stdout(&out);
+    let undo: Vec<&str> = report
+        .lines()
+        .filter_map(|line| line.split_once("(undo: ")?.1.strip_suffix(')'))
+        .collect();
+    assert!(!undo.is_empty(), "no undo printed: {report}");
+    for command in undo {
+        node.sh(command);
+    }
+    assert_eq!(common::stale::uncounted(&legacy_saves(&node)), before, "{report}");
+}
