@@ -6,7 +6,8 @@
 //! characters are); bytes that are not UTF-8 are shown as `\xNN` wherever
 //! they come from, paths included ([`Shown`], never U+FFFD); JSON strings
 //! are escaped by [`string`]; saved rules are shown byte for byte by
-//! [`saved_line`].
+//! [`saved_line`]; a path in a command line printed to be run (an undo) is
+//! one shell word by [`shell_word`].
 //!
 //! Each text is escaped once, in one way: reasons, evidence and warnings are
 //! kept raw and escaped where they are shown; an error that names a value
@@ -176,6 +177,34 @@ pub fn quoted(bytes: &[u8]) -> String {
     format!("\"{}\"", printable_bytes(bytes).replace('"', "\\\""))
 }
 
+/// `text` as one word of a POSIX shell's command line, to be run as
+/// printed: as it is when it holds only characters no shell treats
+/// specially, else in single quotes (a `'` as `'\''`). A character
+/// [`printable`] escapes stays escaped (`\u{a}`, `\xNN`: one line, nothing
+/// hidden), and the word then does not run as printed: see [`shell_safe`].
+pub fn shell_word(text: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\'' => out.push_str("'\\''"),
+            c => push_escaped(&mut out, c),
+        }
+    }
+    out.push('\'');
+    Cow::Owned(out)
+}
+
+/// Whether [`shell_word`] gives `text` as a word that runs as printed:
+/// none of its characters is one [`printable`] escapes.
+pub fn shell_safe(text: &str) -> bool {
+    !text.chars().any(needs_escape)
+}
+
 /// A JSON string literal: control and invisible characters as `\uNNNN`
 /// (a surrogate pair above U+FFFF), a byte that is not UTF-8 as the text
 /// `\xNN` (its backslash escaped, as JSON has no such escape).
@@ -208,7 +237,7 @@ pub fn string(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{lossless, printable, printable_bytes, quoted, saved_line, string};
+    use super::{lossless, printable, printable_bytes, quoted, saved_line, shell_safe, shell_word, string};
 
     #[test]
     fn invisible_characters_are_escaped_like_control_characters() {
@@ -263,5 +292,19 @@ mod tests {
         assert_eq!(quoted(b"n\x1b[31mft"), "\"n\\u{1b}[31mft\"");
         assert_eq!(quoted(b"legacy\xff"), "\"legacy\\xff\"");
         assert_eq!(quoted(b"a\"b\\c\xc3\xa9\n\xff"), "\"a\\\"b\\\\c\u{e9}\\n\\xff\"");
+    }
+
+    #[test]
+    fn a_shell_word_runs_as_printed() {
+        assert_eq!(
+            shell_word("/run/x/iptables-legacy.rules"),
+            "/run/x/iptables-legacy.rules"
+        );
+        assert_eq!(shell_word("/run/my dir/b;x"), "'/run/my dir/b;x'");
+        assert_eq!(shell_word("/a'b$c`d\\e"), "'/a'\\''b$c`d\\e'");
+        assert_eq!(shell_word(""), "''");
+        assert!(shell_safe("/run/my dir/b;x'$"));
+        assert!(!shell_safe("/run/a\nb") && !shell_safe(&lossless(b"/run/\xff")));
+        assert_eq!(shell_word("/a\nb"), "'/a\\u{a}b'");
     }
 }

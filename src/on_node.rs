@@ -5,6 +5,7 @@
 //! printed changes; every file is read and written through DIR.
 
 use crate::escape::Shown as _;
+use crate::stale::backup::undo;
 use std::path::{Path, PathBuf};
 
 /// `--backups-in`'s directory and, with `--backups-on-host`, its path on
@@ -30,7 +31,8 @@ impl NodePaths<'_> {
             .iter()
             .filter_map(|file| {
                 let tool = file.file_stem()?.to_string_lossy();
-                Some(format!("undo on the node: {tool}-restore < {}", self.shown(file)?))
+                let restore = format!("{tool}-restore");
+                Some(format!("undo on the node: {}", undo(&restore, &self.shown(file)?)))
             })
             .collect()
     }

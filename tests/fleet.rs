@@ -22,14 +22,18 @@ fn eventually(done: impl Fn() -> bool) -> bool {
     false
 }
 
+/// How long a loop may take to end once signalled.
+const ENDS_WITHIN: Duration = Duration::from_secs(30);
+
 fn terminate(child: Child) -> std::process::Output {
     // SAFETY: kill(2) on a child of ours that has not been waited for.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    child.wait_with_output().unwrap()
+    common::wait_within(child, ENDS_WITHIN, "the loop did not end on SIGTERM")
 }
 
 fn textfile_loop(node: &Node, path: &std::path::Path, mode: Option<&str>) -> Child {
     let mut command: Command = node.wrapper();
+    common::default_signals(&mut command);
     if let Some(mode) = mode {
         command.env("IPTABLES_MODE", mode);
     }
@@ -80,7 +84,7 @@ fn signal_when(mut child: Child, ready: bool, signal: libc::c_int, what: &str) -
     }
     // SAFETY: kill(2) on a child of ours that has not been waited for.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-    child.wait_with_output().unwrap()
+    common::wait_within(child, ENDS_WITHIN, &format!("the loop did not end on signal {signal}"))
 }
 
 #[test]

@@ -25,7 +25,7 @@ use common::{write_program, Node};
 use iptables_wrapper::save_text;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
 /// What each family holds in the stale backend (and its twin in the host's).
 const RULES: &str = "-t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0x4000
@@ -93,9 +93,17 @@ fn killing_restores(node: &Node, nth: usize) -> PathBuf {
     stand_ins(node, &tools, "live-commits", &[(nth, "kill -KILL $PPID".into())])
 }
 
+/// The wrapper's command line, with the signals these tests send at their
+/// defaults whatever the runner left them as (`nohup`, a background job).
+fn wrapper(node: &Node) -> Command {
+    let mut command = node.wrapper();
+    common::default_signals(&mut command);
+    command
+}
+
 /// `stale --remove` killed by the seam after `step`.
 fn killed_after(node: &Node, step: &str) -> Output {
-    node.wrapper()
+    wrapper(node)
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", step)
         .args(["stale", "--remove"])
         .output()
@@ -121,27 +129,16 @@ fn after_the_kill(node: &Node, backend: &str, before: &[String; 2], out: &Output
             "{case}: family {family} partly emptied:\n{now}\nwas:\n{before}"
         );
     }
-    let next = stale(node, &[]);
-    let said = stderr(&next);
     if now == *before {
         return;
     }
-    let line = said
-        .lines()
-        .find(|l| l.contains("an interrupted removal ("))
-        .unwrap_or_else(|| panic!("{case}: the next stale says nothing of it: {said}"));
-    let backup = line
-        .split("; backup ")
-        .nth(1)
-        .and_then(|rest| rest.split("; undo: ").next())
-        .unwrap_or_else(|| panic!("{case}: no backup named: {line}"));
-    assert!(Path::new(backup).is_dir(), "{case}: {line}");
-    let undo = line.split("; undo: ").nth(1).unwrap();
-    for command in undo.split("; ") {
-        assert!(command.contains(backup), "{case}: {line}");
+    let (line, backup, undo) = interrupted_line(node, case);
+    assert!(Path::new(&backup).is_dir(), "{case}: {line}");
+    for command in &undo {
+        assert!(command.contains(&backup), "{case}: {line}");
         node.sh(command);
     }
-    assert_eq!(saves(node, backend), *before, "{case}: the undo ({undo})");
+    assert_eq!(saves(node, backend), *before, "{case}: the undo ({undo:?})");
 }
 
 #[test]
@@ -168,8 +165,7 @@ fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_famil
         let node = node("killed-legacy-tool", "nft", "legacy");
         let before = saves(&node, "legacy");
         let sbin = killing_restores(&node, nth);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -226,8 +222,7 @@ fn a_later_nft_attempt_writes_the_record_before_it_empties() {
     common::root_or_skip!();
     let node = node("later-attempt", "legacy", "nft");
     let before = saves(&node, "nft");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, None))
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:nft")
         .args(["stale", "--remove"])
@@ -247,8 +242,7 @@ fn a_signal_before_a_later_nft_attempt_stops_with_nothing_changed() {
     common::root_or_skip!();
     let node = node("signal-later", "legacy", "nft");
     let before = saves(&node, "nft");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, Some("TERM")))
         .args(["stale", "--remove"])
         .output()
@@ -280,8 +274,7 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
         &[(1, MOVE_THE_GENERATION.into()), (2, "kill -TERM $PPID".into())],
     );
     let count = node.path("live-saves");
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
         .output()
@@ -298,63 +291,102 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
     assert!(!node.path("run/stale-removal").exists());
 }
 
-#[test]
-fn a_removal_after_an_interrupted_one_finishes_it_and_the_record_goes() {
-    common::root_or_skip!();
-    let node = node("finish-interrupted", "nft", "legacy");
-    let out = killed_after(&node, "emptied:legacy:ipv4");
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
-    let [ipv4, ipv6] = saves(&node, "legacy");
-    assert!(emptied(&ipv4) && !emptied(&ipv6), "{ipv4}{ipv6}");
-    let detect = node.wrapper().arg("detect").output().unwrap();
-    assert!(
-        stderr(&detect).contains("detect: an interrupted removal ("),
-        "{}",
-        stderr(&detect)
-    );
-    let metrics = node
-        .wrapper()
+/// The line the next `stale` prints of an interrupted removal (after
+/// `stale: `), and the backup and the undo commands it names.
+fn interrupted_line(node: &Node, case: &str) -> (String, String, Vec<String>) {
+    let said = stderr(&stale(node, &[]));
+    let line = said
+        .lines()
+        .find(|l| l.contains("an interrupted removal ("))
+        .and_then(|l| l.split_once("stale: "))
+        .unwrap_or_else(|| panic!("{case}: stale names no interrupted removal: {said}"))
+        .1
+        .to_string();
+    let backup = line
+        .split("; backup ")
+        .nth(1)
+        .and_then(|rest| rest.split("; undo: ").next());
+    let backup = backup
+        .unwrap_or_else(|| panic!("{case}: no backup named: {line}"))
+        .to_string();
+    let undo = line
+        .split("; undo: ")
+        .nth(1)
+        .unwrap()
+        .split("; ")
+        .map(str::to_string)
+        .collect();
+    (line, backup, undo)
+}
+
+/// `detect`'s metric of interrupted removals.
+fn interrupted_metric(node: &Node) -> String {
+    let metrics = wrapper(node)
         .args(["detect", "--format", "prometheus"])
         .output()
         .unwrap();
-    assert!(
-        stdout(&metrics).contains("\niptables_wrapper_stale_removal_interrupted 1\n"),
-        "{}",
-        stdout(&metrics)
-    );
+    let text = stdout(&metrics);
+    text.lines()
+        .find(|l| l.starts_with("iptables_wrapper_stale_removal_interrupted "))
+        .unwrap_or_else(|| panic!("no metric: {text}"))
+        .to_string()
+}
+
+/// A removal killed after emptying IPv4 (its backup in a directory whose
+/// name a shell must be given quoted), then a removal that empties IPv6:
+/// the first one's backup, the only copy of IPv4's rules, stays named by
+/// `stale`, `detect` and the metric, its undo runs as printed and gives
+/// IPv4 back, until the backup is removed by hand; then nothing names it
+/// and the next removal drops the record.
+#[test]
+fn an_interrupted_removals_backup_stays_named_until_it_is_removed() {
+    common::root_or_skip!();
+    let node = node("finish-interrupted", "nft", "legacy");
+    let before = saves(&node, "legacy");
+    std::fs::create_dir(node.path("my dir")).unwrap();
+    let first_backup = node.path("my dir/b;x");
+    let out = wrapper(&node)
+        .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:legacy:ipv4")
+        .args(["stale", "--remove", "--backup-dir", first_backup.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", stderr(&out));
+    let [ipv4, ipv6] = saves(&node, "legacy");
+    assert!(emptied(&ipv4) && !emptied(&ipv6), "{ipv4}{ipv6}");
     let out = stale(&node, &["--remove"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("an interrupted removal ("), "{}", stderr(&out));
     assert!(saves(&node, "legacy").iter().all(|s| emptied(s)));
-    assert!(!node.path("run/stale-removal").exists());
+    // The second removal printed only its own backup; the first one's is
+    // still named everywhere.
+    let (line, backup, undo) = interrupted_line(&node, "after the second removal");
+    assert_eq!(Path::new(&backup), first_backup, "{line}");
+    let detect = wrapper(&node).arg("detect").output().unwrap();
+    assert!(
+        stderr(&detect).contains(&format!("detect: {line}")),
+        "{line}\n{}",
+        stderr(&detect)
+    );
+    assert_eq!(
+        interrupted_metric(&node),
+        "iptables_wrapper_stale_removal_interrupted 1"
+    );
+    for command in &undo {
+        node.sh(command);
+    }
+    assert_eq!(saves(&node, "legacy"), before, "the undo ({undo:?})");
+    // Still named after its undo ran, until its backup is removed.
+    interrupted_line(&node, "after the undo");
+    std::fs::remove_dir_all(&first_backup).unwrap();
     let next = stale(&node, &[]);
     assert!(!stderr(&next).contains("interrupted"), "{}", stderr(&next));
-}
-
-#[test]
-fn a_record_whose_backup_is_gone_says_its_undo_cannot_run() {
-    common::root_or_skip!();
-    let node = node("backup-gone", "nft", "legacy");
-    let out = killed_after(&node, "emptied:legacy:ipv4");
-    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
-    let said = stderr(&stale(&node, &[]));
-    let line = said.lines().find(|l| l.contains("an interrupted removal (")).unwrap();
-    assert!(!line.contains("no longer there"), "{line}");
-    let backup = line
-        .split("; backup ")
-        .nth(1)
-        .unwrap()
-        .split("; undo: ")
-        .next()
-        .unwrap();
-    std::fs::remove_dir_all(backup).unwrap();
-    let said = stderr(&stale(&node, &[]));
-    assert!(
-        said.contains(&format!(
-            "; backup {backup} (no longer there: its undo cannot run); undo: "
-        )),
-        "{said}"
+    assert_eq!(
+        interrupted_metric(&node),
+        "iptables_wrapper_stale_removal_interrupted 0"
     );
+    let out = stale(&node, &["--remove"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert!(!node.path("run/stale-removal").exists());
 }
 
 /// A stand-in `name` that sends `signal` to the wrapper the first time it
@@ -372,8 +404,7 @@ fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
         let node = node("signal-before", "nft", "legacy");
         let before = saves(&node, "legacy");
         let sbin = signalling(&node, "iptables-legacy-save", signal);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -401,8 +432,7 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
     for signal in ["TERM", "INT", "HUP"] {
         let node = node("signal-after", "nft", "legacy");
         let sbin = signalling(&node, "iptables-legacy-restore", signal);
-        let out = node
-            .wrapper()
+        let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
             .output()
@@ -425,7 +455,7 @@ fn a_signal_the_caller_ignores_stays_ignored() {
     use std::os::unix::process::CommandExt as _;
     let node = node("signal-ignored", "nft", "legacy");
     let sbin = signalling(&node, "iptables-legacy-save", "HUP");
-    let mut removal = node.wrapper();
+    let mut removal = wrapper(&node);
     removal.env("IPTABLES_WRAPPER_SBIN", &sbin).args(["stale", "--remove"]);
     // SAFETY: only signal(2), async-signal-safe, between fork and exec.
     unsafe {
@@ -462,8 +492,7 @@ fn a_restore_left_running_by_a_killed_wrapper_keeps_locking_writers_waiting() {
         );
         write_program(&dir.join(format!("{program}-legacy-restore")), &body);
     }
-    let out = node
-        .wrapper()
+    let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
         .output()

@@ -1,7 +1,8 @@
 //! `iptables-wrapper stale --remove`'s promises where they are easiest to
 //! break: a backup directory reached through someone else's link, one JSON
 //! object on every path, a removal that never reads a steady nf_tables
-//! ruleset saying why, a backup that restores without error into another
+//! ruleset saying that it gave up and why (beside a writer that interrupts
+//! its dumps too), a backup that restores without error into another
 //! table than the live one, and the nf_tables generation moving between the
 //! proof and the emptying (no backup of an attempt that did not happen is
 //! offered as an undo, nor kept where a backup cannot be written), and a
@@ -206,7 +207,7 @@ fn an_nft_removal_that_never_reads_a_steady_ruleset_says_why() {
     // generation.
     let save = format!("/usr/sbin/iptables-nft-save \"$@\" || exit\n{COMMIT_NOTHING}");
     let sbin = backends_with(&node, &[("iptables-nft-save", &save)]);
-    let why = "the nf_tables ruleset changed while it was being read";
+    let why = "gave up after 5 attempts: in each, the nf_tables ruleset changed while it was being read";
     let out = stale_with_backends(&node, &sbin, &["--remove"]);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     for table in ["filter", "nat"] {
@@ -377,4 +378,90 @@ ip6tables-nft -A INPUT -s 2001:db8::9/128 -m conntrack --ctstate NEW -j ACCEPT")
         std::fs::read_to_string(backups.join("ip6tables-legacy.rules")).unwrap(),
         "taken\n"
     );
+}
+
+/// The undo a removal prints runs as printed whatever the backup
+/// directory's name (a blank, a `;`, a quote): each `(undo: ...)` line, fed
+/// to `sh -c`, gives the emptied tables back; a name no line carries as it
+/// is (a newline) is refused.
+#[test]
+fn the_printed_undo_runs_as_printed_for_any_directory_name() {
+    common::root_or_skip!();
+    let node = legacy_stale_node("undo-quoted");
+    let before = common::stale::uncounted(&legacy_saves(&node));
+    // A name no printed line carries as it is (a newline) is refused
+    // before anything changes.
+    let unprintable = node.path("new\nline");
+    let out = stale(&node, &["--remove", "--backup-dir", unprintable.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("a printed undo cannot carry"), "{}", stderr(&out));
+    assert_eq!(common::stale::uncounted(&legacy_saves(&node)), before);
+    std::fs::create_dir(node.path("my dir")).unwrap();
+    let backups = node.path("my dir/b;x'y");
+    let out = stale(&node, &["--remove", "--backup-dir", backups.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    assert_ne!(
+        common::stale::uncounted(&legacy_saves(&node)),
+        before,
+        "nothing emptied"
+    );
+    let report = stdout(&out);
+    let undo: Vec<&str> = report
+        .lines()
+        .filter_map(|line| line.split_once("(undo: ")?.1.strip_suffix(')'))
+        .collect();
+    assert!(!undo.is_empty(), "no undo printed: {report}");
+    for command in undo {
+        node.sh(command);
+    }
+    assert_eq!(common::stale::uncounted(&legacy_saves(&node)), before, "{report}");
+}
+
+/// An nft removal beside a writer that never pauses (a commit after each
+/// save, and, from the removal's first judgement on, commits in a loop
+/// while the wrapper runs, so the tables' dumps are interrupted too) gives
+/// up, and each table's reason says so: after how many attempts, why, and
+/// to run again when writers are quiet; never "read again".
+#[test]
+fn an_nft_removal_that_gives_up_says_it_gave_up_and_why() {
+    common::root_or_skip!();
+    let node = nft_stale_node("gives-up");
+    // Enough chains and rules that each dump takes several reads of the
+    // socket, for the loop's commits to interrupt.
+    let chains: String = (0..1000).map(|n| format!(":C{n} - [0:0]\n")).collect();
+    let rules: String = (0..1000)
+        .map(|n| format!("-A C{n} -s 10.2.{}.{}/32 -j ACCEPT\n", n / 250, n % 250))
+        .collect();
+    std::fs::write(node.path("rules"), format!("*filter\n{chains}{rules}COMMIT\n")).unwrap();
+    node.sh(&format!(
+        "iptables-nft-restore --noflush < {rules}",
+        rules = node.path("rules").display()
+    ));
+    let nft_before = nft_ruleset(&node);
+    let count = node.path("saves");
+    let save = format!(
+        "/usr/sbin/iptables-nft-save \"$@\" || exit\n{COMMIT_NOTHING}\n\
+         echo >> {count}\n[ \"$(wc -l < {count})\" = 2 ] || exit 0\n\
+         wrapper=$PPID\n\
+         ( while [ -d /proc/$wrapper ]; do {COMMIT_NOTHING}; done ) < /dev/null > /dev/null 2>&1 &",
+        count = count.display()
+    );
+    let sbin = backends_with(&node, &[("iptables-nft-save", &save)]);
+    let out = stale_with_backends(&node, &sbin, &["--remove"]);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let report = stdout(&out);
+    let left: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("left as it was: nft "))
+        .collect();
+    assert!(!left.is_empty(), "{report}");
+    for line in left {
+        assert!(
+            line.contains("gave up after 5 attempts")
+                && line.contains("run `iptables-wrapper stale --remove` again when"),
+            "{line}"
+        );
+        assert!(!line.contains("read again"), "{line}");
+    }
+    assert_eq!(nft_ruleset(&node), nft_before);
 }

@@ -10,12 +10,17 @@
 //! descriptor, and the resolved path is the one printed: a link someone else
 //! owns can neither pass the checks nor later re-point the printed undo.
 //!
+//! Its path must be one a shell line carries as printed (no control or
+//! invisible character, no byte that is not UTF-8): the undo of each file,
+//! `<tool> < <path>` ([`undo`], the path one shell word), is printed to be
+//! run as it is.
+//!
 //! Each file is written under no name or a random one ([`crate::temporary`]),
 //! synced, then linked under its name (mode 0600): a reader never sees a
 //! part, and a file that was there before is never replaced. A removal that backs up again (the ruleset
 //! moved under it) replaces only the file it wrote itself.
 
-use crate::escape::Shown as _;
+use crate::escape::{self, Shown as _};
 use crate::run_dir::RunDir;
 use crate::temporary::{self, Placement};
 use crate::warnings_record::utc_time;
@@ -101,6 +106,12 @@ impl BackupDir {
             // SAFETY: openat returned a new descriptor that nothing else owns.
             Ok::<_, String>(unsafe { OwnedFd::from_raw_fd(raw) })
         };
+        if !escape::shell_safe(&resolved.shown()) {
+            return Err(format!(
+                "{} holds a character a printed undo cannot carry (a control or invisible character, or a byte that is not UTF-8): give another directory",
+                resolved.shown()
+            ));
+        }
         let mut walked = PathBuf::from("/");
         let mut fd = open_at(None, &walked, &walked)?;
         for component in resolved.components().skip(1) {
@@ -147,6 +158,12 @@ impl BackupDir {
     pub fn remove(&self, name: &str) {
         let _ = unlinkat(Some(self.fd.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir);
     }
+}
+
+/// The command that restores the backup file at `path` (as shown) with
+/// `tool`, to be run as printed: `path` one shell word.
+pub fn undo(tool: &str, path: &str) -> String {
+    format!("{tool} < {}", escape::shell_word(path))
 }
 
 /// Why a directory lets someone other than root and the caller change

@@ -16,8 +16,14 @@
 //! recorded tables are empty now and which still hold something. A later
 //! removal judges afresh what is stale (a half-emptied family's remaining
 //! tables among it), and takes the record over rather than writing a second
-//! one: the earlier removals' parts are kept in it as long as a table they
-//! name still holds something, the removal's own part goes after its report.
+//! one; its own part goes after its report.
+//!
+//! An interrupted removal's backup is the only copy of what it emptied, and
+//! no report ever named it: its part stays in the record, and is named,
+//! counted and kept by every later removal, until its backup directory is
+//! removed by hand (whether its undo was run, or what it emptied is still
+//! wanted, only a person can tell). A part whose backup is gone is neither
+//! shown nor counted, and the next removal drops it.
 
 use crate::escape::Shown as _;
 use crate::family::Family;
@@ -109,18 +115,13 @@ impl Part {
                 tables.join(", ")
             }
         };
-        let gone = if Path::new(&self.backup).is_dir() {
-            ""
+        let (what, until) = if running {
+            ("a removal in progress", "")
         } else {
-            " (no longer there: its undo cannot run)"
+            ("an interrupted removal", "; named until its backup is removed")
         };
         format!(
-            "{} ({}, pid {}) emptied {}, left {}; backup {}{gone}; undo: {}",
-            if running {
-                "a removal in progress"
-            } else {
-                "an interrupted removal"
-            },
+            "{what} ({}, pid {}) emptied {}, left {}{until}; backup {}; undo: {}",
             self.time,
             self.pid,
             list(&emptied),
@@ -130,9 +131,10 @@ impl Part {
         )
     }
 
-    /// Whether every table it names holds nothing now.
-    fn done(&self) -> bool {
-        self.emptied_and_left().1.is_empty()
+    /// Whether its backup directory is still there (not removed by hand):
+    /// until then the part is named, counted and kept.
+    fn backed_up(&self) -> bool {
+        Path::new(&self.backup).is_dir()
     }
 }
 
@@ -223,8 +225,9 @@ fn unreadable(dir: &RunDir) -> String {
     )
 }
 
-/// One line per removal the record names, each saying what it emptied, what
-/// it left, its backup and its undo; none without a record.
+/// One line per removal the record names whose backup is there (and for a
+/// removal in progress), each saying what it emptied, what it left, its
+/// backup and its undo; none without a record.
 pub fn notice() -> Vec<String> {
     let Some(dir) = RunDir::open() else {
         return Vec::new();
@@ -239,17 +242,23 @@ pub fn notice() -> Vec<String> {
         .parts
         .iter()
         .enumerate()
-        .map(|(at, part)| part.line(found.running && at == last))
+        .map(|(at, part)| (part, found.running && at == last))
+        .filter(|(part, running)| *running || part.backed_up())
+        .map(|(part, running)| part.line(running))
         .collect()
 }
 
-/// How many removals the record names that died before their report (a
-/// removal that holds it still runs); 0 without a record. Reads no table.
+/// How many removals the record names that died before their report and
+/// whose backup is there (a removal that holds it still runs); 0 without a
+/// record. Reads no table.
 pub fn interrupted() -> usize {
     match RunDir::open().map(|dir| found(&dir)) {
         None | Some(Record::Absent) => 0,
         Some(Record::Unreadable) => 1,
-        Some(Record::Read(f)) => f.parts.len() - usize::from(f.running && !f.parts.is_empty()),
+        Some(Record::Read(f)) => {
+            let earlier = &f.parts[..f.parts.len() - usize::from(f.running && !f.parts.is_empty())];
+            earlier.iter().filter(|part| part.backed_up()).count()
+        }
     }
 }
 
@@ -342,9 +351,9 @@ impl Held {
     }
 
     /// After the report: the record goes, but for the earlier removals'
-    /// parts that name a table still holding something.
+    /// parts whose backup is still there.
     pub fn finish(self) {
-        let kept: String = self.earlier.iter().filter(|p| !p.done()).map(Part::text).collect();
+        let kept: String = self.earlier.iter().filter(|p| p.backed_up()).map(Part::text).collect();
         let at = Some(self.dir.fd().as_raw_fd());
         let done = if kept.is_empty() {
             unlinkat(at, RECORD, UnlinkatFlags::NoRemoveDir).map_err(std::io::Error::from)

@@ -2,6 +2,7 @@
 //! left, with why) and its report: in words, or as the `removal` member of
 //! `stale --json`'s object; its exit status.
 
+use super::backup::undo;
 use super::find::Finding;
 use super::show::{self, print_out};
 use super::{HostBackend, Options, EXIT_NOTHING_STALE, EXIT_STALE};
@@ -84,7 +85,7 @@ pub fn report(
             None => "no backup written: nothing was proven, nothing removed, for the reasons below\n".to_string(),
         };
         for (_, file, tool) in &removal.files {
-            let _ = writeln!(out, "  {} (undo: {tool} < {})", file.shown(), file.shown());
+            let _ = writeln!(out, "  {} (undo: {})", file.shown(), undo(tool, &file.shown()));
         }
         for ((backend, family, table), summary) in &removal.emptied {
             let _ = writeln!(out, "emptied: {backend} {} {table} (held {summary})", family.label());

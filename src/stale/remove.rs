@@ -39,7 +39,7 @@
 //! came before the first emptying stops it with nothing changed (the
 //! record removed), one after it waits for the report ([`signals`]).
 
-use super::backup::BackupDir;
+use super::backup::{self, BackupDir};
 use super::find::{self, Finding, StaleTable};
 use super::in_progress::{self, Part};
 use super::judge;
@@ -334,7 +334,7 @@ impl Removing<'_> {
             .files
             .iter()
             .filter(|(of, _, _)| whose.contains(of))
-            .map(|(_, file, tool)| format!("{tool} < {}", file.shown()))
+            .map(|(_, file, tool)| backup::undo(tool, &file.shown()))
             .collect();
         Part::now(&self.backup.path, tables, undo)
     }

@@ -13,26 +13,58 @@ pub mod stale;
 use std::io::Write as _;
 use std::process::{Command, Output};
 
-/// Whether this process runs as root, which every test that makes a
-/// network or mount namespace needs; if not, says on stderr (one line) that
-/// the calling test is skipped and why. See [`root_or_skip`].
+/// Whether this process can make the network and mount namespaces every
+/// test that touches the backends needs (root with `CAP_SYS_ADMIN`, tried,
+/// not guessed from the user id: uid 0 without its capabilities, as in a
+/// plain `docker run` or under `setpriv --bounding-set -all`, cannot); if
+/// not, says on stderr (one line) that the calling test is skipped and why.
+/// See [`root_or_skip`].
 pub fn runs_as_root() -> bool {
-    if nix::unistd::geteuid().is_root() {
+    static WHY_NOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(why) = WHY_NOT.get_or_init(why_namespaces_cannot_be_made) else {
         return true;
-    }
+    };
     // Written to the descriptor itself: the harness keeps what `eprintln!`
     // says of a test that passes.
     let thread = std::thread::current();
     let _ = writeln!(
         std::io::stderr(),
-        "skipped {}: it needs root (network and mount namespaces, the real backends); the in-process tests need none (docs/testing.md)",
+        "skipped {}: it needs root that can make network and mount namespaces ({why}) and the real backends; the in-process tests need none (docs/testing.md)",
         thread.name().unwrap_or("a test")
     );
     false
 }
 
+/// Why this process cannot make a network and a mount namespace, if it
+/// cannot: `unshare(CLONE_NEWNET | CLONE_NEWNS)` tried in a forked child
+/// (unshare moves only the calling thread, and a test must not move the
+/// harness's), whose exit status is the errno.
+fn why_namespaces_cannot_be_made() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some(format!("uid {} is not root", nix::unistd::geteuid()));
+    }
+    // SAFETY: the child calls only unshare(2) and _exit(2), both
+    // async-signal-safe, so forking a threaded process is sound.
+    let child = match unsafe { libc::fork() } {
+        -1 => return Some(format!("fork: {}", nix::errno::Errno::last())),
+        0 => unsafe {
+            let made = libc::unshare(libc::CLONE_NEWNET | libc::CLONE_NEWNS);
+            libc::_exit(if made == 0 { 0 } else { *libc::__errno_location() })
+        },
+        child => nix::unistd::Pid::from_raw(child),
+    };
+    match nix::sys::wait::waitpid(child, None) {
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => None,
+        Ok(nix::sys::wait::WaitStatus::Exited(_, errno)) => Some(format!(
+            "unshare(CLONE_NEWNET | CLONE_NEWNS) is refused here: {}",
+            nix::errno::Errno::from_raw(errno)
+        )),
+        other => Some(format!("the child that tried unshare ended as {other:?}")),
+    }
+}
+
 /// Returns from the calling test, after one line on stderr saying why, when
-/// the process is not root: the first line of every test that makes a
+/// the process cannot make namespaces ([`runs_as_root`]): the first line of every test that makes a
 /// network or mount namespace.
 macro_rules! root_or_skip {
     () => {
@@ -312,19 +344,51 @@ pub fn without_proc(command: &Command) -> Output {
 /// after `limit`, kills it (a loop would otherwise outlive the test) and
 /// panics with `hangs`.
 pub fn output_within(command: &mut Command, limit: std::time::Duration, hangs: &str) -> Output {
-    let mut child = command
+    let child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    wait_within(child, limit, hangs)
+}
+
+/// Waits for `child` and what it wrote; if it is still running after
+/// `limit`, kills it and panics with `hangs` and its stderr.
+pub fn wait_within(mut child: std::process::Child, limit: std::time::Duration, hangs: &str) -> Output {
     let deadline = std::time::Instant::now() + limit;
     while child.try_wait().unwrap().is_none() {
         if std::time::Instant::now() > deadline {
             child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{hangs}");
+            let out = child.wait_with_output().unwrap();
+            panic!("{hangs}; stderr: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     child.wait_with_output().unwrap()
+}
+
+/// The signals tests send to the processes they start.
+const SENT_SIGNALS: [libc::c_int; 4] = [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGPIPE];
+
+/// Starts `command` with SIGHUP, SIGINT, SIGTERM and SIGPIPE at their
+/// defaults and unblocked, whatever the test runner left them as (`nohup`
+/// ignores SIGHUP, a background job of a non-interactive shell SIGINT):
+/// the wrapper keeps a signal its caller ignores ignored, so a test that
+/// sends one sets the disposition it needs. Further `pre_exec`s run after.
+pub fn default_signals(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: only signal(2) and sigprocmask(2), async-signal-safe, between
+    // fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for signal in SENT_SIGNALS {
+                libc::signal(signal, libc::SIG_DFL);
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        })
+    }
 }

@@ -27,11 +27,22 @@ type NftAttempt = Option<(u32, Vec<Proven>)>;
 impl Removing<'_> {
     /// One nft attempt: each family's stale tables read afresh, their
     /// images and the save all at one generation (returned with the
-    /// verdicts); Ok(None) when the generation moved while reading.
+    /// verdicts); Ok(None) when the generation moved while reading. An
+    /// error while it moved (a dump the kernel kept interrupting, a table
+    /// gone) is the ruleset moving too, tried again like it: only an error
+    /// at a steady generation is a table's reason.
     pub(super) fn judge_nft(&self, socket: &NftSocket, families: &[Family]) -> Result<NftAttempt, String> {
         let generation = socket
             .generation()
             .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
+        match self.judge_nft_at(socket, families, generation) {
+            Err(_) if socket.generation().is_ok_and(|now| now != generation) => Ok(None),
+            judged => judged,
+        }
+    }
+
+    /// [`Self::judge_nft`] from `generation`, read before.
+    fn judge_nft_at(&self, socket: &NftSocket, families: &[Family], generation: u32) -> Result<NftAttempt, String> {
         let mut read = Vec::new();
         for &family in families {
             // The finding saves each stale table (its notes say whether it is
@@ -171,11 +182,14 @@ impl Removing<'_> {
         if let Ok(Some((_, judged))) = &attempt_read {
             last_findings = judged.iter().map(|p| p.finding.clone()).collect();
         }
-        let why = if read_steady {
-            format!("the nf_tables ruleset changed between the backup and the removal in each of {NFT_TRIES} attempts (another program keeps committing); nothing removed from nft")
+        let kept_changing = if read_steady {
+            "between the backup and the removal (another program keeps committing)"
         } else {
-            format!("the nf_tables ruleset changed while it was being read in each of {NFT_TRIES} attempts (another program keeps committing), so no backup could be read at one generation and proven; nothing removed from nft")
+            "while it was being read (another program keeps committing), so no backup could be read at one generation and proven"
         };
+        let why = format!(
+            "gave up after {NFT_TRIES} attempts: in each, the nf_tables ruleset changed {kept_changing}; nothing removed from nft; run `iptables-wrapper stale --remove` again when writers are quiet"
+        );
         removal.fail_all(&last_findings.iter().collect::<Vec<_>>(), &why);
         Ok(())
     }
