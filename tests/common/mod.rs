@@ -4,6 +4,7 @@
 
 pub mod netns_topology;
 pub mod packet_run;
+pub mod row_lab;
 pub mod rule_grammar;
 pub mod rule_motifs;
 pub mod save_tables;

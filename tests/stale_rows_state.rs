@@ -1,0 +1,80 @@
+//! Rows of the table of effects by the state a name keeps on or writes,
+//! shown by packets through real namespaces (tests/common/row_lab.rs),
+//! each with the removal's verdict on the real binary: what a row says it
+//! keeps on, the kernel keeps on (and no more), and what it says it
+//! writes, a live rule reads.
+
+mod common;
+
+use common::row_lab::RowLab;
+
+/// The port the datagrams go to.
+const PORT: u16 = 5000;
+
+/// `mark` keeps nothing on: with only a live `-m mark` rule, a 3,000-byte
+/// datagram arrives in fragments that a live `-m length --length
+/// 2000:65535` drop does not match. A stale `-m state` rule keeps
+/// connection tracking, and with it defragmentation, on: the whole
+/// datagram meets the drop. So the stale rule holds its family (it keeps
+/// on what no live rule does), and the datagram stays stopped.
+#[test]
+fn mark_keeps_nothing_on_so_a_stale_state_rule_keeping_defragmentation_on_holds() {
+    common::root_or_skip!();
+    let lab = RowLab::new("rows-mark");
+    let plain = lab.socket(PORT, None);
+    lab.node.sh(
+        "iptables-nft -t mangle -A PREROUTING -p udp -m length --length 2000:65535 -j DROP
+iptables-nft -A INPUT -p udp -m mark --mark 0x1 -j ACCEPT",
+    );
+    assert!(lab.arrives(&plain, 1000), "a whole datagram under 2,000 bytes");
+    assert!(
+        lab.arrives(&plain, 3000),
+        "-m mark keeps defragmentation off: the fragments pass the length drop"
+    );
+    lab.node
+        .sh("iptables-legacy -A INPUT -m state --state ESTABLISHED -j ACCEPT");
+    assert!(
+        !lab.arrives(&plain, 3000),
+        "-m state keeps it on: the whole datagram is dropped"
+    );
+    lab.removal_holds("filter", "is not proven safe", "keeps on what no live rule keeps on");
+    assert!(!lab.arrives(&plain, 3000), "still dropped whole");
+    lab.node.sh("iptables-legacy -F INPUT");
+    assert!(
+        lab.arrives(&plain, 3000),
+        "without the stale rule the fragments pass: the removal held what it had to"
+    );
+}
+
+/// `socket` writes: `--restore-skmark` gives a packet the mark of the
+/// socket it is for, and a live `-m mark --mark 1 -j DROP` reads it. The
+/// stale rule (no verdict, the live backend keeping conntrack on, so
+/// only what it writes counts) holds its family, and the datagram to the
+/// marked socket stays dropped.
+#[test]
+fn socket_writes_the_mark_a_live_rule_reads() {
+    common::root_or_skip!();
+    let lab = RowLab::new("rows-socket");
+    let marked = lab.socket(PORT, Some(1));
+    lab.node
+        .sh("iptables-nft -A INPUT -m conntrack --ctstate INVALID -j DROP
+iptables-nft -A INPUT -p udp --dport 5000 -m mark --mark 0x1 -j DROP");
+    assert!(lab.arrives(&marked, 100), "nothing marks it yet");
+    lab.node
+        .sh("iptables-legacy -t mangle -A PREROUTING -p udp --dport 5000 -m socket --restore-skmark");
+    assert!(
+        !lab.arrives(&marked, 100),
+        "the socket's mark restored: the live rule drops it"
+    );
+    lab.removal_holds(
+        "mangle",
+        "is not proven safe",
+        "-A PREROUTING -p udp -m udp --dport 5000 -m socket --restore-skmark",
+    );
+    assert!(!lab.arrives(&marked, 100), "still dropped");
+    lab.node.sh("iptables-legacy -t mangle -F PREROUTING");
+    assert!(
+        lab.arrives(&marked, 100),
+        "without the stale rule it arrives: the removal held what it had to"
+    );
+}
