@@ -175,7 +175,10 @@ const SHARING: &[Sharing] = &[
 const NOT_SHARED_HERE: &[(&str, &str)] = &[
     ("quota2", "xtables-addons, outside the kernel's tree"),
     ("nfacct", "its counters are objects made by nfnetlink_acct first"),
-    ("socket", "--restore-skmark needs a socket marked by its program"),
+    (
+        "socket",
+        "--restore-skmark needs a marked socket: tests/stale_rows_state.rs has one",
+    ),
     (
         "cluster",
         "what it keeps is not established; a twin is asked all the same",

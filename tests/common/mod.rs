@@ -2,6 +2,7 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod interrupted;
 pub mod netns_topology;
 pub mod packet_run;
 pub mod row_lab;
