@@ -6,6 +6,7 @@
 mod common;
 
 use common::row_lab::RowLab;
+use common::stale::{legacy_saves, stale, stderr, stdout};
 
 /// The port the datagrams go to.
 const PORT: u16 = 5000;
@@ -44,4 +45,60 @@ iptables-nft -A INPUT -p udp --dport 5000 -j DROP");
         lab.arrives(&plain, 100),
         "without the stale DROP it passes: the removal held what it had to"
     );
+}
+
+/// The targets that leave the host as it was: placed before a `DROP` of
+/// the same chain, a packet passes where the target ends the chain
+/// (`accepts`; `returns`, from a built-in chain to its `ACCEPT` policy)
+/// and meets the `DROP` where it only observes. Alone, none stops a
+/// packet, and each goes without a twin (exit 0), the datagram passing
+/// before and after.
+#[test]
+fn accepts_returns_and_observes_stop_nothing_and_go() {
+    common::root_or_skip!();
+    for (target, ends_the_chain) in [("ACCEPT", true), ("RETURN", true), ("LOG", false), ("NFLOG", false)] {
+        let lab = RowLab::new(&format!("rows-goes-{}", target.to_lowercase()));
+        let plain = lab.socket(PORT, None);
+        lab.node.sh(&format!(
+            "iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
+iptables-legacy -A INPUT -p udp --dport 5000 -j {target}
+iptables-legacy -A INPUT -p udp --dport 5000 -j DROP"
+        ));
+        assert_eq!(
+            lab.arrives(&plain, 100),
+            ends_the_chain,
+            "{target} before a DROP of its chain"
+        );
+        lab.node.sh("iptables-legacy -D INPUT -p udp --dport 5000 -j DROP");
+        assert!(lab.arrives(&plain, 100), "{target} alone stops nothing");
+        let out = stale(&lab.node, &["--remove"]);
+        assert_eq!(out.status.code(), Some(0), "{target}: {}{}", stdout(&out), stderr(&out));
+        assert!(!legacy_saves(&lab.node).contains("-A "), "{target}: emptied");
+        assert!(lab.arrives(&plain, 100), "{target}: it still passes");
+    }
+}
+
+/// The targets that stop a packet: `DROP`, `REJECT`, and `QUEUE` with
+/// nothing listening. Each, stale and alone, holds its family ("may open
+/// the host"); without it the datagram passes.
+#[test]
+fn blocks_and_a_queue_nothing_reads_stop_it_and_hold() {
+    common::root_or_skip!();
+    for target in ["DROP", "REJECT", "QUEUE"] {
+        let lab = RowLab::new(&format!("rows-blocks-{}", target.to_lowercase()));
+        let plain = lab.socket(PORT, None);
+        lab.node.sh(&format!(
+            "iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
+iptables-legacy -A INPUT -p udp --dport 5000 -j {target}"
+        ));
+        assert!(!lab.arrives(&plain, 100), "{target} stops it");
+        lab.removal_holds(
+            "filter",
+            "may open the host",
+            &format!("-A INPUT -p udp -m udp --dport 5000 -j {target}"),
+        );
+        assert!(!lab.arrives(&plain, 100), "{target}: still stopped");
+        lab.node.sh("iptables-legacy -F INPUT");
+        assert!(lab.arrives(&plain, 100), "without the stale {target} it passes");
+    }
 }
