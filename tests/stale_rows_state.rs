@@ -78,3 +78,80 @@ iptables-nft -A INPUT -p udp --dport 5000 -m mark --mark 0x1 -j DROP");
         "without the stale rule it arrives: the removal held what it had to"
     );
 }
+
+/// A target that writes what a live rule reads: the stale rule (mangle
+/// PREROUTING) writes it for udp/5000, and the live filter rule reading
+/// it drops the datagram.
+struct Writer {
+    target: &'static str,
+    setup: &'static str,
+    stale: &'static str,
+    live: &'static str,
+    /// Undoes what the stale rule wrote, once it is gone.
+    undo: &'static str,
+}
+
+const WRITERS: &[Writer] = &[
+    Writer {
+        target: "SET",
+        setup: "ipset create S hash:ip",
+        stale: "-j SET --add-set S src",
+        live: "-m set --match-set S src",
+        undo: "ipset flush S",
+    },
+    Writer {
+        target: "DSCP",
+        setup: "",
+        stale: "-j DSCP --set-dscp 0x01",
+        live: "-m dscp --dscp 0x01",
+        undo: "",
+    },
+    Writer {
+        target: "TOS",
+        setup: "",
+        stale: "-j TOS --set-tos 0x10",
+        live: "-m tos --tos 0x10",
+        undo: "",
+    },
+];
+
+/// `SET` (a named set), `DSCP` and `TOS` (the packet's header) change
+/// what a live rule reads: each stale writer holds its family ("not
+/// proven safe", a change needs its whole chain's twin), and the datagram
+/// stays dropped; without it, it arrives.
+#[test]
+fn set_dscp_and_tos_write_what_a_live_rule_reads() {
+    common::root_or_skip!();
+    for case in WRITERS {
+        let lab = RowLab::new(&format!("rows-writes-{}", case.target.to_lowercase()));
+        let plain = lab.socket(PORT, None);
+        lab.node.sh(&format!(
+            "{}
+iptables-nft -A INPUT -p udp --dport 5000 {} -j DROP",
+            case.setup, case.live
+        ));
+        assert!(lab.arrives(&plain, 100), "{}: nothing written yet", case.target);
+        lab.node.sh(&format!(
+            "iptables-legacy -t mangle -A PREROUTING -p udp --dport 5000 {}",
+            case.stale
+        ));
+        assert!(
+            !lab.arrives(&plain, 100),
+            "{}: written, the live rule drops it",
+            case.target
+        );
+        lab.removal_holds(
+            "mangle",
+            "is not proven safe",
+            &format!("-A PREROUTING -p udp -m udp --dport 5000 -j {}", case.target),
+        );
+        assert!(!lab.arrives(&plain, 100), "{}: still dropped", case.target);
+        lab.node
+            .sh(&format!("iptables-legacy -t mangle -F PREROUTING\n{}", case.undo));
+        assert!(
+            lab.arrives(&plain, 100),
+            "{}: without it the datagram arrives: the removal held what it had to",
+            case.target
+        );
+    }
+}
