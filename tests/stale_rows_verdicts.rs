@@ -78,9 +78,9 @@ iptables-legacy -A INPUT -p udp --dport 5000 -j DROP"
     }
 }
 
-/// The targets that stop a packet: `DROP`, `REJECT`, and `QUEUE` with
-/// nothing listening. Each, stale and alone, holds its family ("may open
-/// the host"); without it the datagram passes.
+/// `DROP`, `REJECT`, and `QUEUE` with nothing listening: each stops the
+/// datagram. Each, stale and alone, holds its family ("may open the
+/// host"); without it the datagram passes.
 #[test]
 fn blocks_and_a_queue_nothing_reads_stop_it_and_hold() {
     common::root_or_skip!();
