@@ -50,31 +50,41 @@ iptables-nft -A INPUT -p udp --dport 5000 -j DROP");
 /// The targets that leave the host as it was: placed before a `DROP` of
 /// the same chain, a packet passes where the target ends the chain
 /// (`accepts`; `returns`, from a built-in chain to its `ACCEPT` policy)
-/// and meets the `DROP` where it only observes. Alone, none stops a
-/// packet, and each goes without a twin (exit 0), the datagram passing
-/// before and after.
+/// and meets the `DROP` where it only observes (`LOG`, `NFLOG`, `AUDIT`,
+/// and `TRACE` in raw). Alone, none stops a packet, and each goes without
+/// a twin (exit 0), the datagram passing before and after.
 #[test]
 fn accepts_returns_and_observes_stop_nothing_and_go() {
     common::root_or_skip!();
-    for (target, ends_the_chain) in [("ACCEPT", true), ("RETURN", true), ("LOG", false), ("NFLOG", false)] {
-        let lab = RowLab::new(&format!("rows-goes-{}", target.to_lowercase()));
+    for (table, chain, target, ends_the_chain) in [
+        ("filter", "INPUT", "ACCEPT", true),
+        ("filter", "INPUT", "RETURN", true),
+        ("filter", "INPUT", "LOG", false),
+        ("filter", "INPUT", "NFLOG", false),
+        ("filter", "INPUT", "AUDIT --type accept", false),
+        ("raw", "PREROUTING", "TRACE", false),
+    ] {
+        let name = target.split(' ').next().unwrap();
+        let lab = RowLab::new(&format!("rows-goes-{}", name.to_lowercase()));
         let plain = lab.socket(PORT, None);
         lab.node.sh(&format!(
             "iptables-nft -A OUTPUT -d 192.0.2.9 -j ACCEPT
-iptables-legacy -A INPUT -p udp --dport 5000 -j {target}
-iptables-legacy -A INPUT -p udp --dport 5000 -j DROP"
+iptables-legacy -t {table} -A {chain} -p udp --dport 5000 -j {target}
+iptables-legacy -t {table} -A {chain} -p udp --dport 5000 -j DROP"
         ));
         assert_eq!(
             lab.arrives(&plain, 100),
             ends_the_chain,
-            "{target} before a DROP of its chain"
+            "{name} before a DROP of its chain"
         );
-        lab.node.sh("iptables-legacy -D INPUT -p udp --dport 5000 -j DROP");
-        assert!(lab.arrives(&plain, 100), "{target} alone stops nothing");
+        lab.node.sh(&format!(
+            "iptables-legacy -t {table} -D {chain} -p udp --dport 5000 -j DROP"
+        ));
+        assert!(lab.arrives(&plain, 100), "{name} alone stops nothing");
         let out = stale(&lab.node, &["--remove"]);
-        assert_eq!(out.status.code(), Some(0), "{target}: {}{}", stdout(&out), stderr(&out));
-        assert!(!legacy_saves(&lab.node).contains("-A "), "{target}: emptied");
-        assert!(lab.arrives(&plain, 100), "{target}: it still passes");
+        assert_eq!(out.status.code(), Some(0), "{name}: {}{}", stdout(&out), stderr(&out));
+        assert!(!legacy_saves(&lab.node).contains("-A "), "{name}: emptied");
+        assert!(lab.arrives(&plain, 100), "{name}: it still passes");
     }
 }
 
