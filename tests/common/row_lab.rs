@@ -47,7 +47,8 @@ ip link set nc up",
 
     /// A socket of the node's bound to `port` (with `SO_MARK` `mark`,
     /// where given), kept for the whole test: bound again and again, a
-    /// port may still be held by a child another test forked meanwhile.
+    /// port may still be held by a child another test forked meanwhile
+    /// (its copy of the descriptor lives until it execs).
     pub fn socket(&self, port: u16, mark: Option<u32>) -> UdpSocket {
         let socket = UdpSocket::bind((NODE, port)).unwrap();
         if let Some(mark) = mark {
