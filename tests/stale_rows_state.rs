@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::row_lab::RowLab;
+use common::row_lab::{RowLab, NODE};
 
 /// The port the datagrams go to.
 const PORT: u16 = 5000;
@@ -154,4 +154,28 @@ iptables-nft -A INPUT -p udp --dport 5000 {} -j DROP",
             case.target
         );
     }
+}
+
+/// `TCPMSS` rewrites a SYN's maximum segment size, which a live `-m
+/// tcpmss --mss 1:500 -j DROP` reads: the stale writer holds its family,
+/// and the connection stays refused; without it, it completes.
+#[test]
+fn tcpmss_writes_the_size_a_live_rule_reads() {
+    common::root_or_skip!();
+    let lab = RowLab::new("rows-writes-tcpmss");
+    let listener = std::net::TcpListener::bind((NODE, PORT)).unwrap();
+    lab.node
+        .sh("iptables-nft -A INPUT -p tcp --dport 5000 -m tcpmss --mss 1:500 -j DROP");
+    assert!(lab.connects(&listener), "the client's own MSS: it connects");
+    lab.node.sh(
+        "iptables-legacy -t mangle -A PREROUTING -p tcp --dport 5000 --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 400",
+    );
+    assert!(!lab.connects(&listener), "clamped to 400: the live rule drops the SYN");
+    lab.removal_holds("mangle", "is not proven safe", "-j TCPMSS --set-mss 400");
+    assert!(!lab.connects(&listener), "still dropped");
+    lab.node.sh("iptables-legacy -t mangle -F PREROUTING");
+    assert!(
+        lab.connects(&listener),
+        "without it the connection completes: the removal held what it had to"
+    );
 }

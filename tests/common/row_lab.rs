@@ -1,13 +1,14 @@
 //! A node for one row of the table of effects, shown by packets: the
 //! calling thread's namespace is the node (its host link naming nft, so
 //! legacy is the stale backend), a client one veth away sends it UDP
-//! datagrams, and a socket of the node's (marked, if asked) says whether
-//! one arrived; then `stale --remove` judges what the node holds.
+//! datagrams or connects over TCP, and a socket of the node's (marked, if
+//! asked) says whether one arrived; then `stale --remove` judges what the
+//! node holds.
 
 use super::netns_topology::Netns;
 use super::stale::{legacy_saves, stale, stderr, stdout, uncounted};
 use super::Node;
-use std::net::UdpSocket;
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -87,6 +88,22 @@ ip link set nc up",
             .join()
             .unwrap();
             matches!(socket.recv(&mut buffer), Ok(n) if n == size)
+        })
+    }
+
+    /// Whether the client's TCP connection to the node's `port` (where
+    /// `listener`, of the caller's, listens) completes, in any of a few
+    /// tries; the handshake completes in the backlog.
+    pub fn connects(&self, listener: &TcpListener) -> bool {
+        let to = listener.local_addr().unwrap();
+        (0..TRIES).any(|_| {
+            let client = self.client.handle();
+            std::thread::spawn(move || {
+                client.enter();
+                TcpStream::connect_timeout(&to, WAIT).is_ok()
+            })
+            .join()
+            .unwrap()
         })
     }
 
