@@ -15,7 +15,8 @@ const PORT: u16 = 5000;
 /// drops the packet, or with `--queue-bypass` accepts it, so a live
 /// `NFQUEUE --queue-bypass` is no block: packets it accepts never reach
 /// the live twin of a stale `DROP` after it, and that stale `DROP` holds
-/// its family ("may open the host": removing it, udp/5000 passes).
+/// its family ("not proven safe": the live copy holds it, reached
+/// otherwise; removing it, udp/5000 passes).
 #[test]
 fn nfqueue_queues_and_with_bypass_accepts_where_nothing_listens() {
     common::root_or_skip!();
