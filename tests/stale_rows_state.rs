@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::row_lab::{RowLab, NODE};
+use common::row_lab::{RowLab, NODE, NODE6};
 
 /// The port the datagrams go to.
 const PORT: u16 = 5000;
@@ -177,5 +177,33 @@ fn tcpmss_writes_the_size_a_live_rule_reads() {
     assert!(
         lab.connects(&listener),
         "without it the connection completes: the removal held what it had to"
+    );
+}
+
+/// `HL` sets an IPv6 packet's hop limit, which a live `-m hl --hl-eq 1 -j
+/// DROP` reads: the stale writer holds its family (legacy ipv6), and the
+/// datagram stays dropped; without it, it arrives.
+#[test]
+fn hl_writes_the_hop_limit_a_live_rule_reads() {
+    common::root_or_skip!();
+    let lab = RowLab::new("rows-writes-hl");
+    let plain = lab.socket_at(NODE6, PORT, None);
+    lab.node
+        .sh("ip6tables-nft -A INPUT -p udp --dport 5000 -m hl --hl-eq 1 -j DROP");
+    assert!(lab.arrives(&plain, 100), "the client's own hop limit: it arrives");
+    lab.node
+        .sh("ip6tables-legacy -t mangle -A PREROUTING -p udp --dport 5000 -j HL --hl-set 1");
+    assert!(!lab.arrives(&plain, 100), "set to 1: the live rule drops it");
+    lab.removal_holds_in(
+        "ipv6",
+        "mangle",
+        "is not proven safe",
+        "-A PREROUTING -p udp -m udp --dport 5000 -j HL --hl-set 1",
+    );
+    assert!(!lab.arrives(&plain, 100), "still dropped");
+    lab.node.sh("ip6tables-legacy -t mangle -F PREROUTING");
+    assert!(
+        lab.arrives(&plain, 100),
+        "without it the datagram arrives: the removal held what it had to"
     );
 }

@@ -12,9 +12,11 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-/// The node's address on the client's link, and the client's.
+/// The node's addresses on the client's link, and the client's.
 pub const NODE: &str = "10.7.0.1";
+pub const NODE6: &str = "fd07::1";
 const CLIENT: &str = "10.7.0.2";
+const CLIENT6: &str = "fd07::2";
 
 /// How long one datagram is waited for.
 const WAIT: Duration = Duration::from_millis(400);
@@ -32,16 +34,18 @@ impl RowLab {
     pub fn new(name: &str) -> RowLab {
         let node = Node::new(name);
         node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+        node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
         let client = Netns::new();
         node.sh(&format!(
             "ip link set lo up
 ip link add nc type veth peer name cn netns {}
 ip addr add {NODE}/24 dev nc
+ip -6 addr add {NODE6}/64 dev nc nodad
 ip link set nc up",
             client.path()
         ));
         client.sh(&format!(
-            "ip link set lo up; ip addr add {CLIENT}/24 dev cn; ip link set cn up"
+            "ip link set lo up; ip addr add {CLIENT}/24 dev cn; ip -6 addr add {CLIENT6}/64 dev cn nodad; ip link set cn up"
         ));
         RowLab { node, client }
     }
@@ -51,7 +55,12 @@ ip link set nc up",
     /// port may still be held by a child another test forked meanwhile
     /// (its copy of the descriptor lives until it execs).
     pub fn socket(&self, port: u16, mark: Option<u32>) -> UdpSocket {
-        let socket = UdpSocket::bind((NODE, port)).unwrap();
+        self.socket_at(NODE, port, mark)
+    }
+
+    /// [`RowLab::socket`] at `address` (of [`NODE`], [`NODE6`]).
+    pub fn socket_at(&self, address: &str, port: u16, mark: Option<u32>) -> UdpSocket {
+        let socket = UdpSocket::bind((address, port)).unwrap();
         if let Some(mark) = mark {
             // SAFETY: setsockopt reads an initialised u32 of the size given.
             let set = unsafe {
@@ -82,7 +91,7 @@ ip link set nc up",
             let client = self.client.handle();
             std::thread::spawn(move || {
                 client.enter();
-                let sender = UdpSocket::bind("0.0.0.0:0").unwrap();
+                let sender = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).unwrap();
                 sender.send_to(&vec![b'x'; size], to).unwrap();
             })
             .join()
@@ -111,12 +120,19 @@ ip link set nc up",
     /// with `verdict` ("may open the host", "is not proven safe") for
     /// legacy ipv4 `table`; the text it printed.
     pub fn removal_holds(&self, table: &str, verdict: &str, held: &str) -> String {
+        self.removal_holds_in("ipv4", table, verdict, held)
+    }
+
+    /// [`RowLab::removal_holds`] for legacy `family` ("ipv4", "ipv6").
+    pub fn removal_holds_in(&self, family: &str, table: &str, verdict: &str, held: &str) -> String {
         let before = uncounted(&legacy_saves(&self.node));
         let out = stale(&self.node, &["--remove"]);
         let text = stdout(&out);
         assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
         assert!(
-            text.contains(&format!("left as it was: legacy ipv4 {table}: removing it {verdict}")),
+            text.contains(&format!(
+                "left as it was: legacy {family} {table}: removing it {verdict}"
+            )),
             "{text}"
         );
         assert!(text.contains(held), "{held} is named: {text}");
