@@ -20,71 +20,12 @@
 
 mod common;
 
-use common::stale::{stale, stderr, stdout, uncounted};
+use common::interrupted::{emptied, node, saves, stand_ins};
+use common::stale::{stale, stderr, stdout};
 use common::{write_program, Node};
-use iptables_wrapper::save_text;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// What each family holds in the stale backend (and its twin in the host's).
-const RULES: &str = "-t mangle -A PREROUTING -p tcp --dport 8080 -j MARK --set-mark 0x4000
--t nat -A PREROUTING -p tcp --dport 80 -j REDIRECT --to-ports 8080
--A INPUT -p tcp --dport 9 -j DROP";
-
-/// A node whose host uses `host` with `stale` holding [`RULES`] in both
-/// families, twinned in `host`.
-fn node(name: &str, host: &str, stale: &str) -> Node {
-    let node = Node::new(name);
-    node.set_host_link("iptables", &format!("/usr/sbin/iptables-{host}"));
-    let mut script = String::new();
-    for program in ["iptables", "ip6tables"] {
-        for backend in [host, stale] {
-            for rule in RULES.lines() {
-                script.push_str(&format!("{program}-{backend} {rule}\n"));
-            }
-        }
-    }
-    node.sh(&script);
-    node
-}
-
-/// Each family's save of `backend`, without headers and counters.
-fn saves(node: &Node, backend: &str) -> [String; 2] {
-    ["iptables", "ip6tables"].map(|program| uncounted(&node.sh(&format!("{program}-{backend}-save"))))
-}
-
-/// Whether a family's save holds no rule.
-fn emptied(save: &str) -> bool {
-    !save_text::lines(save.as_bytes()).any(|line| matches!(line, save_text::Line::Rule { .. }))
-}
-
-/// A directory of the real backends where each of `tools` is a stand-in
-/// that runs the real one and then, when it runs in the wrapper's own (the
-/// live) namespace, counts the runs of all of them in `node`'s file
-/// `count` and runs the shell commands `at` gives for that run's number.
-fn stand_ins(node: &Node, tools: &[&str], count: &str, at: &[(usize, String)]) -> PathBuf {
-    let dir = node.path("sbin");
-    std::fs::create_dir_all(&dir).unwrap();
-    for multi in ["xtables-nft-multi", "xtables-legacy-multi"] {
-        std::os::unix::fs::symlink(Path::new("/usr/sbin").join(multi), dir.join(multi)).unwrap();
-    }
-    let count = node.path(count);
-    let cases: String = at
-        .iter()
-        .map(|(run, commands)| format!("{run}) {commands} ;;\n"))
-        .collect();
-    for tool in tools {
-        let body = format!(
-            "#!/bin/sh\n/usr/sbin/{tool} \"$@\" || exit\n\
-             [ \"$(readlink /proc/self/ns/net)\" = \"$(readlink /proc/$PPID/ns/net)\" ] || exit 0\n\
-             echo >> {count}\ncase \"$(wc -l < {count})\" in\n{cases}esac\nexit 0\n",
-            count = count.display()
-        );
-        write_program(&dir.join(tool), &body);
-    }
-    dir
-}
 
 /// Stand-in `iptables-legacy-restore` and `ip6tables-legacy-restore` that,
 /// after the `nth` run in the live namespace, SIGKILL the wrapper.
@@ -397,6 +338,15 @@ fn signalling(node: &Node, name: &str, signal: &str) -> PathBuf {
     stand_ins(node, &[name], "signalling-runs", &[(1, commands)])
 }
 
+/// The exit status after SIG`signal` came: 128 + its number.
+fn exit_after(signal: &str) -> i32 {
+    128 + match signal {
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        _ => libc::SIGHUP,
+    }
+}
+
 #[test]
 fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
     common::root_or_skip!();
@@ -410,12 +360,12 @@ fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
             .output()
             .unwrap();
         assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
-        let number = match signal {
-            "TERM" => libc::SIGTERM,
-            "INT" => libc::SIGINT,
-            _ => libc::SIGHUP,
-        };
-        assert_eq!(out.status.code(), Some(128 + number), "{signal}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(exit_after(signal)),
+            "{signal}: {}",
+            stderr(&out)
+        );
         assert!(
             stderr(&out).contains(&format!("stopped by SIG{signal} before anything was emptied")),
             "{}",
@@ -440,6 +390,12 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
         assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
         assert!(saves(&node, "legacy").iter().all(|s| emptied(s)), "{signal}");
         assert!(stdout(&out).contains("nothing stale remains"), "{}", stdout(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(exit_after(signal)),
+            "{signal}: {}",
+            stderr(&out)
+        );
         assert!(
             stderr(&out).contains(&format!("SIG{signal} came during the removal")),
             "{}",

@@ -278,6 +278,25 @@ iptables-nft -A INPUT -p tcp --dport 8080 -j DROP",
         "10.0.0.1:8081",
         "-A INPUT -p tcp -m tcp --dport 8080 -j DROP",
     );
+    drop(lab);
+    // As many rules before it, but another: a stale MARK (held itself, as
+    // a change) where the live copy accepts 10.0.0.0/8. The DROP is held
+    // as well, not taken for reached the same way.
+    let node = node_with(
+        "judge-which-as-many",
+        "iptables-legacy -A INPUT -s 192.168.0.1 -j MARK --set-mark 1
+iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP",
+        "iptables-nft -A INPUT -s 10.0.0.0/8 -j ACCEPT
+iptables-nft -A INPUT -p tcp --dport 8080 -j DROP",
+    );
+    let lab = Lab::new(&node, &[8080, 8081], false);
+    assert_stays_blocked(
+        &node,
+        &lab,
+        "10.0.0.1:8080",
+        "10.0.0.1:8081",
+        "2 items that nft holds no twin of (principle of the first: a change, a shared state or a name not known needs its whole chain's twin): -A INPUT -s 192.168.0.1/32 -j MARK --set-xmark 0x1/0xffffffff; -A INPUT -p tcp -m tcp --dport 8080 -j DROP",
+    );
 }
 
 #[test]

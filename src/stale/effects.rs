@@ -28,7 +28,9 @@ pub(super) enum Does {
     Returns,
     /// Ends the chain and drops the packet (with or without an answer).
     Blocks,
-    /// Ends the chain and hands the packet to a queue (a program decides).
+    /// Ends the chain and hands the packet to a queue: a program decides;
+    /// with none listening, the kernel drops it, or with `--queue-bypass`
+    /// accepts it. So it is no block where it comes before one.
     Queues,
     /// Rewrites addresses or ports, and ends the chain.
     Translates,

@@ -149,6 +149,30 @@ fn the_rules_before_a_drop_are_compared_by_which_not_how_many() {
         ["-A INPUT -p tcp -m tcp --dport 8080 -j DROP"]
     );
     assert_eq!(shown(unenforced(stale, stale, None, &[], &["filter"]))[0].len(), 0);
+    // As many rules before it, but others: in nat a MARK goes whatever its
+    // matches, so only the queue after it is held, and held it is.
+    let nat = |mark_from: &str| {
+        format!("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -s {mark_from} -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -p tcp -m tcp --dport 22 -j NFQUEUE --queue-num 1\nCOMMIT\n")
+    };
+    let (stale_nat, live_nat) = (nat("192.168.0.1/32"), nat("10.0.0.0/8"));
+    assert_eq!(
+        shown(unenforced(
+            stale_nat.as_bytes(),
+            live_nat.as_bytes(),
+            None,
+            &[],
+            &["nat"]
+        ))[0],
+        ["-A PREROUTING -p tcp -m tcp --dport 22 -j NFQUEUE --queue-num 1"]
+    );
+    assert!(shown(unenforced(
+        stale_nat.as_bytes(),
+        stale_nat.as_bytes(),
+        None,
+        &[],
+        &["nat"]
+    ))[0]
+        .is_empty());
     // A changing rule's twin is in its whole chain's twin: reordered, a
     // mark set later can undo an earlier one.
     let marks = b"*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -s 192.0.2.1/32 -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -s 192.0.2.2/32 -j MARK --set-xmark 0x2/0xffffffff\nCOMMIT\n";

@@ -2,8 +2,10 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod interrupted;
 pub mod netns_topology;
 pub mod packet_run;
+pub mod row_lab;
 pub mod rule_grammar;
 pub mod rule_motifs;
 pub mod save_tables;

@@ -94,6 +94,11 @@ impl Netns {
         format!("/proc/{}/fd/{}", std::process::id(), self.0.as_raw_fd())
     }
 
+    /// Another handle on it, for another thread.
+    pub fn handle(&self) -> Netns {
+        Netns(self.0.try_clone().unwrap())
+    }
+
     /// Moves the calling thread into it.
     pub fn enter(&self) {
         nix::sched::setns(&self.0, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
