@@ -77,7 +77,7 @@ fn said_steps(fate: &Fate) -> String {
     let mut said: Vec<String> = shown.iter().map(|s| s.to_string()).collect();
     said.dedup();
     match (fate.end, said.is_empty()) {
-        (End::Passed, true) => "passes, no rule meets it".into(),
+        (End::Passed, true) => "(no rule meets it)".into(),
         _ => said.join(" then "),
     }
 }
@@ -174,7 +174,7 @@ pub fn judged(
             let by_it = now
                 .steps
                 .iter()
-                .any(|s| s.backend == stale_name && s.table == name.as_bytes());
+                .any(|s| s.backend == stale_name && s.table == name.as_bytes() && !s.lets_on());
             if by_it && !matches!(said, Found::Opens(_)) {
                 *said = Found::Opens(witness.clone());
             }

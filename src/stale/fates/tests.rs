@@ -1,4 +1,4 @@
-//! The fates model over save text: the cases, each a witness
+//! The fates model over save text: each known way a removal opened a flow, a witness
 //! with the rules that decide it, and the pairs that open nothing.
 
 use super::{judged, Found};

@@ -77,6 +77,14 @@ pub struct Step {
     pub text: Vec<u8>,
 }
 
+impl Step {
+    /// Whether it is an `ACCEPT` policy: it lets the packet on to the
+    /// next table, deciding and changing nothing.
+    pub fn lets_on(&self) -> bool {
+        self.rule.is_none() && self.text == b"ACCEPT"
+    }
+}
+
 impl fmt::Display for Step {
     /// `legacy nat PREROUTING rule 1 MARK --set-xmark 0x8000/0x8000`,
     /// `nft filter INPUT policy ACCEPT`.
