@@ -14,7 +14,7 @@ use super::packet::{CtState, Packet, Way};
 use super::rule::{Rule, Tri};
 use super::target::Action;
 use crate::stale::saved_rules::SavedTable;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// One table of one backend, its rules read once.
@@ -43,9 +43,16 @@ impl Copy {
                 for (chain, policy) in &saved.policies {
                     table.policies.insert(chain.clone(), policy.clone());
                 }
+                // Each target looked up once, not among every chain.
+                let user_chains: HashSet<&[u8]> = saved
+                    .policies
+                    .iter()
+                    .filter(|(_, policy)| policy.as_slice() == b"-")
+                    .map(|(chain, _)| chain.as_slice())
+                    .collect();
                 for (chain, text) in &saved.rules {
                     let rules = table.chains.entry(chain.clone()).or_default();
-                    let rule = Rule::read(text, rules.len() + 1, |t| saved.is_user_chain(t));
+                    let rule = Rule::read(text, rules.len() + 1, |t| user_chains.contains(t));
                     if let Action::Jump(callee) | Action::Goto(callee) = &rule.action {
                         table
                             .first_callers
