@@ -132,3 +132,18 @@ fn a_recent_mask_not_all_ones_is_unknown() {
     let live = "*filter\n-A INPUT -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
     assert!(matches!(&found(stale, live, &["filter"])[0], Found::CannotTell(rule) if rule.contains("255.255.255.0")));
 }
+
+#[test]
+fn the_first_nat_binding_wins_and_an_order_that_alone_stops_is_said() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*nat\n-A PREROUTING -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:22\nCOMMIT\n*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(
+        witness.contains("(now, legacy first at each hook: dropped legacy nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("after: passes nft nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:22"),
+        "{witness}"
+    );
+}

@@ -6,7 +6,9 @@
 //! chain's rules in order, user chains by `-j` (back at `RETURN` or the
 //! chain's end) and `-g` (back to the caller's caller), the policy where
 //! a built-in chain ends. nat chains meet only a connection's first
-//! packet. Security's two priorities (legacy 50, iptables-nft 150) are
+//! packet, and once a copy's nat rule translates it, the other copy's nat
+//! table at that hook is not consulted (the kernel's first binding wins).
+//! Security's two priorities (legacy 50, iptables-nft 150) are
 //! taken as one place after filter, and a `DNAT` does not change the way
 //! a packet takes (arriving, forwarded): both are approximations.
 
@@ -162,6 +164,9 @@ struct Walk<'a> {
     table_name: &'a [u8],
     table: &'a ModelTable,
     steps: &'a mut Vec<Step>,
+    /// A nat rule translated the packet: the nat tables after this one at
+    /// the same hook are not consulted (the kernel's first binding wins).
+    translated: bool,
 }
 
 impl Walk<'_> {
@@ -227,11 +232,15 @@ impl Walk<'_> {
                     continue;
                 }
                 Action::Dnat(address, port) => {
+                    self.translated = true;
                     packet.destination = address.or(packet.destination);
                     packet.destination_port = port.or(packet.destination_port);
                     Flow::Accept
                 }
-                Action::Snat => Flow::Accept,
+                Action::Snat => {
+                    self.translated = true;
+                    Flow::Accept
+                }
             };
             self.steps.push(step);
             return flow;
@@ -260,8 +269,10 @@ pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
                     table_name,
                     table,
                     steps: &mut steps,
+                    translated: false,
                 };
                 let end = match walk.chain(hook, &mut packet, 0) {
+                    Flow::Accept if walk.translated => break,
                     Flow::Accept => continue,
                     Flow::Drop => End::Dropped,
                     Flow::Queue => End::Queued,
