@@ -33,6 +33,12 @@
 //! twin, what it keeps on (connection tracking, defragmentation) must stay
 //! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
+//!
+//! Beside the twins, the fates of packets (`super::fates`) send concrete
+//! packets through both copies and the live one alone: a packet whose
+//! removal lets it through holds its table even where every item has its
+//! twin, and a held table names it ("removing it opens: ..."), or the rule
+//! the model could not evaluate.
 
 use super::difference::{self, Compared, Difference};
 use super::effects::{self, Kept, Kind};
