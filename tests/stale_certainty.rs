@@ -232,7 +232,7 @@ iptables-nft -A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT");
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
-        text.contains("left as it was: legacy ipv4 filter: removing it may open the host (nft holds no `:INPUT DROP`, which blocks): 4 items that nft holds no twin of (principle of the first: a policy other than ACCEPT needs the same policy, its chain reaching it the same way): :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"),
+        text.contains("left as it was: legacy ipv4 filter: removing it opens: tcp any → any:any, arriving for the host by any interface, NEW (now: dropped legacy filter INPUT policy DROP; after: passes nft filter INPUT policy ACCEPT); removing it may open the host (nft holds no `:INPUT DROP`, which blocks): 4 items that nft holds no twin of (principle of the first: a policy other than ACCEPT needs the same policy, its chain reaching it the same way): :INPUT DROP; :FORWARD DROP; -A INPUT -s 192.0.2.0/24 -j ferm-blocked; -A ferm-blocked -j DROP; where the first of them differs: chain INPUT, rule 1: legacy `-A INPUT -i lo -j ACCEPT`, nft `-A INPUT -s 10.9.9.9/32 -m conntrack --ctstate NEW -j ACCEPT` (`iptables-wrapper stale` shows its chains side by side; --allow-opening removes it anyway)"),
         "{text}"
     );
     assert!(

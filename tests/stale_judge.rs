@@ -196,8 +196,9 @@ iptables-legacy -A INPUT -m connmark --mark 1 -j DROP",
         let lab = Lab::new(&node, &[8080, 8081], false);
         assert_stays_blocked(&node, &lab, "10.0.0.1:8080", "10.0.0.1:8081", "holds no twin of");
     }
-    // A DNAT into a port the stale filter drops: nat goes with filter
-    // (nft's rule keeps defragmentation on without the DNAT).
+    // A DNAT into a port the stale filter drops: nat stays with filter,
+    // by its own witness (nft's rule keeps defragmentation on without the
+    // DNAT).
     let node = node_with(
         "judge-dnat",
         "iptables-legacy -t nat -A PREROUTING -p tcp --dport 9999 -j DNAT --to-destination 10.0.0.1:8080
@@ -210,7 +211,7 @@ iptables-legacy -A INPUT -p tcp --dport 8080 -j DROP",
         &lab,
         "10.0.0.1:9999",
         "10.0.0.1:8081",
-        "legacy ipv4 nat: left with the filter table of its family",
+        "legacy ipv4 nat: removing it opens: tcp any → any:9999, arriving for the host by any interface, NEW (now: dropped legacy nat PREROUTING rule 1 DNAT --to-destination 10.0.0.1:8080 then legacy filter INPUT rule 1 DROP",
     );
 }
 
@@ -396,8 +397,10 @@ ip6tables-nft -A OUTPUT -d 2001:db8::9 -j ACCEPT");
         "{text}"
     );
     assert!(
-        text.contains("left as it was: legacy ipv6 mangle: removing it is not proven safe")
-            && text.contains("left as it was: legacy ipv6 filter: removing it may open the host (nft holds no `-A INPUT -m mark --mark 0x1 -j DROP`, which blocks)"),
+        text.contains("left as it was: legacy ipv6 mangle: removing it opens: tcp any → any:8080, arriving for the host by any interface, NEW (now: dropped legacy mangle PREROUTING rule 1 MARK --set-xmark 0x1/0xffffffff then legacy filter INPUT rule 1 DROP")
+            && text.contains("removing it is not proven safe")
+            && text.contains("left as it was: legacy ipv6 filter: removing it opens: ")
+            && text.contains("removing it may open the host (nft holds no `-A INPUT -m mark --mark 0x1 -j DROP`, which blocks)"),
         "{text}"
     );
     let (ipv4, ipv6) = (node.sh("iptables-legacy-save"), node.sh("ip6tables-legacy-save"));

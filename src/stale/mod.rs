@@ -27,6 +27,7 @@ pub mod backup;
 pub mod certainty;
 mod difference;
 mod effects;
+mod fates;
 pub mod find;
 mod finding;
 pub mod hooks;

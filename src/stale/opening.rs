@@ -33,9 +33,16 @@
 //! twin, what it keeps on (connection tracking, defragmentation) must stay
 //! on by the live rules (`kept_live`), and a rule no chain reaches must
 //! keep alive nothing shared by name (a `recent` list).
+//!
+//! Beside the twins, the fates of packets (`super::fates`) send concrete
+//! packets through both copies and the live one alone: a packet whose
+//! removal lets it through holds its table even where every item has its
+//! twin, and a held table names it ("removing it opens: ..."), or the rule
+//! the model could not evaluate.
 
 use super::difference::{self, Compared, Difference};
 use super::effects::{self, Kept, Kind};
+use super::fates;
 use super::hooks;
 use super::live_save::proven_live_save;
 use super::same_way::Twins;
@@ -308,18 +315,7 @@ pub fn unenforced(
     tables: &[&str],
 ) -> Vec<Held> {
     let stale = parse(stale_save);
-    let mut live = parse(live_save);
-    if let Some(own) = own {
-        live.retain_mut(|(name, table)| {
-            let Some((_, base)) = own.iter().find(|(n, _)| n.as_bytes() == name.as_slice()) else {
-                return false;
-            };
-            let counts = |chain: &[u8]| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain);
-            table.policies.retain(|(chain, _)| counts(chain));
-            table.rules.retain(|(chain, _)| counts(chain));
-            true
-        });
-    }
+    let live = live_tables(live_save, own);
     tables
         .iter()
         .map(|name| {
@@ -339,6 +335,25 @@ pub fn unenforced(
             unenforced_items(name.as_bytes(), table, live_table, kept_live(&live))
         })
         .collect()
+}
+
+/// The tables of `live_save`; with `own` (nft's tables that are
+/// iptables-nft's, each with its base chains), only those, and in them a
+/// built-in chain's name only where it is such a base chain.
+fn live_tables(live_save: &[u8], own: Option<&[(&str, Vec<String>)]>) -> Vec<(Vec<u8>, SavedTable)> {
+    let mut live = parse(live_save);
+    if let Some(own) = own {
+        live.retain_mut(|(name, table)| {
+            let Some((_, base)) = own.iter().find(|(n, _)| n.as_bytes() == name.as_slice()) else {
+                return false;
+            };
+            let counts = |chain: &[u8]| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain);
+            table.policies.retain(|(chain, _)| counts(chain));
+            table.rules.retain(|(chain, _)| counts(chain));
+            true
+        });
+    }
+    live
 }
 
 /// What stays on in the family once the stale backend is emptied: the
@@ -375,11 +390,19 @@ pub fn openings(
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let shared = hooks::shared(family, live_save.own.as_deref())?;
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
+    let found = fates::judged(
+        &parse(stale_save),
+        live.other().name(),
+        &live_tables(&live_save.exact, live_save.own.as_deref()),
+        live.name(),
+        tables,
+    );
     Ok(
         unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), &no_twin, tables)
             .into_iter()
             .zip(tables)
-            .map(|(held, table)| {
+            .zip(&found)
+            .map(|((held, table), found)| {
                 let inexact = live_save.inexact.iter().find(|(name, _)| name == table);
                 let between = shared.iter().find(|(name, _)| name == table);
                 let uncounted = match (inexact, between) {
@@ -389,7 +412,8 @@ pub fn openings(
                     (Some((_, why)), None) => Some(why.clone()),
                     (None, None) => None,
                 };
-                describe(&held, live, uncounted.as_deref()).map(|why| Opening {
+                let why = fates::said(found, describe(&held, live, uncounted.as_deref()));
+                why.map(|why| Opening {
                     why,
                     side_by_side: held
                         .compared

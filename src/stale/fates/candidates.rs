@@ -1,0 +1,156 @@
+//! The packets tried: one that no rule names anything of on each way,
+//! and for each rule that one copy holds and the other does not hold in
+//! the same table and chain, a packet its tests match (with the tests of
+//! the first rule that jumps to its chain, up to a built-in chain), once
+//! at the low and once at the high edge of its port ranges. At most
+//! [`CANDIDATES`] packets: a family's rules are read once, never each
+//! against each.
+
+use super::packet::{Packet, Way};
+use super::rule::{Rule, Test};
+use super::walk::{Copy, ModelTable};
+use std::collections::HashSet;
+
+/// The most packets tried per family.
+pub const CANDIDATES: usize = 256;
+
+/// Callers followed up from a user chain.
+const CALLERS: usize = 8;
+
+/// The ways a packet meets a built-in chain on.
+fn ways_of(chain: &[u8]) -> &'static [Way] {
+    match chain {
+        b"PREROUTING" => &[Way::Input, Way::Forward],
+        b"INPUT" => &[Way::Input],
+        b"FORWARD" => &[Way::Forward],
+        b"OUTPUT" => &[Way::Output],
+        b"POSTROUTING" => &[Way::Forward, Way::Output],
+        _ => &[],
+    }
+}
+
+/// The first rule of `table` that jumps or goes to `chain`, and its chain.
+fn first_caller<'a>(table: &'a ModelTable, chain: &[u8]) -> Option<(&'a [u8], &'a Rule)> {
+    let (caller, index) = table.first_callers.get(chain)?;
+    Some((caller.as_slice(), table.chains.get(caller)?.get(*index)?))
+}
+
+/// Sets in `packet` what `rule`'s tests name, where not set already;
+/// `high`: ports at the high edge of their ranges.
+fn name_from(rule: &Rule, packet: &mut Packet, high: bool) {
+    for cond in rule.conds.iter().filter(|c| !c.negated) {
+        let edge = |ranges: &[(u16, u16)]| ranges.first().map(|&(low, top)| if high { top } else { low });
+        match &cond.test {
+            Test::Protocol(p) if p.as_slice() != b"all" && p.as_slice() != b"0" => packet.protocol = p.clone(),
+            Test::Source(net) => packet.source = packet.source.or(Some(net.address)),
+            Test::Destination(net) => packet.destination = packet.destination.or(Some(net.address)),
+            Test::InInterface(name) if packet.way != Way::Output && packet.in_interface.is_none() => {
+                packet.in_interface = Some(interface(name))
+            }
+            Test::OutInterface(name) if packet.way != Way::Input && packet.out_interface.is_none() => {
+                packet.out_interface = Some(interface(name))
+            }
+            Test::DestinationPorts(r) | Test::AnyPorts(r) => {
+                packet.destination_port = packet.destination_port.or(edge(r))
+            }
+            Test::SourcePorts(r) => packet.source_port = packet.source_port.or(edge(r)),
+            Test::States(states) => packet.state = states.first().copied().unwrap_or(packet.state),
+            Test::Mark(value, mask) => packet.mark = (packet.mark & !mask) | (value & mask),
+            Test::Connmark(value, mask) => packet.connmark = (packet.connmark & !mask) | (value & mask),
+            _ => {}
+        }
+    }
+}
+
+/// An interface `-i`/`-o`'s name matches (`eth+`: `eth0`).
+fn interface(pattern: &[u8]) -> Vec<u8> {
+    match pattern.strip_suffix(b"+") {
+        Some(prefix) => [prefix, b"0"].concat(),
+        None => pattern.to_vec(),
+    }
+}
+
+/// The packets `rule` of `chain` in `table` is tried with.
+fn packets_for(table: &ModelTable, chain: &[u8], rule: &Rule) -> Vec<Packet> {
+    // The rule, then the callers up to a built-in chain.
+    let mut path = vec![rule];
+    let mut at = chain;
+    while ways_of(at).is_empty() && path.len() <= CALLERS {
+        let Some((caller_chain, caller)) = first_caller(table, at) else {
+            break;
+        };
+        path.push(caller);
+        at = caller_chain;
+    }
+    let mut packets = Vec::new();
+    for &way in ways_of(at) {
+        for high in [false, true] {
+            let mut packet = Packet::unnamed(way);
+            for rule in &path {
+                name_from(rule, &mut packet, high);
+            }
+            packets.push(packet);
+        }
+    }
+    packets
+}
+
+/// The packets tried for two copies of a family (see the module's note),
+/// at most [`CANDIDATES`]; the first one of each way names nothing.
+pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
+    let mut seen = HashSet::new();
+    let mut packets = Vec::new();
+    let mut add = |packet: Packet, packets: &mut Vec<Packet>| {
+        if packets.len() < CANDIDATES && seen.insert(packet.clone()) {
+            packets.push(packet);
+        }
+    };
+    for way in [Way::Input, Way::Forward, Way::Output] {
+        add(Packet::unnamed(way), &mut packets);
+    }
+    // Each copy's rules the other lacks, taken in turn.
+    let mut lacking = [differing(stale, live), differing(live, stale)].map(Vec::into_iter);
+    loop {
+        let mut any = false;
+        for rules in &mut lacking {
+            if let Some((table, chain, rule)) = rules.next() {
+                any = true;
+                for packet in packets_for(table, chain, rule) {
+                    add(packet, &mut packets);
+                }
+            }
+        }
+        if !any || packets.len() >= CANDIDATES {
+            return packets;
+        }
+    }
+}
+
+/// The rules of `one` that `other` does not hold in the same table and
+/// chain, in the order of its tables and chains.
+fn differing<'a>(one: &'a Copy, other: &Copy) -> Vec<(&'a ModelTable, &'a [u8], &'a Rule)> {
+    let held: HashSet<(&[u8], &[u8], &[u8])> = other
+        .tables
+        .iter()
+        .flat_map(|(name, table)| {
+            table.chains.iter().flat_map(move |(chain, rules)| {
+                rules
+                    .iter()
+                    .map(move |r| (name.as_slice(), chain.as_slice(), r.text.as_slice()))
+            })
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (name, table) in &one.tables {
+        let mut chains: Vec<_> = table.chains.iter().collect();
+        chains.sort_by(|a, b| a.0.cmp(b.0));
+        for (chain, rules) in chains {
+            for rule in rules {
+                if !held.contains(&(name.as_slice(), chain.as_slice(), rule.text.as_slice())) {
+                    found.push((table, chain.as_slice(), rule));
+                }
+            }
+        }
+    }
+    found
+}

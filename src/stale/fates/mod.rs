@@ -1,0 +1,210 @@
+//! Whether removing a stale family changes what a concrete packet meets:
+//! packets tried ([`candidates`]) through the kernel as it runs now (each
+//! hook's tables of both backends, in either order: which of the two
+//! registered first is not read, so a packet stopped in either order is
+//! stopped now, the order said where only one stops it) and through the
+//! host's backend alone. A packet stopped now
+//! (dropped or queued) that passes after is a witness: removing the family
+//! opens a flow. A packet meets what an earlier one like it wrote (a
+//! `recent` list), so each is sent twice.
+//!
+//! The model ([`rule`], [`walk`]) is three-valued: a rule it cannot
+//! evaluate makes the fate unknown, never "passes" nor "stopped"; an
+//! unknown fate names the rule ("cannot tell"). A witness holds its
+//! family; finding none holds nothing less: the judgement by twins
+//! ([`super::opening`]) still decides what goes.
+
+mod candidates;
+mod packet;
+mod rule;
+mod target;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+use crate::stale::saved_rules::SavedTable;
+use packet::Packet;
+use walk::{fate, Copy, End, Fate, Step};
+
+/// What the fates say of one stale table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A packet removing it lets through, said: its fate now and after.
+    Opens(String),
+    /// No witness for it, but a rule not modelled decides some packet:
+    /// that rule, said.
+    CannotTell(String),
+    Nothing,
+}
+
+/// The fate of `packet` sent twice through `copies` (the second meets
+/// what the first wrote): the first's fate, unless the second's is
+/// stopped or unknown where the first passed; and whether the second's.
+fn twice(copies: &[&Copy], packet: &Packet) -> (Fate, bool) {
+    let first = fate(copies, packet);
+    if first.end != End::Passed {
+        return (first, false);
+    }
+    let mut again = packet.clone();
+    again.lists = first.packet.lists.clone();
+    let mut second = fate(copies, &again);
+    if second.end == End::Passed {
+        return (first, false);
+    }
+    // What the first wrote, then what decided the second.
+    second.steps.splice(0..0, first.steps);
+    (second, true)
+}
+
+/// The steps of a fate worth saying: what changed the packet, then what
+/// decided it (for a packet that passed, the last rule or policy of a
+/// filter table that let it on, else the last one).
+fn said_steps(fate: &Fate) -> String {
+    let decided = |s: &&Step| s.rule.is_none() || verdict_of(s);
+    let mut shown: Vec<&Step> = fate.steps.iter().filter(|s| !decided(s)).collect();
+    let last = match fate.end {
+        End::Passed => fate
+            .steps
+            .iter()
+            .rev()
+            .filter(decided)
+            .find(|s| s.table == b"filter")
+            .or_else(|| fate.steps.iter().rev().find(decided)),
+        _ => fate.steps.last(),
+    };
+    shown.extend(last);
+    let mut said: Vec<String> = shown.iter().map(|s| s.to_string()).collect();
+    said.dedup();
+    match (fate.end, said.is_empty()) {
+        (End::Passed, true) => "(no rule meets it)".into(),
+        _ => said.join(" then "),
+    }
+}
+
+/// Whether a step is a rule's verdict (rather than a change it made).
+fn verdict_of(step: &Step) -> bool {
+    let text = String::from_utf8_lossy(&step.text);
+    [" ACCEPT", " DROP", " REJECT", " QUEUE", " NFQUEUE"]
+        .iter()
+        .any(|v| text.split(" -j").nth(1).is_some_and(|t| t.starts_with(v)))
+}
+
+/// How `fate` ends, said: `dropped`, `queued`, `passes`.
+fn end_said(end: End) -> &'static str {
+    match end {
+        End::Passed => "passes",
+        End::Dropped => "dropped",
+        End::Queued => "queued",
+        End::Unknown => "unknown",
+    }
+}
+
+/// "`-A INPUT -m limit ... -j DROP` (legacy filter INPUT rule 7)".
+fn unknown_said(step: &Step) -> String {
+    format!(
+        "`{}` ({} {} {} rule {})",
+        String::from_utf8_lossy(&step.text),
+        step.backend,
+        String::from_utf8_lossy(&step.table),
+        String::from_utf8_lossy(&step.chain),
+        step.rule.unwrap_or_default()
+    )
+}
+
+/// Per name in `tables`: what the fates say of removing that table of
+/// `stale` (the stale backend's tables, read from its save, as `stale_name`
+/// names it) where `live` (the host's backend's) stays.
+pub fn judged(
+    stale: &[(Vec<u8>, SavedTable)],
+    stale_name: &'static str,
+    live: &[(Vec<u8>, SavedTable)],
+    live_name: &'static str,
+    tables: &[&str],
+) -> Vec<Found> {
+    let stale = Copy::read(stale_name, stale);
+    let live = Copy::read(live_name, live);
+    let packets = candidates::candidates(&stale, &live);
+    let mut found = vec![Found::Nothing; tables.len()];
+    let mut unknown: Option<Step> = None;
+    let mut any_witness: Option<String> = None;
+    for packet in &packets {
+        let (after, after_again) = twice(&[&live], packet);
+        let nows = [twice(&[&stale, &live], packet), twice(&[&live, &stale], packet)];
+        for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
+            if fate.end == End::Unknown && unknown.is_none() {
+                unknown = fate.steps.last().cloned();
+            }
+        }
+        if after.end != End::Passed {
+            continue;
+        }
+        // Which copy the kernel runs first is not read: stopped in either
+        // order counts. Where both stop it, and one only a second such
+        // packet, that is what is said (it holds in both); where one
+        // alone, that order is said.
+        let stopped = |(f, _): &&(Fate, bool)| matches!(f.end, End::Dropped | End::Queued);
+        let Some((order, (now, again))) = nows
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| stopped(n))
+            .max_by_key(|(_, (_, again))| *again)
+        else {
+            continue;
+        };
+        let first_at_each_hook = match (nows.iter().all(|n| stopped(&n)), order) {
+            (true, _) => String::new(),
+            (false, 0) => format!(", {stale_name} first at each hook"),
+            (false, _) => format!(", {live_name} first at each hook"),
+        };
+        let witness = format!(
+            "{packet}{} (now{first_at_each_hook}: {} {}; after: {} {})",
+            if *again {
+                " (a second such packet, meeting what the first wrote)"
+            } else {
+                ""
+            },
+            end_said(now.end),
+            said_steps(now),
+            end_said(after.end),
+            said_steps(&after)
+        );
+        any_witness.get_or_insert(witness.clone());
+        for (name, said) in tables.iter().zip(found.iter_mut()) {
+            let by_it = now
+                .steps
+                .iter()
+                .any(|s| s.backend == stale_name && s.table == name.as_bytes() && !s.lets_on());
+            if by_it && !matches!(said, Found::Opens(_)) {
+                *said = Found::Opens(witness.clone());
+            }
+        }
+    }
+    if let Some(witness) = any_witness {
+        // A witness decided by no stale rule of a table named: the first.
+        if !found.iter().any(|f| matches!(f, Found::Opens(_))) {
+            found[0] = Found::Opens(witness);
+        }
+    }
+    if let Some(step) = unknown {
+        for (name, said) in tables.iter().zip(found.iter_mut()) {
+            let elsewhere = step.backend == stale_name && step.table != name.as_bytes();
+            if *said == Found::Nothing && !elsewhere {
+                *said = Found::CannotTell(unknown_said(&step));
+            }
+        }
+    }
+    found
+}
+
+/// What a stale table's verdict says with the fates' `found`: `held`, why
+/// the judgement by twins holds it (None: it goes). A witness holds it
+/// ("removing it opens: ..."); an unknown is named only where it is held.
+pub fn said(found: &Found, held: Option<String>) -> Option<String> {
+    match (found, held) {
+        (Found::Opens(witness), None) => Some(format!("removing it opens: {witness}")),
+        (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
+        (Found::CannotTell(rule), Some(why)) => Some(format!("cannot tell: {rule} is not modelled; {why}")),
+        (_, held) => held,
+    }
+}

@@ -1,0 +1,151 @@
+//! One concrete packet as the fates model sees it: the fields the
+//! modelled matches read and the modelled targets write, and the way it
+//! takes through the host (arriving for it, forwarded, or sent by it).
+//!
+//! A field no rule named is `None`: an address, a port or an interface
+//! unlike every one the rules name, so a rule naming one does not match
+//! it. Named state (a `recent` list's entries) is carried along so that a
+//! second packet of the same kind meets what the first one wrote.
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// The way a packet takes through the hooks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Way {
+    /// Arrives for the host: PREROUTING, then INPUT.
+    Input,
+    /// Forwarded: PREROUTING, FORWARD, POSTROUTING.
+    Forward,
+    /// Sent by the host: OUTPUT, POSTROUTING.
+    Output,
+}
+
+/// A connection-tracking state as `-m conntrack --ctstate` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtState {
+    New,
+    Established,
+    Related,
+    Invalid,
+    Untracked,
+}
+
+impl CtState {
+    /// The state a `--ctstate`/`--state` word names (`DNAT`, `SNAT` and
+    /// words not known here: none).
+    pub fn named(word: &[u8]) -> Option<CtState> {
+        Some(match word {
+            b"NEW" => CtState::New,
+            b"ESTABLISHED" => CtState::Established,
+            b"RELATED" => CtState::Related,
+            b"INVALID" => CtState::Invalid,
+            b"UNTRACKED" => CtState::Untracked,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CtState::New => "NEW",
+            CtState::Established => "ESTABLISHED",
+            CtState::Related => "RELATED",
+            CtState::Invalid => "INVALID",
+            CtState::Untracked => "UNTRACKED",
+        }
+    }
+}
+
+/// One entry of a list kept by name (`-m recent`): the list and the
+/// address it holds.
+pub type ListEntry = (Vec<u8>, Option<IpAddr>);
+
+/// A packet, with what the rules it met wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Packet {
+    pub way: Way,
+    /// The protocol's name as `-p` spells it (`tcp`, `udp`, ...).
+    pub protocol: Vec<u8>,
+    pub source: Option<IpAddr>,
+    pub destination: Option<IpAddr>,
+    pub source_port: Option<u16>,
+    pub destination_port: Option<u16>,
+    pub in_interface: Option<Vec<u8>>,
+    pub out_interface: Option<Vec<u8>>,
+    pub state: CtState,
+    pub mark: u32,
+    pub connmark: u32,
+    /// The entries of named lists this packet meets (written by an
+    /// earlier packet, or by a rule this one met).
+    pub lists: Vec<ListEntry>,
+}
+
+impl Packet {
+    /// A packet on `way` that no rule names anything of: tcp, NEW, no mark.
+    pub fn unnamed(way: Way) -> Packet {
+        Packet {
+            way,
+            protocol: b"tcp".to_vec(),
+            source: None,
+            destination: None,
+            source_port: None,
+            destination_port: None,
+            in_interface: None,
+            out_interface: None,
+            state: CtState::New,
+            mark: 0,
+            connmark: 0,
+            lists: Vec::new(),
+        }
+    }
+}
+
+/// "any" for a value no rule names.
+fn shown<T: fmt::Display>(value: &Option<T>) -> String {
+    value.as_ref().map_or("any".into(), T::to_string)
+}
+
+fn shown_address(address: &Option<IpAddr>) -> String {
+    match address {
+        Some(IpAddr::V6(v6)) => format!("[{v6}]"),
+        other => shown(other),
+    }
+}
+
+impl fmt::Display for Packet {
+    /// `tcp any → 10.1.0.1:8080, arriving for the host by any interface,
+    /// NEW` ("any": a value no rule names), with a mark where not 0.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let interface = |name: &Option<Vec<u8>>| {
+            name.as_ref()
+                .map_or("any interface".into(), |n| String::from_utf8_lossy(n).into_owned())
+        };
+        write!(
+            f,
+            "{} {}{} → {}:{}, ",
+            String::from_utf8_lossy(&self.protocol),
+            shown_address(&self.source),
+            self.source_port.map(|p| format!(":{p}")).unwrap_or_default(),
+            shown_address(&self.destination),
+            shown(&self.destination_port),
+        )?;
+        match self.way {
+            Way::Input => write!(f, "arriving for the host by {}", interface(&self.in_interface))?,
+            Way::Forward => write!(
+                f,
+                "forwarded in by {}, out by {}",
+                interface(&self.in_interface),
+                interface(&self.out_interface)
+            )?,
+            Way::Output => write!(f, "sent by the host out by {}", interface(&self.out_interface))?,
+        }
+        write!(f, ", {}", self.state.name())?;
+        if self.mark != 0 {
+            write!(f, ", mark {:#x}", self.mark)?;
+        }
+        if self.connmark != 0 {
+            write!(f, ", connmark {:#x}", self.connmark)?;
+        }
+        Ok(())
+    }
+}

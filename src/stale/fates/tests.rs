@@ -1,0 +1,149 @@
+//! The fates model over save text: each known way a removal opened a flow, a witness
+//! with the rules that decide it, and the pairs that open nothing.
+
+use super::{judged, Found};
+use crate::save_text::tables;
+
+fn found(stale: &str, live: &str, names: &[&str]) -> Vec<Found> {
+    judged(
+        &tables(stale.as_bytes()),
+        "legacy",
+        &tables(live.as_bytes()),
+        "nft",
+        names,
+    )
+}
+
+fn opens(found: &Found) -> &str {
+    match found {
+        Found::Opens(witness) => witness,
+        other => panic!("no witness: {other:?}"),
+    }
+}
+
+#[test]
+fn a_stale_nat_mark_read_by_a_live_drop_opens() {
+    let stale = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x8000/0x8000\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m mark --mark 0x8000/0x8000 -j DROP\nCOMMIT\n";
+    let said = found(stale, live, &["nat"]);
+    let witness = opens(&said[0]);
+    assert!(
+        witness.starts_with("tcp any → any:8080, arriving for the host"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("now: dropped legacy nat PREROUTING rule 1 MARK --set-xmark 0x8000/0x8000 then nft filter INPUT rule 1 DROP"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("after: passes nft filter INPUT policy ACCEPT"),
+        "{witness}"
+    );
+    // A mark outside the live mask opens nothing.
+    let other = stale.replace("0x8000/0x8000", "0x4000/0x4000");
+    assert_eq!(found(&other, live, &["nat"]), vec![Found::Nothing]);
+}
+
+#[test]
+fn a_stale_dnat_into_a_live_drop_opens() {
+    let stale = "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → 10.2.0.2:9999, forwarded"), "{witness}");
+    assert!(
+        witness.contains("DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_stale_recent_set_read_by_a_live_check_opens() {
+    let stale = "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.255 --rsource\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
+    let said = found(stale, live, &["filter"]);
+    let witness = opens(&said[0]);
+    assert!(
+        witness.starts_with("udp any → any:53, arriving for the host"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("now: dropped legacy filter INPUT rule 1 -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.255 --rsource then nft filter INPUT rule 1 DROP"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_live_user_chain_accepting_before_a_shared_drop_opens() {
+    let stale = "*filter\n:guard - [0:0]\n-A INPUT -j guard\n-A guard -p tcp -j DROP\nCOMMIT\n";
+    let live = "*filter\n:guard - [0:0]\n-A INPUT -j guard\n-A guard -p tcp -m tcp --dport 8080 -j ACCEPT\n-A guard -p tcp -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["filter"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:8080"), "{witness}");
+    assert!(
+        witness.contains("now: dropped legacy filter guard rule 1 DROP"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("after: passes nft filter guard rule 1 ACCEPT"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_stale_return_into_a_drop_policy_opens() {
+    let stale = "*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp -m udp --dport 53 -j RETURN\n-A INPUT -j ACCEPT\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 53 -j ACCEPT\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["filter"])[0]).to_string();
+    assert!(witness.starts_with("udp any → any:53"), "{witness}");
+    assert!(
+        witness.contains("now: dropped legacy filter INPUT rule 1 RETURN then legacy filter INPUT policy DROP"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_stale_drop_policy_against_a_live_final_drop_opens_nothing() {
+    let stale = "*filter\n:FORWARD DROP [0:0]\nCOMMIT\n";
+    let live = "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -j DROP\nCOMMIT\n";
+    assert_eq!(found(stale, live, &["filter"]), vec![Found::Nothing]);
+}
+
+#[test]
+fn a_match_not_modelled_makes_a_fate_unknown_never_a_witness() {
+    let stale = "*filter\n-A INPUT -p tcp -m tcp --dport 22 -m limit --limit 5/min -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+    let said = found(stale, live, &["filter"]);
+    assert!(
+        matches!(&said[0], Found::CannotTell(rule) if rule.starts_with("`-A INPUT -p tcp -m tcp --dport 22 -m limit")),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn connmark_saved_and_restored_carries_a_mark_to_a_live_drop() {
+    let stale = "*mangle\n-A PREROUTING -p tcp -m tcp --dport 22 -j MARK --set-xmark 0x1/0xffffffff\n-A PREROUTING -j CONNMARK --save-mark --nfmask 0xffffffff --ctmask 0xffffffff\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -m connmark --mark 0x1 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["mangle"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:22, forwarded"), "{witness}");
+}
+
+#[test]
+fn a_recent_mask_not_all_ones_is_unknown() {
+    let stale = "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.0 --rsource\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
+    assert!(matches!(&found(stale, live, &["filter"])[0], Found::CannotTell(rule) if rule.contains("255.255.255.0")));
+}
+
+#[test]
+fn the_first_nat_binding_wins_and_an_order_that_alone_stops_is_said() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*nat\n-A PREROUTING -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:22\nCOMMIT\n*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(
+        witness.contains("(now, legacy first at each hook: dropped legacy nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("after: passes nft nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:22"),
+        "{witness}"
+    );
+}

@@ -1,0 +1,300 @@
+//! A packet's fate through the iptables tables of one or two backends:
+//! each hook's tables in the kernel's order (raw, mangle, nat, filter,
+//! security), at each table every copy given, in the order given (both
+//! backends hook a table at the same hook and priority, so each copy
+//! meets what the one before let through). Within a table: its built-in
+//! chain's rules in order, user chains by `-j` (back at `RETURN` or the
+//! chain's end) and `-g` (back to the caller's caller), the policy where
+//! a built-in chain ends. nat chains meet only a connection's first
+//! packet, and once a copy's nat rule translates it, the other copy's nat
+//! table at that hook is not consulted (the kernel's first binding wins).
+//! Security's two priorities (legacy 50, iptables-nft 150) are
+//! taken as one place after filter, and a `DNAT` does not change the way
+//! a packet takes (arriving, forwarded): both are approximations.
+
+use super::packet::{CtState, Packet, Way};
+use super::rule::{Rule, Tri};
+use super::target::Action;
+use crate::stale::saved_rules::SavedTable;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+/// One table of one backend, its rules read once.
+#[derive(Default)]
+pub struct ModelTable {
+    pub chains: HashMap<Vec<u8>, Vec<Rule>>,
+    policies: HashMap<Vec<u8>, Vec<u8>>,
+    /// Per user chain, the first rule in the save that jumps or goes to
+    /// it: its chain and its index there.
+    pub first_callers: HashMap<Vec<u8>, (Vec<u8>, usize)>,
+}
+
+/// One backend's copy of a family: its name (`legacy`, `nft`) and tables.
+pub struct Copy {
+    pub backend: &'static str,
+    pub tables: Vec<(Vec<u8>, ModelTable)>,
+}
+
+impl Copy {
+    /// Reads each rule of `tables` once.
+    pub fn read(backend: &'static str, tables: &[(Vec<u8>, SavedTable)]) -> Copy {
+        let tables = tables
+            .iter()
+            .map(|(name, saved)| {
+                let mut table = ModelTable::default();
+                for (chain, policy) in &saved.policies {
+                    table.policies.insert(chain.clone(), policy.clone());
+                }
+                // Each target looked up once, not among every chain.
+                let user_chains: HashSet<&[u8]> = saved
+                    .policies
+                    .iter()
+                    .filter(|(_, policy)| policy.as_slice() == b"-")
+                    .map(|(chain, _)| chain.as_slice())
+                    .collect();
+                for (chain, text) in &saved.rules {
+                    let rules = table.chains.entry(chain.clone()).or_default();
+                    let rule = Rule::read(text, rules.len() + 1, |t| user_chains.contains(t));
+                    if let Action::Jump(callee) | Action::Goto(callee) = &rule.action {
+                        table
+                            .first_callers
+                            .entry(callee.clone())
+                            .or_insert((chain.clone(), rules.len()));
+                    }
+                    rules.push(rule);
+                }
+                (name.clone(), table)
+            })
+            .collect();
+        Copy { backend, tables }
+    }
+
+    pub fn table(&self, name: &[u8]) -> Option<&ModelTable> {
+        self.tables.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
+/// Where a fate was decided or the packet changed: a rule or a policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub backend: &'static str,
+    pub table: Vec<u8>,
+    pub chain: Vec<u8>,
+    /// The rule's number in its chain; None for the policy.
+    pub rule: Option<usize>,
+    /// The rule as printed, or the policy.
+    pub text: Vec<u8>,
+}
+
+impl Step {
+    /// Whether it is an `ACCEPT` policy: it lets the packet on to the
+    /// next table, deciding and changing nothing.
+    pub fn lets_on(&self) -> bool {
+        self.rule.is_none() && self.text == b"ACCEPT"
+    }
+}
+
+impl fmt::Display for Step {
+    /// `legacy nat PREROUTING rule 1 MARK --set-xmark 0x8000/0x8000`,
+    /// `nft filter INPUT policy ACCEPT`.
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        write!(f, "{} {} {} ", self.backend, s(&self.table), s(&self.chain))?;
+        match self.rule {
+            Some(n) => {
+                let text = s(&self.text);
+                let verdict = ["-j ", "-g ", "--jump ", "--goto "]
+                    .iter()
+                    .filter_map(|w| text.find(w).map(|at| text[at + w.len()..].to_string()))
+                    .next()
+                    .unwrap_or_else(|| text.splitn(3, ' ').nth(2).unwrap_or_default().to_string());
+                write!(f, "rule {n} {verdict}")
+            }
+            None => write!(f, "policy {}", s(&self.text)),
+        }
+    }
+}
+
+/// How a packet's way through the hooks ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Passed,
+    Dropped,
+    Queued,
+    /// A rule not modelled decided, or may have.
+    Unknown,
+}
+
+/// A packet's fate: how it ended, the steps that changed or decided it
+/// (the last one decided), and the packet as it left (what it wrote).
+#[derive(Clone, Debug)]
+pub struct Fate {
+    pub end: End,
+    pub steps: Vec<Step>,
+    pub packet: Packet,
+}
+
+/// How one chain ends for a packet.
+enum Flow {
+    Accept,
+    Drop,
+    Queue,
+    /// `RETURN`, or the chain's end.
+    Return,
+    Unknown,
+}
+
+/// Calls deeper than this (iptables refuses loops) end as unknown.
+const DEPTH: usize = 64;
+
+/// The hooks a packet meets on `way`, each with its tables in order.
+fn hooks(way: Way) -> &'static [(&'static [u8], &'static [&'static [u8]])] {
+    const PRE: (&[u8], &[&[u8]]) = (b"PREROUTING", &[b"raw", b"mangle", b"nat"]);
+    const POST: (&[u8], &[&[u8]]) = (b"POSTROUTING", &[b"mangle", b"nat"]);
+    match way {
+        Way::Input => &[PRE, (b"INPUT", &[b"mangle", b"filter", b"security", b"nat"])],
+        Way::Forward => &[PRE, (b"FORWARD", &[b"mangle", b"filter", b"security"]), POST],
+        Way::Output => &[(b"OUTPUT", &[b"raw", b"mangle", b"nat", b"filter", b"security"]), POST],
+    }
+}
+
+/// Walks one table's chains.
+struct Walk<'a> {
+    copy: &'a Copy,
+    table_name: &'a [u8],
+    table: &'a ModelTable,
+    steps: &'a mut Vec<Step>,
+    /// A nat rule translated the packet: the nat tables after this one at
+    /// the same hook are not consulted (the kernel's first binding wins).
+    translated: bool,
+}
+
+impl Walk<'_> {
+    fn step(&self, chain: &[u8], rule: Option<&Rule>, policy: &[u8]) -> Step {
+        Step {
+            backend: self.copy.backend,
+            table: self.table_name.to_vec(),
+            chain: chain.to_vec(),
+            rule: rule.map(|r| r.number),
+            text: rule.map_or(policy.to_vec(), |r| r.text.clone()),
+        }
+    }
+
+    fn chain(&mut self, name: &[u8], packet: &mut Packet, depth: usize) -> Flow {
+        if depth > DEPTH {
+            self.steps.push(self.step(name, None, b"(called too deep)"));
+            return Flow::Unknown;
+        }
+        let Some(rules) = self.table.chains.get(name) else {
+            return Flow::Return;
+        };
+        for rule in rules {
+            let matched = rule.matches(packet);
+            if matched == Tri::No {
+                continue;
+            }
+            let step = self.step(name, Some(rule), b"");
+            if matched == Tri::Unknown {
+                // A rule that may match: unknown, unless it could only go on.
+                if rule.action == Action::GoOn && !rule.writes_a_list() {
+                    continue;
+                }
+                self.steps.push(step);
+                return Flow::Unknown;
+            }
+            let flow = match &rule.action {
+                Action::GoOn if rule.writes_a_list() => {
+                    self.steps.push(step);
+                    continue;
+                }
+                Action::GoOn => continue,
+                Action::Accept => Flow::Accept,
+                Action::Drop => Flow::Drop,
+                Action::Queue => Flow::Queue,
+                Action::Return => {
+                    self.steps.push(step);
+                    return Flow::Return;
+                }
+                Action::Unknown => Flow::Unknown,
+                Action::Jump(chain) => match self.chain(chain, packet, depth + 1) {
+                    Flow::Return => continue,
+                    other => return other,
+                },
+                Action::Goto(chain) => return self.chain(chain, packet, depth + 1),
+                Action::Marks(marking) => {
+                    marking.apply(packet);
+                    self.steps.push(step);
+                    continue;
+                }
+                Action::Untrack => {
+                    packet.state = CtState::Untracked;
+                    self.steps.push(step);
+                    continue;
+                }
+                Action::Dnat(address, port) => {
+                    self.translated = true;
+                    packet.destination = address.or(packet.destination);
+                    packet.destination_port = port.or(packet.destination_port);
+                    Flow::Accept
+                }
+                Action::Snat => {
+                    self.translated = true;
+                    Flow::Accept
+                }
+            };
+            self.steps.push(step);
+            return flow;
+        }
+        Flow::Return
+    }
+}
+
+/// The fate of `packet` through `copies` (each hook's table of the first,
+/// then of the second, ...).
+pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
+    let mut packet = packet.clone();
+    let mut steps = Vec::new();
+    for (hook, tables) in hooks(packet.way) {
+        for table_name in *tables {
+            if *table_name == b"nat" && packet.state != CtState::New {
+                continue;
+            }
+            for copy in copies {
+                let Some(table) = copy.table(table_name) else { continue };
+                if !table.policies.contains_key(*hook) && !table.chains.contains_key(*hook) {
+                    continue;
+                }
+                let mut walk = Walk {
+                    copy,
+                    table_name,
+                    table,
+                    steps: &mut steps,
+                    translated: false,
+                };
+                let end = match walk.chain(hook, &mut packet, 0) {
+                    Flow::Accept if walk.translated => break,
+                    Flow::Accept => continue,
+                    Flow::Drop => End::Dropped,
+                    Flow::Queue => End::Queued,
+                    Flow::Unknown => End::Unknown,
+                    Flow::Return => {
+                        let policy = table.policies.get(*hook).map_or(&b"ACCEPT"[..], Vec::as_slice);
+                        let step = walk.step(hook, None, policy);
+                        steps.push(step);
+                        match policy {
+                            b"ACCEPT" | b"-" => continue,
+                            b"DROP" => End::Dropped,
+                            _ => End::Unknown,
+                        }
+                    }
+                };
+                return Fate { end, steps, packet };
+            }
+        }
+    }
+    Fate {
+        end: End::Passed,
+        steps,
+        packet,
+    }
+}

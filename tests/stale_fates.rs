@@ -1,0 +1,198 @@
+//! `stale` and `stale --remove` decided by packet fates, proven by
+//! packets: in a router holding both backends (tests/common/netns_topology.rs),
+//! a stale legacy copy whose removal opens a flow though the judgement by
+//! twins found nothing to hold, or held it without saying what opens. Each
+//! case asserts the family is held with "opens:" and the witness, sends
+//! the witness's flow (stopped), removes with `--allow-opening`, and sends
+//! it again (it passes): the witness is what the packets meet.
+
+mod common;
+
+use common::netns_topology::{Flow, Topology, ROUTER, SERVER};
+use common::stale::{json, stale, stderr, stdout};
+use common::Node;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_millis(500);
+
+static NODES: AtomicUsize = AtomicUsize::new(0);
+
+fn flow(tcp: bool, to: &str, port: u16) -> Flow {
+    Flow {
+        tcp,
+        to: SocketAddr::new(to.parse().unwrap(), port),
+    }
+}
+
+/// The router with `legacy` (stale) and `nft` (the host's, by its link)
+/// restored into it, around a client and a server.
+fn router(legacy: &str, nft: &str) -> (Node, Topology) {
+    let node = Node::new(&format!("fates-{}", NODES.fetch_add(1, Ordering::Relaxed)));
+    node.set_host_link("iptables", "/usr/sbin/iptables-nft");
+    node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
+    let topology = Topology::around_this_thread();
+    let (legacy_file, nft_file) = (node.path("legacy.rules"), node.path("nft.rules"));
+    std::fs::write(&legacy_file, legacy).unwrap();
+    std::fs::write(&nft_file, nft).unwrap();
+    node.sh(&format!(
+        "iptables-legacy-restore < {}\niptables-nft-restore < {}",
+        legacy_file.display(),
+        nft_file.display()
+    ));
+    (node, topology)
+}
+
+/// The whole case: the family held by the fates with `witness` (each part
+/// said), `flow` stopped; removed with `--allow-opening`, `flow` passes.
+/// `between`: what runs in the router between the removal and the last
+/// probe (a list's entries of the probes before, cleared).
+fn opens(legacy: &str, nft: &str, table: &str, witness: &[&str], flow: Flow, between: &str) {
+    let (node, topology) = router(legacy, nft);
+    let shown = stale(&node, &[]);
+    let said = stdout(&shown);
+    let line = said
+        .lines()
+        .find(|l| l.contains("removing it opens: "))
+        .unwrap_or_else(|| panic!("no witness shown:\n{said}"));
+    eprintln!("{line}");
+    for part in witness {
+        assert!(line.contains(part), "`{part}` not in: {line}");
+    }
+    let report = json(&stale(&node, &["--json"]));
+    let opening = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["backend"] == "legacy" && f["family"] == "ipv4")
+        .flat_map(|f| f["tables"].as_array().unwrap().clone())
+        .find(|t| t["table"] == table)
+        .map(|t| t["opening"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    assert!(
+        opening.starts_with("removing it opens: ") && witness.iter().all(|p| opening.contains(p)),
+        "--json: {opening}"
+    );
+    let before = node.sh("iptables-legacy-save | grep -c -- '^-A' || true");
+    let held = stale(&node, &["--remove"]);
+    assert_eq!(held.status.code(), Some(1), "{}{}", stdout(&held), stderr(&held));
+    let out = stdout(&held) + &stderr(&held);
+    assert!(out.contains("removing it opens: "), "{out}");
+    assert_eq!(node.sh("iptables-legacy-save | grep -c -- '^-A' || true"), before);
+    // One after the other: a witness may be a second such packet.
+    let stopped = [topology.probe(&[flow], WAIT)[0], topology.probe(&[flow], WAIT)[0]];
+    let second_only = line.contains("(a second such packet");
+    assert!(
+        !stopped[1] && (second_only || !stopped[0]),
+        "{flow} passed before the removal: {stopped:?}"
+    );
+    let removed = stale(&node, &["--remove", "--allow-opening"]);
+    assert_eq!(
+        removed.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&removed),
+        stderr(&removed)
+    );
+    if !between.is_empty() {
+        node.sh(between);
+    }
+    assert_eq!(
+        topology.probe(&[flow], WAIT),
+        [true],
+        "{flow}, the witness, still stopped after the removal"
+    );
+}
+
+/// A stale nat `MARK` (kube-proxy's drop bit) that a live filter drops on:
+/// the mark goes with the nat table, and tcp/8080 opens.
+#[test]
+fn a_stale_nat_mark_read_by_a_live_drop_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x8000/0x8000\nCOMMIT\n",
+        "*filter\n-A INPUT -m mark --mark 0x8000/0x8000 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp any → any:8080, arriving for the host",
+            "now: dropped legacy nat PREROUTING rule 1 MARK --set-xmark 0x8000/0x8000 then nft filter INPUT rule 1 DROP",
+            "after: passes",
+        ],
+        flow(true, ROUTER.v4, 8080),
+        "",
+    );
+}
+
+/// A stale `DNAT` of :9999 to :8080, which a live filter drops: removing it
+/// lets :9999 through as it is.
+#[test]
+fn a_stale_dnat_into_a_live_drop_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n",
+        "*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp any → 10.2.0.2:9999, forwarded",
+            "DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP",
+            "after: passes",
+        ],
+        flow(true, SERVER.v4, 9999),
+        "",
+    );
+}
+
+/// A stale `recent --set` feeding a live `--rcheck ... -j DROP`: without
+/// it, a source not yet listed passes (the probes' own entries, written
+/// before the removal, are cleared as they would age out).
+#[test]
+fn a_stale_recent_list_read_by_a_live_check_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.255 --rsource\nCOMMIT\n",
+        "*filter\n-A INPUT -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n",
+        "filter",
+        &["udp any → any:53, arriving for the host", "recent --set --name SCAN", "then nft filter INPUT rule 1 DROP"],
+        flow(false, ROUTER.v4, 53),
+        "echo / > /proc/net/xt_recent/SCAN",
+    );
+}
+
+/// A live user chain that accepts tcp/8080 before the drop both copies
+/// hold: the stale copy's drop alone stops tcp/8080.
+#[test]
+fn a_live_user_chain_accepting_before_a_shared_drop_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*filter\n:guard - [0:0]\n-A INPUT -j guard\n-A guard -p tcp -j DROP\nCOMMIT\n",
+        "*filter\n:guard - [0:0]\n-A INPUT -j guard\n-A guard -p tcp -m tcp --dport 8080 -j ACCEPT\n-A guard -p tcp -j DROP\nCOMMIT\n",
+        "filter",
+        &[
+            "tcp any → any:8080, arriving for the host",
+            "now: dropped legacy filter guard rule 1 DROP",
+            "after: passes nft filter guard rule 1 ACCEPT",
+        ],
+        flow(true, ROUTER.v4, 8080),
+        "",
+    );
+}
+
+/// A stale `RETURN` into an `INPUT DROP` policy, where the live copy
+/// accepts: udp/53 opens.
+#[test]
+fn a_stale_return_into_a_drop_policy_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*filter\n:INPUT DROP [0:0]\n-A INPUT -p udp -m udp --dport 53 -j RETURN\n-A INPUT -j ACCEPT\nCOMMIT\n",
+        "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p udp -m udp --dport 53 -j ACCEPT\nCOMMIT\n",
+        "filter",
+        &[
+            "udp any → any:53, arriving for the host",
+            "now: dropped legacy filter INPUT rule 1 RETURN then legacy filter INPUT policy DROP",
+            "after: passes nft filter INPUT rule 1 ACCEPT",
+        ],
+        flow(false, ROUTER.v4, 53),
+        "",
+    );
+}
