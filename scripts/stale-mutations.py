@@ -9,7 +9,8 @@ mutation no test catches prints NOT CAUGHT and the exit is 1.
     python3 scripts/stale-mutations.py --check   # each still applies (the quick tier)
 
 Needs what `cargo test` needs (the integration tests run as root, in
-network namespaces of their own); about 15 minutes on 2 cores.
+network namespaces of their own); about 45 minutes for all 21 on 2
+shared cores (docs/testing.md has the figures).
 """
 import os
 import re
