@@ -180,10 +180,10 @@ pub fn judged(
             }
         }
     }
-    if let Some(witness) = any_witness {
-        // A witness decided by no stale rule of a table named: the first.
-        if !found.iter().any(|f| matches!(f, Found::Opens(_))) {
-            found[0] = Found::Opens(witness);
+    // A witness decided by no stale rule of a table named: the first.
+    if let (Some(witness), false) = (any_witness, found.iter().any(|f| matches!(f, Found::Opens(_)))) {
+        if let Some(first) = found.first_mut() {
+            *first = Found::Opens(witness);
         }
     }
     if let Some(step) = unknown {
