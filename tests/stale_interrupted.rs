@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::interrupted::{emptied, node, saves, stand_ins};
+use common::interrupted::{emptied, interrupted_line, node, saves, stand_ins};
 use common::stale::{stale, stderr, stdout};
 use common::{write_program, Node};
 use std::os::unix::process::ExitStatusExt as _;
@@ -230,34 +230,6 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
     );
     assert_eq!(saves(&node, "nft"), before);
     assert!(!node.path("run/stale-removal").exists());
-}
-
-/// The line the next `stale` prints of an interrupted removal (after
-/// `stale: `), and the backup and the undo commands it names.
-fn interrupted_line(node: &Node, case: &str) -> (String, String, Vec<String>) {
-    let said = stderr(&stale(node, &[]));
-    let line = said
-        .lines()
-        .find(|l| l.contains("an interrupted removal ("))
-        .and_then(|l| l.split_once("stale: "))
-        .unwrap_or_else(|| panic!("{case}: stale names no interrupted removal: {said}"))
-        .1
-        .to_string();
-    let backup = line
-        .split("; backup ")
-        .nth(1)
-        .and_then(|rest| rest.split("; undo: ").next());
-    let backup = backup
-        .unwrap_or_else(|| panic!("{case}: no backup named: {line}"))
-        .to_string();
-    let undo = line
-        .split("; undo: ")
-        .nth(1)
-        .unwrap()
-        .split("; ")
-        .map(str::to_string)
-        .collect();
-    (line, backup, undo)
 }
 
 /// `detect`'s metric of interrupted removals.

@@ -8,20 +8,11 @@
 
 mod common;
 
-use common::interrupted::{node, saves, stand_ins};
-use common::stale::{stale, stderr, stdout};
+use common::interrupted::{interrupted_line, node, saves, stand_ins};
+use common::stale::{stderr, stdout};
 use common::{write_program, Node};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::Output;
-
-/// The line the next `stale` says of the interrupted removal.
-fn interrupted_line(node: &Node) -> String {
-    let said = stderr(&stale(node, &[]));
-    said.lines()
-        .find(|l| l.contains("an interrupted removal ("))
-        .unwrap_or_else(|| panic!("the next stale says nothing of it: {said}"))
-        .to_string()
-}
 
 /// Runs the undo `line` names and checks each family of `backend` holds
 /// what it held before (`before`).
@@ -77,7 +68,7 @@ fn a_legacy_restore_killed_between_two_table_commits_keeps_the_tables_that_feed(
     };
     assert!(!holds("filter"), "filter, which reads, goes first:\n{ipv4}");
     assert!(holds("nat") && holds("mangle"), "the tables that feed it stay:\n{ipv4}");
-    let line = interrupted_line(&node);
+    let (line, _, _) = interrupted_line(&node, "killed midway");
     assert!(
         line.contains(" emptied legacy ipv4 filter, left legacy ipv4 nat, legacy ipv4 mangle, "),
         "{line}"
@@ -112,7 +103,7 @@ fn a_later_nft_attempt_emptying_more_names_it_in_the_record() {
     let runs = std::fs::read_to_string(node.path("live-saves")).unwrap_or_default();
     assert!(runs.lines().count() >= 2, "no later attempt: {}", stderr(&out));
     killed(&out);
-    let line = interrupted_line(&node);
+    let (line, _, _) = interrupted_line(&node, "killed midway");
     assert!(line.contains("nft ipv4 raw"), "the record names raw: {line}");
     let undo = line.split("; undo: ").nth(1).unwrap();
     for command in undo.split("; ") {

@@ -2,7 +2,7 @@
 //! the same rules in both backends, its saves, and stand-in backend tools
 //! that run the real one and then act on the wrapper.
 
-use super::stale::uncounted;
+use super::stale::{stale, stderr, uncounted};
 use super::{write_program, Node};
 use iptables_wrapper::save_text;
 use std::path::{Path, PathBuf};
@@ -64,4 +64,32 @@ pub fn stand_ins(node: &Node, tools: &[&str], count: &str, at: &[(usize, String)
         write_program(&dir.join(tool), &body);
     }
     dir
+}
+
+/// The line the next `stale` prints of an interrupted removal (after
+/// `stale: `), and the backup and the undo commands it names.
+pub fn interrupted_line(node: &Node, case: &str) -> (String, String, Vec<String>) {
+    let said = stderr(&stale(node, &[]));
+    let line = said
+        .lines()
+        .find(|l| l.contains("an interrupted removal ("))
+        .and_then(|l| l.split_once("stale: "))
+        .unwrap_or_else(|| panic!("{case}: stale names no interrupted removal: {said}"))
+        .1
+        .to_string();
+    let backup = line
+        .split("; backup ")
+        .nth(1)
+        .and_then(|rest| rest.split("; undo: ").next());
+    let backup = backup
+        .unwrap_or_else(|| panic!("{case}: no backup named: {line}"))
+        .to_string();
+    let undo = line
+        .split("; undo: ")
+        .nth(1)
+        .unwrap()
+        .split("; ")
+        .map(str::to_string)
+        .collect();
+    (line, backup, undo)
 }
