@@ -314,9 +314,7 @@ pub fn unenforced(
             let Some((_, base)) = own.iter().find(|(n, _)| n.as_bytes() == name.as_slice()) else {
                 return false;
             };
-            let counts = |chain: &[u8]| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain);
-            table.policies.retain(|(chain, _)| counts(chain));
-            table.rules.retain(|(chain, _)| counts(chain));
+            table.retain_chains(|chain| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain));
             true
         });
     }
