@@ -14,8 +14,9 @@
 # cali-pi-/cali-po- chain with ipset matches (`-m set --match-set
 # cali4<v>s:NAME src`; the sets are made by gen-scale-sets.sh), marks set
 # and tested, mangle's and raw's cali-PREROUTING; half of it kube-proxy's.
-# DRIFT=K: every K-th endpoint's address differs (the copy a writer changed
-# after the host switched): the same chains, some rules not twins.
+# DRIFT=K: every K-th endpoint's address, and every K-th Service's REJECT
+# port, differ (the copy a writer changed after the host switched): the
+# same chains, some rules not twins (filter's REJECTs hold the family).
 function ip(i) {
     if (FAMILY == 6) return sprintf("fd00:10:244::%x:%x", int(i / 65000) % 65000, i % 65000 + 1)
     return sprintf("10.%d.%d.%d", 100 + int(i / 62500) % 100, int(i / 250) % 250, i % 250 + 1)
@@ -55,7 +56,7 @@ function service(s,    svc, name, e, sep, a) {
         add("nat", sprintf("%s -p tcp -m comment --comment \"%s\" -m tcp -j DNAT --to-destination %s", sep, name, FAMILY == 6 ? "[" a "]:8080" : a ":8080"))
     }
     if (s % 10 == 0)
-        add("filter", sprintf("KUBE-SERVICES -d %s -p tcp -m comment --comment \"%s has no endpoints\" -m tcp --dport 81 -j REJECT --reject-with %s", host(cluster_ip(s)), name, FAMILY == 6 ? "icmp6-port-unreachable" : "icmp-port-unreachable"))
+        add("filter", sprintf("KUBE-SERVICES -d %s -p tcp -m comment --comment \"%s has no endpoints\" -m tcp --dport %d -j REJECT --reject-with %s", host(cluster_ip(s)), name, DRIFT > 0 && s % DRIFT == 0 ? 82 : 81, FAMILY == 6 ? "icmp6-port-unreachable" : "icmp-port-unreachable"))
 }
 
 # One Calico workload with its policy: 12 rules, 4 user chains.
