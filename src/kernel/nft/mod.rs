@@ -75,7 +75,9 @@
 //! Requests and replies are encoded by hand (`netlink`). This module holds
 //! the socket, its round trips and dumps, the generation and the wait for
 //! commits; the point lookups are in `lookups`, the counting dumps in
-//! `count`, and what `iptables-wrapper stale` reads in `tables`.
+//! `count`, and what `iptables-wrapper stale` reads in `tables` and
+//! `image` (`summary`: what an image says of its table as `tables` reads
+//! it, so that a table's rules are dumped once for both).
 
 mod count;
 mod empty;
