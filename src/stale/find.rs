@@ -17,7 +17,7 @@ use super::save_tool;
 use crate::family::Family;
 use crate::kernel::legacy::{self, LegacyFamily, LegacyTableImage};
 use crate::kernel::modules;
-use crate::kernel::nft::{NftChain, NftSocket, NftTable, NF_ACCEPT};
+use crate::kernel::nft::{NftChain, NftSocket, NftTable, NftTableImage, NF_ACCEPT};
 use crate::kernel::{BUILTIN_CHAINS, IPTABLES_TABLES};
 use crate::mode::Mode;
 use crate::save_text;
@@ -327,23 +327,46 @@ pub fn nft_own_base_chains(socket: &NftSocket, family: Family) -> std::io::Resul
         };
         let chains = socket.chains(family, name)?;
         let sets = set_tables.iter().filter(|t| *t == name).count();
-        if nft_table_not_ours(&table, &chains, sets).is_some() {
-            continue;
-        }
-        let base = chains
-            .iter()
-            .filter(|c| {
-                c.base.as_ref().is_some_and(|base| {
-                    iptables_nft_base_chain(name, &c.name).is_some_and(|(hook, priority, chain_type)| {
-                        base.hook == hook && base.priority == priority && base.chain_type == chain_type
-                    })
-                })
-            })
-            .map(|c| c.name.clone())
-            .collect();
-        own.push((name, base));
+        own.extend(own_base_chains(name, &table, &chains, sets).map(|base| (name, base)));
     }
     Ok(own)
+}
+
+/// [`nft_own_base_chains`] from images of the iptables tables of
+/// `family` (a table that does not exist has an image too), read once
+/// for this and for what they hold.
+pub fn nft_own_base_chains_of<'a>(
+    family: Family,
+    images: impl IntoIterator<Item = (&'static str, &'a NftTableImage)>,
+) -> Vec<(&'static str, Vec<String>)> {
+    images
+        .into_iter()
+        .filter_map(|(name, image)| {
+            let table = image.nft_table(family, name)?;
+            let base = own_base_chains(name, &table, &image.nft_chains(), image.set_count())?;
+            Some((name, base))
+        })
+        .collect()
+}
+
+/// The iptables-nft base chains of table `name`, if it is iptables-nft's
+/// own ([`nft_table_not_ours`]).
+fn own_base_chains(name: &str, table: &NftTable, chains: &[NftChain], sets: usize) -> Option<Vec<String>> {
+    if nft_table_not_ours(table, chains, sets).is_some() {
+        return None;
+    }
+    let base = chains
+        .iter()
+        .filter(|c| {
+            c.base.as_ref().is_some_and(|base| {
+                iptables_nft_base_chain(name, &c.name).is_some_and(|(hook, priority, chain_type)| {
+                    base.hook == hook && base.priority == priority && base.chain_type == chain_type
+                })
+            })
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    Some(base)
 }
 
 /// The hook number, priority and type iptables-nft gives a built-in chain.

@@ -9,7 +9,7 @@ use super::save_tool;
 use crate::family::Family;
 use crate::kernel::legacy;
 use crate::kernel::modules;
-use crate::kernel::nft::{DumpInterrupted, NftSocket};
+use crate::kernel::nft::{NftSocket, NftTableImage};
 use crate::kernel::IPTABLES_TABLES;
 use crate::mode::Mode;
 use crate::save_text;
@@ -108,10 +108,15 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
     let generation = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
-    let own = match find::nft_own_base_chains(&socket, family) {
-        Err(e) if DumpInterrupted::is(&e) => return Ok(None),
-        own => own.map_err(|e| format!("nf_tables {} tables cannot be read: {e}", family.nft_name()))?,
+    // Every iptables table read whole once: which are iptables-nft's own,
+    // and the images the save is proven against.
+    let Some((mut read, at)) = proof::nft_images(&socket, family, &IPTABLES_TABLES)? else {
+        return Ok(None);
     };
+    if at != generation {
+        return Ok(None);
+    }
+    let own = find::nft_own_base_chains_of(family, IPTABLES_TABLES.iter().copied().zip(&read));
     // A table iptables-nft-save cannot read (1.8.11 exits 3 on a rule it
     // cannot parse) is not counted; the others are.
     let all: Vec<&str> = own.iter().map(|(name, _)| *name).collect();
@@ -131,23 +136,23 @@ fn proven_nft(family: Family, private_lock: &Path) -> Result<Option<LiveSave>, S
             ..LiveSave::default()
         }));
     }
-    let mut images = Vec::new();
-    for table in &names {
-        let (image, at) = match socket.table_image(family, table) {
-            Err(e) if DumpInterrupted::is(&e) => return Ok(None),
-            image => image.map_err(|e| format!("nf_tables {} {table}: {e}", family.nft_name()))?,
-        };
-        if at != generation {
-            return Ok(None);
-        }
-        images.push(image);
-    }
+    // The save's generation is the images': nothing committed since.
     let now = socket
         .generation()
         .map_err(|e| format!("nf_tables cannot be read: {e}"))?;
     if now != generation {
         return Ok(None);
     }
+    let images: Vec<NftTableImage> = names
+        .iter()
+        .map(|name| {
+            let at = IPTABLES_TABLES
+                .iter()
+                .position(|t| t == name)
+                .expect("an iptables table");
+            std::mem::take(&mut read[at])
+        })
+        .collect();
     proof::scratch_namespace_available()?;
     let (_, verdicts) = proof::prove_nft("its save", family, &save.stdout, &names, &images, private_lock)?;
     let mut live = kept(&save.stdout, &names, verdicts);

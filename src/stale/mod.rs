@@ -44,6 +44,7 @@ pub mod rotation;
 mod same_way;
 pub mod save_tool;
 mod saved_rules;
+mod saved_table;
 pub mod show;
 pub mod signals;
 pub mod uncertain;

@@ -347,9 +347,7 @@ fn live_tables(live_save: &[u8], own: Option<&[(&str, Vec<String>)]>) -> Vec<(Ve
             let Some((_, base)) = own.iter().find(|(n, _)| n.as_bytes() == name.as_slice()) else {
                 return false;
             };
-            let counts = |chain: &[u8]| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain);
-            table.policies.retain(|(chain, _)| counts(chain));
-            table.rules.retain(|(chain, _)| counts(chain));
+            table.retain_chains(|chain| !BUILTIN_CHAINS.contains(&chain) || base.iter().any(|b| b.as_bytes() == chain));
             true
         });
     }

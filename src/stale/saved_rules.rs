@@ -72,11 +72,7 @@ pub(super) fn match_modules(rule: &[u8]) -> Vec<Vec<u8>> {
     found
 }
 
-/// One table of a save, as [`crate::save_text`] reads it.
-pub(super) use crate::save_text::Table as SavedTable;
-
-/// The tables of a save, by name, in order.
-pub(super) use crate::save_text::tables as parse;
+pub(super) use super::saved_table::{parse, SavedTable};
 
 /// A rule's words as the save tools quote them (`"..."`, with `\"` and
 /// `\\` inside).
@@ -152,78 +148,6 @@ pub(super) fn targets(rule: &[u8]) -> Vec<Vec<u8>> {
 }
 
 impl SavedTable {
-    /// Whether `name` is a user chain declared in this table.
-    pub(super) fn is_user_chain(&self, name: &[u8]) -> bool {
-        self.policies
-            .iter()
-            .any(|(c, p)| c.as_slice() == name && p.as_slice() == b"-")
-    }
-
-    /// The rules of `chain`, in order, as printed.
-    pub(super) fn chain(&self, chain: &[u8]) -> Vec<&[u8]> {
-        self.rules
-            .iter()
-            .filter(|(c, _)| c.as_slice() == chain)
-            .map(|(_, line)| line.as_slice())
-            .collect()
-    }
-
-    /// The policy of `chain`, if declared.
-    pub(super) fn policy(&self, chain: &[u8]) -> Option<&[u8]> {
-        self.policies
-            .iter()
-            .find(|(c, _)| c.as_slice() == chain)
-            .map(|(_, p)| p.as_slice())
-    }
-
-    /// The chains a packet can reach: the built-in ones, and the user
-    /// chains a reachable chain jumps or goes to. A user chain nothing
-    /// reaches filters nothing.
-    pub(super) fn reachable_chains(&self) -> HashSet<Vec<u8>> {
-        let mut reached: HashSet<Vec<u8>> = self
-            .policies
-            .iter()
-            .filter(|(_, p)| p.as_slice() != b"-")
-            .map(|(c, _)| c.clone())
-            .collect();
-        loop {
-            let before = reached.len();
-            for (chain, line) in &self.rules {
-                if reached.contains(chain) {
-                    reached.extend(targets(line).into_iter().filter(|t| self.is_user_chain(t)));
-                }
-            }
-            if reached.len() == before {
-                return reached;
-            }
-        }
-    }
-
-    /// The user chains all of whose rules `keeps` holds for, given the
-    /// chains kept so far (a jump to one of them may be kept), to a fixed
-    /// point from every user chain.
-    pub(super) fn user_chains_where(&self, keeps: impl Fn(&[u8], &HashSet<Vec<u8>>) -> bool) -> HashSet<Vec<u8>> {
-        let mut kept: HashSet<Vec<u8>> = self
-            .policies
-            .iter()
-            .filter(|(_, p)| p.as_slice() == b"-")
-            .map(|(c, _)| c.clone())
-            .collect();
-        loop {
-            let unsure: Vec<Vec<u8>> = kept
-                .iter()
-                .filter(|c| self.chain(c).iter().any(|r| !keeps(r, &kept)))
-                .cloned()
-                .collect();
-            if unsure.is_empty() {
-                return kept;
-            }
-            for c in unsure {
-                kept.remove(&c);
-            }
-        }
-    }
-
     /// The user chains whose rules can only log, block or return to the
     /// caller at their end (never accept, return early, go to a chain,
     /// queue or change a packet), to a fixed point.

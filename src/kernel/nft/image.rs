@@ -26,7 +26,7 @@ use super::netlink::{
     attributes, be_u32, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
     NFTA_RULE_HANDLE, NFTA_RULE_POSITION, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
-use super::{DumpInterrupted, NftSocket, NF_ACCEPT};
+use super::{receive_buffer, DumpInterrupted, NftSocket, NF_ACCEPT};
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
 
@@ -74,13 +74,18 @@ const NFTA_FLOWTABLE_PAD: u16 = 6;
 pub struct NftTableImage {
     /// False when the table does not exist.
     pub exists: bool,
-    table: Vec<u8>,
+    /// The table's attributes but its name, handle, owner and use.
+    pub(super) table: Vec<u8>,
+    /// Its use count (`NFTA_TABLE_USE`): its chains, sets, objects and
+    /// flowtables. Not compared ([`NftTableImage::difference`]): a restore
+    /// makes every built-in chain, where the table may have had fewer.
+    pub(super) use_count: u32,
     /// By chain name: the chain's attributes.
-    chains: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub(super) chains: BTreeMap<Vec<u8>, Vec<u8>>,
     /// By chain name: a base chain's policy (None for a user chain).
-    policies: BTreeMap<Vec<u8>, Option<u32>>,
+    pub(super) policies: BTreeMap<Vec<u8>, Option<u32>>,
     /// By chain name: its rules, in order.
-    rules: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
+    pub(super) rules: BTreeMap<Vec<u8>, Vec<Vec<u8>>>,
     /// By set name: the set's attributes and its elements.
     sets: BTreeMap<Vec<u8>, SetImage>,
     objects: Vec<Vec<u8>>,
@@ -104,6 +109,11 @@ pub struct ChainSummary {
 }
 
 impl NftTableImage {
+    /// How many sets it holds, named and anonymous.
+    pub fn set_count(&self) -> usize {
+        self.sets.len()
+    }
+
     /// Its chains: name, policy and rules.
     pub fn chains(&self) -> Vec<ChainSummary> {
         self.policies
@@ -234,9 +244,11 @@ impl NftSocket {
     fn read_image(&self, family: Family, table: &str) -> io::Result<NftTableImage> {
         let mut image = NftTableImage::default();
         let name = table.as_bytes();
-        self.dump_all(&Request::new(libc::NFT_MSG_GETTABLE, family), |payload| {
+        let buffer = &mut receive_buffer();
+        self.dump_all(buffer, &Request::new(libc::NFT_MSG_GETTABLE, family), |payload| {
             if attribute(payload, NFTA_TABLE_NAME).map(until_nul) == Some(name) {
                 image.exists = true;
+                image.use_count = attribute(payload, NFTA_TABLE_USE).and_then(be_u32).unwrap_or(0);
                 image.table = without(
                     payload,
                     &[
@@ -252,7 +264,7 @@ impl NftSocket {
         if !image.exists {
             return Ok(image);
         }
-        self.dump_all(&Request::new(libc::NFT_MSG_GETCHAIN, family), |payload| {
+        self.dump_all(buffer, &Request::new(libc::NFT_MSG_GETCHAIN, family), |payload| {
             if attribute(payload, NFTA_CHAIN_TABLE).map(until_nul) == Some(name) {
                 let chain = attribute(payload, NFTA_CHAIN_NAME).map(until_nul).unwrap_or_default();
                 let kept = without(
@@ -283,7 +295,7 @@ impl NftSocket {
             let rules = Request::new(libc::NFT_MSG_GETRULE, family)
                 .attr(NFTA_RULE_TABLE, table)
                 .attr_bytes(NFTA_RULE_CHAIN, &chain);
-            self.dump_all(&rules, |payload| {
+            self.dump_all(buffer, &rules, |payload| {
                 let chain = attribute(payload, NFTA_RULE_CHAIN).map(until_nul).unwrap_or_default();
                 image
                     .rules
@@ -293,7 +305,7 @@ impl NftSocket {
             })?;
         }
         let mut sets = Vec::new();
-        self.dump_all(&Request::new(libc::NFT_MSG_GETSET, family), |payload| {
+        self.dump_all(buffer, &Request::new(libc::NFT_MSG_GETSET, family), |payload| {
             if attribute(payload, NFTA_SET_TABLE).map(until_nul) == Some(name) {
                 let set = attribute(payload, NFTA_SET_NAME).map(until_nul).unwrap_or_default();
                 let kept = without(payload, &[NFTA_SET_TABLE, NFTA_SET_ID, NFTA_SET_PAD, NFTA_SET_HANDLE]);
@@ -305,7 +317,7 @@ impl NftSocket {
             let request = Request::new(libc::NFT_MSG_GETSETELEM, family)
                 .attr(NFTA_SET_ELEM_LIST_TABLE, table)
                 .attr(NFTA_SET_ELEM_LIST_SET, &set);
-            self.dump_all(&request, |payload| {
+            self.dump_all(buffer, &request, |payload| {
                 for (kind, list) in attributes(payload) {
                     if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
                         continue;
@@ -326,14 +338,14 @@ impl NftSocket {
                 },
             );
         }
-        self.dump_all(&Request::new(libc::NFT_MSG_GETOBJ, family), |payload| {
+        self.dump_all(buffer, &Request::new(libc::NFT_MSG_GETOBJ, family), |payload| {
             if attribute(payload, NFTA_OBJ_TABLE).map(until_nul) == Some(name) {
                 image
                     .objects
                     .push(without(payload, &[NFTA_OBJ_TABLE, NFTA_OBJ_HANDLE, NFTA_OBJ_PAD]));
             }
         })?;
-        self.dump_all(&Request::new(NFT_MSG_GETFLOWTABLE, family), |payload| {
+        self.dump_all(buffer, &Request::new(NFT_MSG_GETFLOWTABLE, family), |payload| {
             if attribute(payload, NFTA_FLOWTABLE_TABLE).map(until_nul) == Some(name) {
                 image.flowtables.push(without(
                     payload,
@@ -348,8 +360,8 @@ impl NftSocket {
 
     /// A dump read whole; one that stopped early or that the kernel flagged
     /// interrupted is an error.
-    fn dump_all(&self, request: &Request, mut on_object: impl FnMut(&[u8])) -> io::Result<()> {
-        self.dump(request, |payload| {
+    fn dump_all(&self, buffer: &mut [u8], request: &Request, mut on_object: impl FnMut(&[u8])) -> io::Result<()> {
+        self.dump_into(buffer, request, |payload| {
             on_object(payload);
             ControlFlow::Continue(())
         })?

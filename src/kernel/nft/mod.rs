@@ -75,13 +75,16 @@
 //! Requests and replies are encoded by hand (`netlink`). This module holds
 //! the socket, its round trips and dumps, the generation and the wait for
 //! commits; the point lookups are in `lookups`, the counting dumps in
-//! `count`, and what `iptables-wrapper stale` reads in `tables`.
+//! `count`, and what `iptables-wrapper stale` reads in `tables` and
+//! `image` (`summary`: what an image says of its table as `tables` reads
+//! it, so that a table's rules are dumped once for both).
 
 mod count;
 mod empty;
 mod image;
 mod lookups;
 mod netlink;
+mod summary;
 mod tables;
 
 use crate::privilege::noted;
@@ -296,16 +299,27 @@ impl NftSocket {
 
     /// Runs one dump, passing the payload of each object message to
     /// `on_object`, which may break to abandon the rest of the dump.
-    fn dump(&self, request: &Request, mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>) -> io::Result<DumpOutcome> {
+    fn dump(&self, request: &Request, on_object: impl FnMut(&[u8]) -> ControlFlow<()>) -> io::Result<DumpOutcome> {
+        self.dump_into(&mut receive_buffer(), request, on_object)
+    }
+
+    /// [`NftSocket::dump`] receiving into `buffer` (from [`receive_buffer`]):
+    /// a reader that dumps once per chain reuses one, where a buffer of
+    /// its own per dump costs the allocator a mapping each time.
+    fn dump_into(
+        &self,
+        buffer: &mut [u8],
+        request: &Request,
+        mut on_object: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> io::Result<DumpOutcome> {
         let seq = self.take_seqs(1);
         let mut datagram = Vec::new();
         request.encode(&mut datagram, libc::NLM_F_REQUEST | libc::NLM_F_DUMP, seq);
         self.send(&datagram)?;
 
         let mut interrupted = false;
-        let mut buffer = vec![0; RECV_BUFFER_LEN];
         loop {
-            for message in messages(self.recv(&mut buffer)?) {
+            for message in messages(self.recv(buffer)?) {
                 let message = message?;
                 if message.seq != seq {
                     continue; // left over from an abandoned request
@@ -366,6 +380,11 @@ impl NftSocket {
             }
         }
     }
+}
+
+/// A buffer for one `recv` of a dump.
+fn receive_buffer() -> Vec<u8> {
+    vec![0; RECV_BUFFER_LEN]
 }
 
 /// How a dump ended.

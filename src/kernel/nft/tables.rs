@@ -15,7 +15,7 @@ use super::netlink::{
     attributes, be_u32, family_nfproto, nested, Request, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
     NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_TABLE_NAME,
 };
-use super::{DumpInterrupted, NftSocket};
+use super::{receive_buffer, DumpInterrupted, NftSocket};
 use crate::family::Family;
 use crate::kernel::bytes::until_nul;
 
@@ -78,23 +78,7 @@ impl NftSocket {
         let mut tables = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETTABLE, family);
         let end = self.dump(&request, |payload| {
-            let mut table = NftTable {
-                family,
-                name: String::new(),
-                flags: 0,
-                use_count: 0,
-                has_userdata: false,
-            };
-            for (kind, value) in attributes(payload) {
-                match kind {
-                    NFTA_TABLE_NAME => table.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
-                    NFTA_TABLE_FLAGS => table.flags = be_u32(value).unwrap_or(0),
-                    NFTA_TABLE_USE => table.use_count = be_u32(value).unwrap_or(0),
-                    NFTA_TABLE_USERDATA => table.has_userdata = true,
-                    _ => {}
-                }
-            }
-            tables.push(table);
+            tables.push(table_of(family, attributes(payload)));
             ControlFlow::Continue(())
         })?;
         end.complete()?;
@@ -114,7 +98,7 @@ impl NftSocket {
         let mut chains = Vec::new();
         let request = Request::new(libc::NFT_MSG_GETCHAIN, family);
         let end = self.dump(&request, |payload| {
-            let (in_table, chain) = chain_of(payload);
+            let (in_table, chain) = chain_of(attributes(payload));
             if in_table == table.as_bytes() {
                 chains.push(chain);
             }
@@ -123,22 +107,14 @@ impl NftSocket {
         end.complete()?;
         // One dump per chain: a dump of the whole table costs the square of
         // its rules (the kernel resumes each batch from the start).
+        let buffer = &mut receive_buffer();
         for chain in &mut chains {
             let request = Request::new(libc::NFT_MSG_GETRULE, family)
                 .attr(NFTA_RULE_TABLE, table)
                 .attr(NFTA_RULE_CHAIN, &chain.name);
-            let end = self.dump(&request, |payload| {
-                let counted = attributes(payload)
-                    .filter(|&(kind, _)| kind == NFTA_RULE_EXPRESSIONS)
-                    .any(|(_, value)| {
-                        nested(value)
-                            .filter(|&(kind, _)| kind == NFTA_LIST_ELEM)
-                            .any(|(_, expr)| {
-                                nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
-                            })
-                    });
+            let end = self.dump_into(buffer, &request, |payload| {
                 chain.rules += 1;
-                if !counted {
+                if !has_counter(attributes(payload)) {
                     chain.rules_without_counter += 1;
                 }
                 ControlFlow::Continue(())
@@ -149,9 +125,46 @@ impl NftSocket {
     }
 }
 
-/// A chain's table and the chain (its rules not counted), from one
-/// GETCHAIN reply.
-fn chain_of(payload: &[u8]) -> (&[u8], NftChain) {
+/// A table, from the attributes of one GETTABLE reply (or what an image
+/// keeps of them).
+pub(super) fn table_of<'a>(family: Family, attributes: impl Iterator<Item = (u16, &'a [u8])>) -> NftTable {
+    let mut table = NftTable {
+        family,
+        name: String::new(),
+        flags: 0,
+        use_count: 0,
+        has_userdata: false,
+    };
+    for (kind, value) in attributes {
+        match kind {
+            NFTA_TABLE_NAME => table.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
+            NFTA_TABLE_FLAGS => table.flags = be_u32(value).unwrap_or(0),
+            NFTA_TABLE_USE => table.use_count = be_u32(value).unwrap_or(0),
+            NFTA_TABLE_USERDATA => table.has_userdata = true,
+            _ => {}
+        }
+    }
+    table
+}
+
+/// Whether a rule (the attributes of a GETRULE reply, or what an image
+/// keeps of them) holds a `counter` expression.
+pub(super) fn has_counter<'a>(attributes: impl Iterator<Item = (u16, &'a [u8])>) -> bool {
+    attributes
+        .filter(|&(kind, _)| kind == NFTA_RULE_EXPRESSIONS)
+        .any(|(_, value)| {
+            nested(value)
+                .filter(|&(kind, _)| kind == NFTA_LIST_ELEM)
+                .any(|(_, expr)| {
+                    nested(expr).any(|(kind, name)| kind == NFTA_EXPR_NAME && until_nul(name) == b"counter")
+                })
+        })
+}
+
+/// A chain's table and the chain (its rules not counted), from the
+/// attributes of one GETCHAIN reply (or what an image keeps of them: no
+/// table).
+pub(super) fn chain_of<'a>(attributes: impl Iterator<Item = (u16, &'a [u8])>) -> (&'a [u8], NftChain) {
     let mut chain = NftChain {
         name: String::new(),
         base: None,
@@ -160,7 +173,7 @@ fn chain_of(payload: &[u8]) -> (&[u8], NftChain) {
     };
     let (mut hook, mut priority, mut chain_type, mut policy) = (None, 0, String::new(), NF_ACCEPT);
     let mut table: &[u8] = b"";
-    for (kind, value) in attributes(payload) {
+    for (kind, value) in attributes {
         match kind {
             NFTA_CHAIN_TABLE => table = until_nul(value),
             NFTA_CHAIN_NAME => chain.name = String::from_utf8_lossy(until_nul(value)).into_owned(),
@@ -210,7 +223,7 @@ impl NftSocket {
             for (nfproto, in_family) in [(family_nfproto(family), true), (libc::NFPROTO_INET as u8, false)] {
                 let request = Request::for_nfproto(libc::NFT_MSG_GETCHAIN, nfproto);
                 let end = self.dump(&request, |payload| {
-                    let (table, chain) = chain_of(payload);
+                    let (table, chain) = chain_of(attributes(payload));
                     if let Some(base) = chain.base {
                         let table = String::from_utf8_lossy(table).into_owned();
                         let family_name = if in_family { family.nft_name() } else { "inet" };
