@@ -108,6 +108,7 @@ elif [[ $# -gt 0 ]]; then
 fi
 
 bash scripts/install-deps.sh
+SUITE_START=$(date -u +%s)
 timed "markdown links" bash scripts/check-links.sh
 timed "words" bash scripts/check-words.sh
 timed "daemonset schema" bash scripts/check-daemonset.sh
@@ -193,6 +194,14 @@ if [[ "${IPTW_KUBE_PROXY:-1}" == 1 ]]; then
     fi
 else
     echo "IPTW_KUBE_PROXY is not 1: skipping the real kube-proxy and the two-node Kubernetes (container-tests/kube-proxy.sh, kube-nodes.sh)"
+fi
+# Docker's legacy builder keeps a multi-stage build's earlier stages and the
+# first layers of an image removed by tag as untagged images: those made
+# since this run started go (an untagged image older than the run is left).
+if docker info >/dev/null 2>&1; then
+    docker images --filter dangling=true --format '{{.ID}} {{.CreatedAt}}' | while read -r id created; do
+        (($(date -u -d "${created% *}" +%s) >= SUITE_START)) && docker rmi "$id" >/dev/null 2>&1 || true
+    done
 fi
 times=$(printf '%s, ' "${TIMES[@]}")
 echo "test.sh times: ${times%, }"

@@ -2,7 +2,7 @@
 //! with the rules that decide it, and the pairs that open nothing.
 
 use super::{judged, Found};
-use crate::save_text::tables;
+use crate::stale::saved_table::parse as tables;
 
 fn found(stale: &str, live: &str, names: &[&str]) -> Vec<Found> {
     judged(
