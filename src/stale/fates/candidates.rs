@@ -2,17 +2,29 @@
 //! and for each rule that one copy holds and the other does not hold in
 //! the same table and chain, a packet its tests match (with the tests of
 //! the first rule that jumps to its chain, up to a built-in chain), once
-//! at the low and once at the high edge of its port ranges. At most
+//! at the low and once at the high edge of its port ranges; and each
+//! packet of a stale rule again with what a live rule that stops packets
+//! names (its interfaces, addresses, ports) where the stale rule names
+//! nothing, at most [`BLOCKS_MERGED`] such rules a packet: a stale rule's
+//! packet (`-s A`) rewritten into a live block's (`-i eth0`). At most
 //! [`CANDIDATES`] packets: a family's rules are read once, never each
 //! against each.
 
 use super::packet::{Packet, Way};
 use super::rule::{Rule, Test};
+use super::target::Action;
 use super::walk::{Copy, ModelTable};
 use std::collections::HashSet;
 
+/// How many of the packets tried name nothing: the first, one a way.
+pub const UNNAMED: usize = 3;
+
 /// The most packets tried per family.
 pub const CANDIDATES: usize = 256;
+
+/// The live rules that stop packets each stale rule's packets are tried
+/// with again.
+const BLOCKS_MERGED: usize = 16;
 
 /// Callers followed up from a user chain.
 const CALLERS: usize = 8;
@@ -62,6 +74,19 @@ fn name_from(rule: &Rule, packet: &mut Packet, high: bool) {
     }
 }
 
+/// `packet` with what `block` names where `packet` names nothing, but
+/// its marks and state: what a stale rule writes or meets is the stale
+/// rule's packet's, not what the block reads.
+fn merged(packet: &Packet, block: &Rule) -> Packet {
+    let mut merged = packet.clone();
+    name_from(block, &mut merged, false);
+    merged.protocol = packet.protocol.clone();
+    merged.mark = packet.mark;
+    merged.connmark = packet.connmark;
+    merged.state = packet.state;
+    merged
+}
+
 /// An interface `-i`/`-o`'s name matches (`eth+`: `eth0`).
 fn interface(pattern: &[u8]) -> Vec<u8> {
     match pattern.strip_suffix(b"+") {
@@ -96,7 +121,8 @@ fn packets_for(table: &ModelTable, chain: &[u8], rule: &Rule) -> Vec<Packet> {
 }
 
 /// The packets tried for two copies of a family (see the module's note),
-/// at most [`CANDIDATES`]; the first one of each way names nothing.
+/// at most [`CANDIDATES`]; the first [`UNNAMED`] (one of each way) name
+/// nothing, the others what a rule one copy lacks names.
 pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     let mut seen = HashSet::new();
     let mut packets = Vec::new();
@@ -108,14 +134,26 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     for way in [Way::Input, Way::Forward, Way::Output] {
         add(Packet::unnamed(way), &mut packets);
     }
+    let blocks: Vec<&Rule> = live
+        .tables
+        .iter()
+        .flat_map(|(_, table)| table.chains.values().flatten())
+        .filter(|rule| matches!(rule.action, Action::Drop | Action::Queue))
+        .take(BLOCKS_MERGED)
+        .collect();
     // Each copy's rules the other lacks, taken in turn.
     let mut lacking = [differing(stale, live), differing(live, stale)].map(Vec::into_iter);
     loop {
         let mut any = false;
-        for rules in &mut lacking {
+        for (from_stale, rules) in [true, false].into_iter().zip(&mut lacking) {
             if let Some((table, chain, rule)) = rules.next() {
                 any = true;
                 for packet in packets_for(table, chain, rule) {
+                    if from_stale {
+                        for block in &blocks {
+                            add(merged(&packet, block), &mut packets);
+                        }
+                    }
                     add(packet, &mut packets);
                 }
             }
