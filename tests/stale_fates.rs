@@ -196,3 +196,23 @@ fn a_stale_return_into_a_drop_policy_holds_with_its_witness() {
         "",
     );
 }
+
+/// A stale `DNAT` from one source, into what a live filter drops on one
+/// interface: only a packet naming both meets both, and it opens.
+#[test]
+fn a_stale_dnat_from_one_source_into_a_live_drop_on_one_interface_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A PREROUTING -s 10.1.0.5/32 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n",
+        "*filter\n-A FORWARD -i rc -p tcp -m tcp --dport 8080 -j DROP\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp 10.1.0.5 → any:9999",
+            "in by rc",
+            "DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP",
+            "after: passes",
+        ],
+        flow(true, SERVER.v4, 9999),
+        "",
+    );
+}

@@ -16,9 +16,6 @@ use super::target::Action;
 use super::walk::{Copy, ModelTable};
 use std::collections::HashSet;
 
-/// How many of the packets tried name nothing: the first, one a way.
-pub const UNNAMED: usize = 3;
-
 /// The most packets tried per family.
 pub const CANDIDATES: usize = 256;
 
@@ -121,8 +118,7 @@ fn packets_for(table: &ModelTable, chain: &[u8], rule: &Rule) -> Vec<Packet> {
 }
 
 /// The packets tried for two copies of a family (see the module's note),
-/// at most [`CANDIDATES`]; the first [`UNNAMED`] (one of each way) name
-/// nothing, the others what a rule one copy lacks names.
+/// at most [`CANDIDATES`]; the first one of each way names nothing.
 pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     let mut seen = HashSet::new();
     let mut packets = Vec::new();

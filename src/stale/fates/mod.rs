@@ -35,10 +35,6 @@ pub enum Found {
     /// No witness for it, but a rule not modelled decides some packet:
     /// that rule, said.
     CannotTell(String),
-    /// No witness for it, but a rule not modelled decides a packet of a
-    /// rule one copy lacks, whose fate removing it may change: that rule,
-    /// said; it holds the table.
-    Unsure(String),
     Nothing,
 }
 
@@ -131,17 +127,13 @@ pub fn judged(
     let packets = candidates::candidates(&stale, &live);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
-    let mut unknown_of_a_difference: Option<Step> = None;
     let mut any_witness: Option<String> = None;
-    for (index, packet) in packets.iter().enumerate() {
+    for packet in &packets {
         let (after, after_again) = twice(&[&live], packet);
         let nows = [twice(&[&stale, &live], packet), twice(&[&live, &stale], packet)];
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
                 unknown = fate.steps.last().cloned();
-            }
-            if fate.end == End::Unknown && index >= candidates::UNNAMED && unknown_of_a_difference.is_none() {
-                unknown_of_a_difference = fate.steps.last().cloned();
             }
         }
         if after.end != End::Passed {
@@ -194,19 +186,6 @@ pub fn judged(
             *first = Found::Opens(witness);
         }
     }
-    // Without a witness, a rule not modelled that decides a packet of a
-    // difference holds its table (the first named where it is not one).
-    if let (Some(step), false) = (
-        &unknown_of_a_difference,
-        found.iter().any(|f| matches!(f, Found::Opens(_))),
-    ) {
-        let at = tables
-            .iter()
-            .position(|name| step.backend == stale_name && step.table == name.as_bytes());
-        if let Some(said) = found.get_mut(at.unwrap_or(0)) {
-            *said = Found::Unsure(unknown_said(step));
-        }
-    }
     if let Some(step) = unknown {
         for (name, said) in tables.iter().zip(found.iter_mut()) {
             let elsewhere = step.backend == stale_name && step.table != name.as_bytes();
@@ -225,12 +204,7 @@ pub fn said(found: &Found, held: Option<String>) -> Option<String> {
     match (found, held) {
         (Found::Opens(witness), None) => Some(format!("removing it opens: {witness}")),
         (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
-        (Found::CannotTell(rule) | Found::Unsure(rule), Some(why)) => {
-            Some(format!("cannot tell: {rule} is not modelled; {why}"))
-        }
-        (Found::Unsure(rule), None) => Some(format!(
-            "cannot tell: {rule} is not modelled, and a packet of a rule one copy lacks meets it; removing it is not proven safe"
-        )),
+        (Found::CannotTell(rule), Some(why)) => Some(format!("cannot tell: {rule} is not modelled; {why}")),
         (_, held) => held,
     }
 }
