@@ -19,7 +19,7 @@ use std::collections::HashSet;
 /// The most packets tried per family.
 pub const CANDIDATES: usize = 256;
 
-/// The live rules that stop packets each stale rule's packets are tried
+/// The live rules dropping or queueing packets each stale rule's packets are tried
 /// with again.
 const BLOCKS_MERGED: usize = 16;
 
