@@ -79,7 +79,9 @@
 #     the simulated alpine-3.22, alpine-3.23, fedora-42, ubi-9, wolfi; kept as a
 #     cache, by content key and by name); iptables-wrapper:matrix-*,
 #     iptables-wrapper-test:* and iptables-wrapper-recipe:* while it runs
-#     (removed at the end unless IPTW_KEEP_IMAGES=1).
+#     (removed at the end unless IPTW_KEEP_IMAGES=1), and the untagged
+#     images Docker's builder leaves (removed at the end: those made since
+#     the run started).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
