@@ -15,15 +15,11 @@ use crate::backend;
 use crate::command::WrappedCommand;
 use crate::escape::Shown as _;
 use crate::family::Family;
-use crate::kernel::modules;
-use crate::kernel::nft::NftSocket;
 use crate::mode::Mode;
-use std::cell::RefCell;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 /// What a save tool printed, byte for byte.
-#[derive(Clone)]
 pub struct SaveOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
@@ -60,10 +56,7 @@ pub fn each<'a>(backend: Mode, family: Family, tables: &[&'a str]) -> Result<Sav
     if backend == Mode::Nft && tables.is_empty() {
         return Ok((all, Vec::new()));
     }
-    let whole = match backend {
-        Mode::Legacy => run(backend, family, None),
-        Mode::Nft => whole_nft(family),
-    };
+    let whole = run(backend, family, None);
     if backend == Mode::Legacy || whole.is_ok() {
         return whole.map(|save| (save, Vec::new()));
     }
@@ -78,48 +71,6 @@ pub fn each<'a>(backend: Mode, family: Family, tables: &[&'a str]) -> Result<Sav
         }
     }
     Ok((all, unsaved))
-}
-
-thread_local! {
-    /// The whole nft saves taken by this thread: per network namespace
-    /// (its cookie) and family, the last one and the generation it was
-    /// taken at.
-    static WHOLE_NFT_SAVES: RefCell<Vec<(u64, Family, u32, SaveOutput)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The whole `<family>-nft-save`; taken again only when the nf_tables
-/// generation moved since this thread last took it in this namespace: the
-/// same ruleset saves the same (but for base chains' counters, which no
-/// judgement reads). Showing and removing ask for it once for the family's
-/// tables and once to prove the live save; at 100,000 rules a family, each
-/// save costs seconds. A save during which the generation moved is not kept.
-fn whole_nft(family: Family) -> Result<SaveOutput, String> {
-    let readable = modules::nf_tables_readable().unwrap_or(false);
-    let socket = readable.then(|| NftSocket::open().ok()).flatten();
-    let at = || {
-        let socket = socket.as_ref()?;
-        Some((socket.netns_cookie().ok()?, socket.generation().ok()?))
-    };
-    let before = at();
-    if let Some((cookie, generation)) = before {
-        let kept = WHOLE_NFT_SAVES.with_borrow(|saves| {
-            saves
-                .iter()
-                .find(|(c, f, g, _)| (*c, *f, *g) == (cookie, family, generation))
-                .map(|(_, _, _, save)| save.clone())
-        });
-        if let Some(save) = kept {
-            return Ok(save);
-        }
-    }
-    let save = run(Mode::Nft, family, None)?;
-    if let Some((cookie, generation)) = before.filter(|&taken| at() == Some(taken)) {
-        WHOLE_NFT_SAVES.with_borrow_mut(|saves| {
-            saves.retain(|(c, f, _, _)| (*c, *f) != (cookie, family));
-            saves.push((cookie, family, generation, save.clone()));
-        });
-    }
-    Ok(save)
 }
 
 fn run(backend: Mode, family: Family, table: Option<&str>) -> Result<SaveOutput, String> {
