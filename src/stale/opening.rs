@@ -314,8 +314,18 @@ pub fn unenforced(
     no_twin: &[&str],
     tables: &[&str],
 ) -> Vec<Held> {
-    let stale = parse(stale_save);
-    let live = live_tables(live_save, own);
+    unenforced_in(&parse(stale_save), &live_tables(live_save, own), no_twin, tables)
+}
+
+/// [`unenforced`] over saves already read (the live one cut by
+/// [`live_tables`]).
+fn unenforced_in(
+    stale: &[(Vec<u8>, SavedTable)],
+    live: &[(Vec<u8>, SavedTable)],
+    no_twin: &[&str],
+    tables: &[&str],
+) -> Vec<Held> {
+    let kept = kept_live(live);
     tables
         .iter()
         .map(|name| {
@@ -332,7 +342,7 @@ pub fn unenforced(
                 .iter()
                 .find(|(n, _)| n.as_slice() == name.as_bytes() && !no_twin.contains(name))
                 .map(|(_, t)| t);
-            unenforced_items(name.as_bytes(), table, live_table, kept_live(&live))
+            unenforced_items(name.as_bytes(), table, live_table, kept)
         })
         .collect()
 }
@@ -388,15 +398,11 @@ pub fn openings(
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let shared = hooks::shared(family, live_save.own.as_deref())?;
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
-    let found = fates::judged(
-        &parse(stale_save),
-        live.other().name(),
-        &live_tables(&live_save.exact, live_save.own.as_deref()),
-        live.name(),
-        tables,
-    );
+    let stale = parse(stale_save);
+    let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
+    let found = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables);
     Ok(
-        unenforced(stale_save, &live_save.exact, live_save.own.as_deref(), &no_twin, tables)
+        unenforced_in(&stale, &live_copy, &no_twin, tables)
             .into_iter()
             .zip(tables)
             .zip(&found)
