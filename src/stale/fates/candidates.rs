@@ -63,7 +63,7 @@ fn name_from(rule: &Rule, packet: &mut Packet, high: bool) {
                 packet.destination_port = packet.destination_port.or(edge(r))
             }
             Test::SourcePorts(r) => packet.source_port = packet.source_port.or(edge(r)),
-            Test::States(states) => packet.state = states.first().copied().unwrap_or(packet.state),
+            Test::States { states, .. } => packet.state = states.first().copied().unwrap_or(packet.state),
             Test::Mark(value, mask) => packet.mark = (packet.mark & !mask) | (value & mask),
             Test::Connmark(value, mask) => packet.connmark = (packet.connmark & !mask) | (value & mask),
             _ => {}
@@ -163,17 +163,7 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
 /// The rules of `one` that `other` does not hold in the same table and
 /// chain, in the order of its tables and chains.
 fn differing<'a>(one: &'a Copy, other: &Copy) -> Vec<(&'a ModelTable, &'a [u8], &'a Rule)> {
-    let held: HashSet<(&[u8], &[u8], &[u8])> = other
-        .tables
-        .iter()
-        .flat_map(|(name, table)| {
-            table.chains.iter().flat_map(move |(chain, rules)| {
-                rules
-                    .iter()
-                    .map(move |r| (name.as_slice(), chain.as_slice(), r.text.as_slice()))
-            })
-        })
-        .collect();
+    let held = other.rules_held();
     let mut found = Vec::new();
     for (name, table) in &one.tables {
         let mut chains: Vec<_> = table.chains.iter().collect();

@@ -6,7 +6,13 @@
 //! host's backend alone. A packet stopped now
 //! (dropped or queued) that passes after is a witness: removing the family
 //! opens a flow. A packet meets what an earlier one like it wrote (a
-//! `recent` list), so each is sent twice.
+//! `recent` list), so each is sent twice; and each is sent again after
+//! each packet that the stale copy's rules write into a list for
+//! ([`PRIMERS`] at most), meeting what it wrote.
+//!
+//! A packet that passes after, but meets a rule not modelled that only
+//! the stale copy holds (or that a change only it made leads to) now,
+//! holds its table: "cannot tell", naming the rule and the packet.
 //!
 //! The model ([`rule`], [`walk`]) is three-valued: a rule it cannot
 //! evaluate makes the fate unknown, never "passes" nor "stopped"; an
@@ -24,14 +30,20 @@ mod walk;
 mod tests;
 
 use crate::stale::saved_rules::SavedTable;
-use packet::Packet;
+use packet::{ListEntry, Packet};
 use walk::{fate, Copy, End, Fate, Step};
+
+/// The most packets other packets are sent after (see the module's note).
+const PRIMERS: usize = 16;
 
 /// What the fates say of one stale table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Found {
     /// A packet removing it lets through, said: its fate now and after.
     Opens(String),
+    /// No witness for it, but a rule not modelled that only it holds
+    /// decides a packet that passes after: the rule and the packet, said.
+    Undecided(String),
     /// No witness for it, but a rule not modelled decides some packet:
     /// that rule, said.
     CannotTell(String),
@@ -112,6 +124,47 @@ fn unknown_said(step: &Step) -> String {
     )
 }
 
+/// A packet the stale copy's rules write into a list for: the lists it
+/// leaves now and after, and what only now holds, said.
+struct Primer {
+    packet: Packet,
+    now: Vec<ListEntry>,
+    after: Vec<ListEntry>,
+    said: String,
+}
+
+/// The packets the stale copy writes a list entry for that the live copy
+/// alone does not: the first [`PRIMERS`].
+fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
+    let mut primers = Vec::new();
+    for packet in packets {
+        let after = fate(&[live], packet).packet.lists;
+        let mut now = fate(&[stale, live], packet).packet.lists;
+        for entry in fate(&[live, stale], packet).packet.lists {
+            if !now.contains(&entry) {
+                now.push(entry);
+            }
+        }
+        if let Some((name, _)) = now.iter().find(|e| !after.contains(e)) {
+            let said = format!(
+                "sent after {packet}, whose address the {} rules put in list {}",
+                stale.backend,
+                String::from_utf8_lossy(name),
+            );
+            primers.push(Primer {
+                packet: packet.clone(),
+                now,
+                after,
+                said,
+            });
+            if primers.len() == PRIMERS {
+                break;
+            }
+        }
+    }
+    primers
+}
+
 /// Per name in `tables`: what the fates say of removing that table of
 /// `stale` (the stale backend's tables, read from its save, as `stale_name`
 /// names it) where `live` (the host's backend's) stays.
@@ -124,13 +177,33 @@ pub fn judged(
 ) -> Vec<Found> {
     let stale = Copy::read(stale_name, stale);
     let live = Copy::read(live_name, live);
+    let live_rules = live.rules_held();
     let packets = candidates::candidates(&stale, &live);
+    let primers = primers(&stale, &live, &packets);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
+    let mut undecided: Option<(Vec<u8>, String)> = None;
     let mut any_witness: Option<String> = None;
-    for packet in &packets {
-        let (after, after_again) = twice(&[&live], packet);
-        let nows = [twice(&[&stale, &live], packet), twice(&[&live, &stale], packet)];
+    let tries = packets.iter().map(|p| (p, None)).chain(
+        primers
+            .iter()
+            .flat_map(|primer| packets.iter().map(move |p| (p, Some(primer)))),
+    );
+    for (packet, primer) in tries {
+        let with_lists = |lists: &[ListEntry]| Packet {
+            lists: lists.to_vec(),
+            ..packet.clone()
+        };
+        let (now_packet, after_packet) = match primer {
+            Some(primer) if *packet != primer.packet => (with_lists(&primer.now), with_lists(&primer.after)),
+            Some(_) => continue,
+            None => (packet.clone(), packet.clone()),
+        };
+        let (after, after_again) = twice(&[&live], &after_packet);
+        let nows = [
+            twice(&[&stale, &live], &now_packet),
+            twice(&[&live, &stale], &now_packet),
+        ];
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
                 unknown = fate.steps.last().cloned();
@@ -139,6 +212,7 @@ pub fn judged(
         if after.end != End::Passed {
             continue;
         }
+        let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
         // Which copy the kernel runs first is not read: stopped in either
         // order counts. Where both stop it, and one only a second such
         // packet, that is what is said (it holds in both); where one
@@ -150,6 +224,31 @@ pub fn judged(
             .filter(|(_, n)| stopped(n))
             .max_by_key(|(_, (_, again))| *again)
         else {
+            // Unknown now only for what the stale copy alone holds or did.
+            let stale_only = |s: &Step| {
+                s.backend == stale_name
+                    && s.rule.is_some()
+                    && !live_rules.contains(&(s.table.as_slice(), s.chain.as_slice(), s.text.as_slice()))
+            };
+            let by_stale = nows
+                .iter()
+                .filter(|(n, _)| n.end == End::Unknown)
+                .find_map(|(n, _)| Some((n.steps.iter().find(|s| stale_only(s))?, n.steps.last()?)));
+            if let (Some((by, last)), None) = (by_stale, &undecided) {
+                let decides = match by == last {
+                    true => format!("{} is not modelled, and decides", unknown_said(by)),
+                    false => format!(
+                        "after {}, the model cannot tell what {} does to",
+                        unknown_said(by),
+                        unknown_said(last)
+                    ),
+                };
+                let said = format!(
+                    "{decides} {packet}{primed}, which passes without the {stale_name} copy: {}",
+                    said_steps(&after)
+                );
+                undecided = Some((by.table.clone(), said));
+            }
             continue;
         };
         let first_at_each_hook = match (nows.iter().all(|n| stopped(&n)), order) {
@@ -158,7 +257,7 @@ pub fn judged(
             (false, _) => format!(", {live_name} first at each hook"),
         };
         let witness = format!(
-            "{packet}{} (now{first_at_each_hook}: {} {}; after: {} {})",
+            "{packet}{}{primed} (now{first_at_each_hook}: {} {}; after: {} {})",
             if *again {
                 " (a second such packet, meeting what the first wrote)"
             } else {
@@ -186,6 +285,12 @@ pub fn judged(
             *first = Found::Opens(witness);
         }
     }
+    if let Some((table, said)) = undecided {
+        let at = tables.iter().position(|name| name.as_bytes() == table).unwrap_or(0);
+        if let Some(found @ Found::Nothing) = found.get_mut(at) {
+            *found = Found::Undecided(said);
+        }
+    }
     if let Some(step) = unknown {
         for (name, said) in tables.iter().zip(found.iter_mut()) {
             let elsewhere = step.backend == stale_name && step.table != name.as_bytes();
@@ -199,11 +304,15 @@ pub fn judged(
 
 /// What a stale table's verdict says with the fates' `found`: `held`, why
 /// the judgement by twins holds it (None: it goes). A witness holds it
-/// ("removing it opens: ..."); an unknown is named only where it is held.
+/// ("removing it opens: ..."), as does a rule not modelled that only it
+/// holds deciding a packet that passes after ("cannot tell: ..."); any
+/// other unknown is named only where the twins hold it.
 pub fn said(found: &Found, held: Option<String>) -> Option<String> {
     match (found, held) {
         (Found::Opens(witness), None) => Some(format!("removing it opens: {witness}")),
         (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
+        (Found::Undecided(why), None) => Some(format!("cannot tell: {why}")),
+        (Found::Undecided(why), Some(held)) => Some(format!("cannot tell: {why}; {held}")),
         (Found::CannotTell(rule), Some(why)) => Some(format!("cannot tell: {rule} is not modelled; {why}")),
         (_, held) => held,
     }

@@ -75,6 +75,14 @@ pub struct Packet {
     pub state: CtState,
     pub mark: u32,
     pub connmark: u32,
+    /// A nat rule rewrote its destination (`DNAT`, `REDIRECT`) or its
+    /// source (`SNAT`, `MASQUERADE`): what `--ctstate DNAT`/`SNAT` reads.
+    pub dnat: bool,
+    pub snat: bool,
+    /// A nat rule rewrote its destination to an address not read here
+    /// (`REDIRECT`: one of the host's own; `NETMAP`: one of its range): a
+    /// test of its destination address is unknown.
+    pub destination_unread: bool,
     /// The entries of named lists this packet meets (written by an
     /// earlier packet, or by a rule this one met).
     pub lists: Vec<ListEntry>,
@@ -95,6 +103,9 @@ impl Packet {
             state: CtState::New,
             mark: 0,
             connmark: 0,
+            dnat: false,
+            snat: false,
+            destination_unread: false,
             lists: Vec::new(),
         }
     }

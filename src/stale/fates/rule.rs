@@ -9,18 +9,21 @@
 //! | `-p`, `-s`, `-d`, `-i`, `-o` (each with `!`) | the packet's protocol, addresses, interfaces |
 //! | `-m tcp`/`udp`/`sctp`/`udplite` `--dport`, `--sport` | ports and ranges |
 //! | `-m multiport` `--dports`, `--sports`, `--ports` | lists of ports and ranges |
-//! | `-m conntrack --ctstate`, `-m state --state` | the connection's state |
+//! | `-m conntrack --ctstate`, `-m state --state` | the connection's state; `DNAT`, `SNAT`: a nat rule met by a connection's first packet rewrote it (unknown for a later packet) |
+//! | `-m addrtype --dst-type LOCAL`, `--src-type LOCAL` | arriving for the host is to a local address, sent by it is from one (to one: unknown but loopback); forwarded is neither |
 //! | `-m mark --mark`, `-m connmark --mark` | the mark under its mask |
 //! | `-m comment` | always true |
 //! | `-m recent` `--name`, `--set`, `--rcheck`, `--update`, `--remove`, `--rsource`, `--rdest`, `--seconds`, `--mask` of all ones | a named list written and read |
 //! | `MARK`, `CONNMARK` (`--set-xmark`, `--set-mark`, `--and-mark`, `--or-mark`, `--xor-mark`, `--save-mark`, `--restore-mark`) | the marks rewritten |
 //! | `DNAT --to-destination`, `SNAT`, `MASQUERADE` | the destination rewritten; the nat chain ends |
+//! | `REDIRECT --to-ports` | to one of the host's addresses (a test of the destination address: unknown) and port; arriving for the host from then on; the nat chain ends |
+//! | `NETMAP` | in PREROUTING and OUTPUT to an address of its range (a test of the destination address: unknown), else the source; the nat chain ends |
 //! | `NOTRACK`, `CT --notrack` | the packet untracked |
 //!
 //! Anything else (another match, another option, another target that
 //! changes packets) is unknown: a packet that meets it has no known fate.
 
-use super::packet::{CtState, Packet};
+use super::packet::{CtState, Packet, Way};
 use super::target::{target, Action};
 use crate::stale::saved_rules::quoted_words;
 use std::net::IpAddr;
@@ -99,7 +102,16 @@ pub enum Test {
     DestinationPorts(Vec<(u16, u16)>),
     SourcePorts(Vec<(u16, u16)>),
     AnyPorts(Vec<(u16, u16)>),
-    States(Vec<CtState>),
+    /// The states named, and whether `DNAT`, `SNAT` are among them.
+    States {
+        states: Vec<CtState>,
+        dnat: bool,
+        snat: bool,
+    },
+    /// `-m addrtype --dst-type LOCAL` (destination) or `--src-type LOCAL`.
+    Local {
+        destination: bool,
+    },
     Mark(u32, u32),
     Connmark(u32, u32),
     List {
@@ -167,6 +179,31 @@ fn port_ranges(text: &[u8]) -> Option<Vec<(u16, u16)>> {
         .collect()
 }
 
+/// `--ctstate`'s words (`NEW,ESTABLISHED`, `DNAT`); a word not known: unknown.
+fn states(value: &[u8]) -> Test {
+    let (mut states, mut dnat, mut snat) = (Vec::new(), false, false);
+    for word in value.split(|&b| b == b',') {
+        match (word, CtState::named(word)) {
+            (_, Some(state)) => states.push(state),
+            (b"DNAT", None) => dnat = true,
+            (b"SNAT", None) => snat = true,
+            _ => return Test::Unknown,
+        }
+    }
+    Test::States { states, dnat, snat }
+}
+
+/// Any of `tris` true: yes; else any unknown: unknown; else no.
+fn any_of(tris: &[Tri]) -> Tri {
+    if tris.contains(&Tri::Yes) {
+        Tri::Yes
+    } else if tris.contains(&Tri::Unknown) {
+        Tri::Unknown
+    } else {
+        Tri::No
+    }
+}
+
 /// The protocol a `-p` word names, as packets here carry it.
 fn protocol_name(word: &[u8]) -> Vec<u8> {
     let lower = word.to_ascii_lowercase();
@@ -180,7 +217,8 @@ fn protocol_name(word: &[u8]) -> Vec<u8> {
 }
 
 /// The matches whose options this model reads ([`PORT_MATCHES`] aside).
-const MODELLED_MATCHES: [&[u8]; 11] = [
+const MODELLED_MATCHES: [&[u8]; 12] = [
+    b"addrtype",
     b"comment",
     b"conntrack",
     b"state",
@@ -266,11 +304,10 @@ impl Rule {
                     port_ranges(value).map_or(Test::Unknown, Test::SourcePorts)
                 }
                 b"--ports" if module == b"multiport" => port_ranges(value).map_or(Test::Unknown, Test::AnyPorts),
-                b"--ctstate" | b"--state" if matches!(module.as_slice(), b"conntrack" | b"state") => value
-                    .split(|&b| b == b',')
-                    .map(CtState::named)
-                    .collect::<Option<Vec<_>>>()
-                    .map_or(Test::Unknown, Test::States),
+                b"--ctstate" | b"--state" if matches!(module.as_slice(), b"conntrack" | b"state") => states(value),
+                b"--dst-type" | b"--src-type" if module == b"addrtype" && value == b"LOCAL" => Test::Local {
+                    destination: word == b"--dst-type",
+                },
                 b"--mark" if module == b"mark" || module == b"connmark" => match masked(value) {
                     Some((v, m)) if module == b"mark" => Test::Mark(v, m),
                     Some((v, m)) => Test::Connmark(v, m),
@@ -376,6 +413,7 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
     match test {
         Test::Protocol(p) => yes(p.as_slice() == b"all" || p.as_slice() == b"0" || *p == packet.protocol),
         Test::Source(net) => yes(packet.source.is_some_and(|a| net.contains(a))),
+        Test::Destination(_) if packet.destination_unread => Tri::Unknown,
         Test::Destination(net) => yes(packet.destination.is_some_and(|a| net.contains(a))),
         Test::InInterface(name) => yes(interface_is(&packet.in_interface, name)),
         Test::OutInterface(name) => yes(interface_is(&packet.out_interface, name)),
@@ -384,7 +422,30 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
         Test::AnyPorts(r) => {
             yes(with_ports() && (in_ranges(packet.destination_port, r) || in_ranges(packet.source_port, r)))
         }
-        Test::States(states) => yes(states.contains(&packet.state)),
+        Test::States { states, dnat, snat } => {
+            // What a connection's first packet met decides a later one's.
+            let rewritten = |named: bool, rewritten: bool| match (named, packet.state) {
+                (false, _) => Tri::No,
+                (true, CtState::New) => yes(rewritten),
+                (true, _) => Tri::Unknown,
+            };
+            any_of(&[
+                yes(states.contains(&packet.state)),
+                rewritten(*dnat, packet.dnat),
+                rewritten(*snat, packet.snat),
+            ])
+        }
+        Test::Local { destination: true } => match packet.way {
+            Way::Input => Tri::Yes,
+            Way::Forward => Tri::No,
+            Way::Output => match packet.destination {
+                Some(a) if a.is_loopback() => Tri::Yes,
+                _ => Tri::Unknown,
+            },
+        },
+        Test::Local { destination: false } => {
+            yes(packet.way == Way::Output || packet.in_interface.as_deref() == Some(b"lo"))
+        }
         Test::Mark(value, mask) => yes(packet.mark & mask == *value),
         Test::Connmark(value, mask) => yes(packet.connmark & mask == *value),
         Test::Always => Tri::Yes,

@@ -2,7 +2,8 @@
 //! target by its row in the table of effects ([`effects::EFFECTS`]:
 //! accepts, blocks, queues, returns, observes), and for those that change
 //! or translate, the options read here (`MARK`, `CONNMARK`, `DNAT`,
-//! `SNAT`, `MASQUERADE`, `NOTRACK`, `CT --notrack`); any other is unknown.
+//! `REDIRECT`, `NETMAP`, `SNAT`, `MASQUERADE`, `NOTRACK`, `CT --notrack`); any other
+//! is unknown.
 
 use super::packet::Packet;
 use super::rule::{masked, number};
@@ -25,6 +26,12 @@ pub enum Action {
     Marks(Marking),
     /// `DNAT`: the new destination and port, where given; the nat chain ends.
     Dnat(Option<IpAddr>, Option<u16>),
+    /// `REDIRECT`: to one of the host's own addresses, at the port where
+    /// given; the nat chain ends.
+    Redirect(Option<u16>),
+    /// `NETMAP`: the destination (PREROUTING, OUTPUT) or source (else)
+    /// into its range; the nat chain ends.
+    Netmap,
     /// `SNAT`, `MASQUERADE`: no later stage reads the source; the chain ends.
     Snat,
     Untrack,
@@ -71,6 +78,11 @@ pub fn target(name: &[u8], options: &[Vec<u8>]) -> Action {
         Does::Translates => match name {
             b"DNAT" => option(options, b"--to-destination").map_or(Action::Unknown, nat_destination),
             b"SNAT" | b"MASQUERADE" => Action::Snat,
+            b"NETMAP" => Action::Netmap,
+            b"REDIRECT" => match option(options, b"--to-ports") {
+                None => Action::Redirect(None),
+                Some(ports) => first_port(ports).map_or(Action::Unknown, |p| Action::Redirect(Some(p))),
+            },
             _ => Action::Unknown,
         },
         Does::Changes => match name {
@@ -138,6 +150,12 @@ impl Marking {
             None => {}
         }
     }
+}
+
+/// The first port of `9`, `9-10`.
+fn first_port(text: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(text).ok()?;
+    text.split('-').next()?.parse().ok()
 }
 
 /// `DNAT --to-destination`'s `[address][:port[-port]]` (`[v6]:port`),

@@ -108,12 +108,13 @@ fn a_stale_drop_policy_against_a_live_final_drop_opens_nothing() {
 }
 
 #[test]
-fn a_match_not_modelled_makes_a_fate_unknown_never_a_witness() {
+fn a_match_not_modelled_that_only_the_stale_copy_holds_holds_it_undecided_never_a_witness() {
     let stale = "*filter\n-A INPUT -p tcp -m tcp --dport 22 -m limit --limit 5/min -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n";
     let live = "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
     let said = found(stale, live, &["filter"]);
     assert!(
-        matches!(&said[0], Found::CannotTell(rule) if rule.starts_with("`-A INPUT -p tcp -m tcp --dport 22 -m limit")),
+        matches!(&said[0], Found::Undecided(why) if why.starts_with("`-A INPUT -p tcp -m tcp --dport 22 -m limit")
+            && why.contains("decides tcp any → any:22")),
         "{said:?}"
     );
 }
@@ -127,10 +128,10 @@ fn connmark_saved_and_restored_carries_a_mark_to_a_live_drop() {
 }
 
 #[test]
-fn a_recent_mask_not_all_ones_is_unknown() {
+fn a_recent_mask_not_all_ones_is_unknown_and_holds_where_only_the_stale_copy_writes_it() {
     let stale = "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.0 --rsource\nCOMMIT\n";
     let live = "*filter\n-A INPUT -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
-    assert!(matches!(&found(stale, live, &["filter"])[0], Found::CannotTell(rule) if rule.contains("255.255.255.0")));
+    assert!(matches!(&found(stale, live, &["filter"])[0], Found::Undecided(why) if why.contains("255.255.255.0")));
 }
 
 #[test]
@@ -162,4 +163,69 @@ fn a_stale_dnat_from_one_source_into_a_live_drop_on_one_interface_opens() {
     let stale = "*nat\n-A PREROUTING -s 10.0.1.2/32 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
     let live = "*filter\n-A FORWARD -i c0 -m mark --mark 0x1 -j DROP\nCOMMIT\n";
     opens(&found(stale, live, &["nat"])[0]);
+}
+
+#[test]
+fn a_stale_dnat_read_by_a_live_ctstate_dnat_drop_opens() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 3000 -j DNAT --to-destination 10.2.0.2:3001\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -m conntrack --ctstate DNAT -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:3000, forwarded"), "{witness}");
+    assert!(witness.contains("nft filter FORWARD rule 1 DROP"), "{witness}");
+}
+
+#[test]
+fn a_stale_recent_set_on_one_port_read_by_a_live_check_on_another_opens() {
+    let stale = "*filter\n-A INPUT -p udp -m udp --dport 5000 -m recent --set --name SCAN --mask 255.255.255.255 --rsource\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -p tcp -m tcp --dport 22 -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["filter"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:22, arriving"), "{witness}");
+    assert!(
+        witness.contains("sent after udp any → any:5000, arriving for the host by any interface, NEW, whose address the legacy rules put in list SCAN"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_stale_redirect_into_a_live_drop_opens() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:80, arriving"), "{witness}");
+    assert!(
+        witness.contains("REDIRECT --to-ports 8080 then nft filter INPUT rule 1 DROP"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_stale_netmap_before_a_live_drop_on_its_range_holds_it_undecided_and_alone_opens_nothing() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j NETMAP --to 10.9.0.0/24\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -d 10.9.0.1/32 -j DROP\nCOMMIT\n";
+    let said = found(stale, live, &["nat"]);
+    assert!(
+        matches!(&said[0], Found::Undecided(why) if why.starts_with("after `-A PREROUTING -p tcp -m tcp --dport 80 -j NETMAP")),
+        "{said:?}"
+    );
+    assert_eq!(found(stale, "*filter\nCOMMIT\n", &["nat"]), vec![Found::Nothing]);
+}
+
+#[test]
+fn a_match_not_modelled_taken_both_ways_stopping_in_each_is_a_witness() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.5 -j DNAT --to-destination 10.1.0.1:80\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.1.0.2:80\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -d 10.1.0.0/24 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:80, forwarded"), "{witness}");
+    // Taken one way only, it is unknown: never a witness.
+    let one_way = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.5 -j DNAT --to-destination 10.1.0.1:80\nCOMMIT\n";
+    let said = found(one_way, live, &["nat"]);
+    assert!(matches!(&said[0], Found::Undecided(_)), "{said:?}");
+}
+
+#[test]
+fn addrtype_local_is_read_by_the_way_a_packet_takes() {
+    let stale = "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0x1\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -m mark --mark 0x1/0x1 -j DROP\n-A FORWARD -m mark --mark 0x1/0x1 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
+    assert!(witness.starts_with("tcp any → any:8080, arriving"), "{witness}");
 }

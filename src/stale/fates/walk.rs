@@ -10,7 +10,13 @@
 //! table at that hook is not consulted (the kernel's first binding wins).
 //! Security's two priorities (legacy 50, iptables-nft 150) are
 //! taken as one place after filter, and a `DNAT` does not change the way
-//! a packet takes (arriving, forwarded): both are approximations.
+//! a packet takes (arriving, forwarded): both are approximations; a
+//! `REDIRECT` in PREROUTING makes it arrive for the host.
+//!
+//! A rule whose tests the model cannot evaluate but whose target it
+//! knows is taken both ways, matching and not (each such rule again at
+//! each meeting, at most [`LEAVES`] ways in all): where every way ends
+//! alike, that is the fate; else it is unknown at the first such rule.
 
 use super::packet::{CtState, Packet, Way};
 use super::rule::{Rule, Tri};
@@ -67,6 +73,20 @@ impl Copy {
             })
             .collect();
         Copy { backend, tables }
+    }
+
+    /// Each rule's table, chain and text.
+    pub fn rules_held(&self) -> HashSet<(&[u8], &[u8], &[u8])> {
+        self.tables
+            .iter()
+            .flat_map(|(name, table)| {
+                table.chains.iter().flat_map(move |(chain, rules)| {
+                    rules
+                        .iter()
+                        .map(move |r| (name.as_slice(), chain.as_slice(), r.text.as_slice()))
+                })
+            })
+            .collect()
     }
 
     pub fn table(&self, name: &[u8]) -> Option<&ModelTable> {
@@ -158,15 +178,27 @@ fn hooks(way: Way) -> &'static [(&'static [u8], &'static [&'static [u8]])] {
     }
 }
 
+/// The most ways a packet's fate is followed along, each rule not
+/// evaluated taken as matching or not.
+const LEAVES: usize = 16;
+
 /// Walks one table's chains.
 struct Walk<'a> {
     copy: &'a Copy,
+    /// The built-in chain the walk began at.
+    hook: &'a [u8],
     table_name: &'a [u8],
     table: &'a ModelTable,
     steps: &'a mut Vec<Step>,
     /// A nat rule translated the packet: the nat tables after this one at
     /// the same hook are not consulted (the kernel's first binding wins).
     translated: bool,
+    /// How rules not evaluated are taken, in the order met (true: as
+    /// matching); `taken` of them so far.
+    choices: &'a [bool],
+    taken: &'a mut usize,
+    /// A rule not evaluated was met beyond `choices`.
+    out_of_choices: &'a mut bool,
 }
 
 impl Walk<'_> {
@@ -195,12 +227,25 @@ impl Walk<'_> {
             }
             let step = self.step(name, Some(rule), b"");
             if matched == Tri::Unknown {
-                // A rule that may match: unknown, unless it could only go on.
+                // A rule that may match: unknown, unless it could only go on
+                // or the way it is taken is chosen.
                 if rule.action == Action::GoOn && !rule.writes_a_list() {
                     continue;
                 }
-                self.steps.push(step);
-                return Flow::Unknown;
+                let choosable = !rule.writes_a_list() && rule.action != Action::Unknown;
+                match self.choices.get(*self.taken) {
+                    Some(&matching) if choosable => {
+                        *self.taken += 1;
+                        if !matching {
+                            continue;
+                        }
+                    }
+                    _ => {
+                        *self.out_of_choices |= choosable;
+                        self.steps.push(step);
+                        return Flow::Unknown;
+                    }
+                }
             }
             let flow = match &rule.action {
                 Action::GoOn if rule.writes_a_list() => {
@@ -233,12 +278,30 @@ impl Walk<'_> {
                 }
                 Action::Dnat(address, port) => {
                     self.translated = true;
+                    packet.dnat = true;
                     packet.destination = address.or(packet.destination);
                     packet.destination_port = port.or(packet.destination_port);
                     Flow::Accept
                 }
-                Action::Snat => {
+                Action::Redirect(port) => {
                     self.translated = true;
+                    packet.dnat = true;
+                    packet.destination_unread = true;
+                    if packet.way != Way::Output {
+                        packet.way = Way::Input;
+                    }
+                    packet.destination_port = port.or(packet.destination_port);
+                    Flow::Accept
+                }
+                Action::Netmap if matches!(self.hook, b"PREROUTING" | b"OUTPUT") => {
+                    self.translated = true;
+                    packet.dnat = true;
+                    packet.destination_unread = true;
+                    Flow::Accept
+                }
+                Action::Snat | Action::Netmap => {
+                    self.translated = true;
+                    packet.snat = true;
                     Flow::Accept
                 }
             };
@@ -250,11 +313,41 @@ impl Walk<'_> {
 }
 
 /// The fate of `packet` through `copies` (each hook's table of the first,
-/// then of the second, ...).
+/// then of the second, ...), each rule not evaluated taken both ways (see
+/// the module's note).
 pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
+    let (first, chooses) = fate_choosing(copies, packet, &[]);
+    if !chooses {
+        return first;
+    }
+    let mut ways = std::collections::VecDeque::from([vec![true], vec![false]]);
+    let mut ends: Vec<Fate> = Vec::new();
+    while let Some(choices) = ways.pop_front() {
+        let (fate, chooses) = fate_choosing(copies, packet, &choices);
+        if !chooses {
+            ends.push(fate);
+        } else if ends.len() + ways.len() + 2 <= LEAVES {
+            ways.extend([true, false].map(|c| [choices.as_slice(), &[c]].concat()));
+        } else {
+            return first;
+        }
+    }
+    match ends.iter().all(|f| f.end == ends[0].end && f.end != End::Unknown) {
+        true => ends.swap_remove(0),
+        false => first,
+    }
+}
+
+/// The fate of `packet` with the rules not evaluated taken as `choices`
+/// says; and whether one was met beyond them.
+fn fate_choosing(copies: &[&Copy], packet: &Packet, choices: &[bool]) -> (Fate, bool) {
     let mut packet = packet.clone();
     let mut steps = Vec::new();
-    for (hook, tables) in hooks(packet.way) {
+    let (mut taken, mut out_of_choices) = (0, false);
+    let mut way = packet.way;
+    let mut at = 0;
+    while let Some((hook, tables)) = hooks(way).get(at) {
+        at += 1;
         for table_name in *tables {
             if *table_name == b"nat" && packet.state != CtState::New {
                 continue;
@@ -266,10 +359,14 @@ pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
                 }
                 let mut walk = Walk {
                     copy,
+                    hook,
                     table_name,
                     table,
                     steps: &mut steps,
                     translated: false,
+                    choices,
+                    taken: &mut taken,
+                    out_of_choices: &mut out_of_choices,
                 };
                 let end = match walk.chain(hook, &mut packet, 0) {
                     Flow::Accept if walk.translated => break,
@@ -288,13 +385,21 @@ pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
                         }
                     }
                 };
-                return Fate { end, steps, packet };
+                return (Fate { end, steps, packet }, out_of_choices);
             }
         }
+        // A REDIRECT in PREROUTING routes it to the host: the hooks of
+        // arriving after PREROUTING.
+        if packet.way != way {
+            way = packet.way;
+        }
     }
-    Fate {
-        end: End::Passed,
-        steps,
-        packet,
-    }
+    (
+        Fate {
+            end: End::Passed,
+            steps,
+            packet,
+        },
+        out_of_choices,
+    )
 }
