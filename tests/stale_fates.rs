@@ -89,20 +89,27 @@ fn held_by(
     for part in witness {
         assert!(line.contains(part), "`{part}` not in: {line}");
     }
+    // The side-by-side view starts at the stale rule the packet met first.
+    let next = said.lines().skip_while(|l| !l.contains(verdict)).nth(1).unwrap_or_default();
+    assert!(next.trim_start().starts_with("the witness meets first legacy "), "{said}");
     let report = json(&stale(&node, &["--json"]));
-    let opening = report["findings"]
+    let finding = report["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["backend"] == "legacy" && f["family"] == "ipv4")
-        .flat_map(|f| f["tables"].as_array().unwrap().clone())
-        .find(|t| t["table"] == table)
-        .map(|t| t["opening"].as_str().unwrap_or_default().to_string())
-        .unwrap_or_default();
+        .find(|f| f["backend"] == "legacy" && f["family"] == "ipv4")
+        .unwrap()
+        .clone();
+    assert!(finding["packets_tried"].as_u64().unwrap_or_default() > 0, "{finding}");
+    let held = finding["tables"].as_array().unwrap().iter().find(|t| t["table"] == table).unwrap().clone();
+    let opening = held["opening"].as_str().unwrap_or_default();
     assert!(
         opening.starts_with(verdict) && witness.iter().all(|p| opening.contains(p)),
         "--json: {opening}"
     );
+    // A witness's parts, each on its own.
+    let packet = held["witness"]["packet"].as_str().unwrap_or_default();
+    assert_eq!(verdict == OPENS, !packet.is_empty() && line.contains(packet), "{held}");
     let before = node.sh("iptables-legacy-save | grep -c -- '^-A' || true");
     let held = stale(&node, &["--remove"]);
     assert_eq!(held.status.code(), Some(1), "{}{}", stdout(&held), stderr(&held));

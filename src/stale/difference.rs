@@ -1,9 +1,13 @@
 //! Where a held stale chain differs from its live namesake: first, to name
 //! the rule that made a verdict (the chain and position, and the rule
 //! each side holds there, followed into the user chains both jump to);
-//! and whole, rule against rule, for an operator to review.
+//! and whole, rule against rule, for an operator to review, starting at
+//! the rule a witness packet met first.
+
+use super::fates::Place;
 
 use super::saved_rules::{item_chain, targets, SavedTable};
+use super::saved_table::named;
 use std::collections::HashSet;
 
 /// The first position where a stale chain and the live one differ.
@@ -123,6 +127,46 @@ pub(super) fn compared(stale: &SavedTable, live: &SavedTable, items: &[Vec<u8>])
             })
         })
         .collect()
+}
+
+/// The tables of the stale and the live copy, and their backends' names.
+pub(super) type Copies<'a> = (
+    &'a [(Vec<u8>, SavedTable)],
+    &'a [(Vec<u8>, SavedTable)],
+    &'a str,
+    &'a str,
+);
+
+/// The held chains side by side (`compared`), starting at `first`: the
+/// stale rule a witness packet met first, its place said, then its chain
+/// (and the user chains it reaches) where they differ from the live ones,
+/// then the other held chains.
+pub(super) fn witness_first(compared: &[Compared], first: Option<&Place>, copies: Copies) -> Vec<String> {
+    let (stale_tables, live_tables, stale_name, live_name) = copies;
+    let mut out = Vec::new();
+    let mut shown: Vec<Vec<u8>> = Vec::new();
+    let empty = SavedTable::default();
+    let tables = first.and_then(|(table, _, _)| {
+        let stale = named(stale_tables, table)?;
+        Some((stale, named(live_tables, table).unwrap_or(&empty)))
+    });
+    if let (Some((table, chain, rule)), Some((stale, live))) = (first, tables) {
+        let number = stale.chain(chain).iter().position(|r| r == rule).map_or(0, |at| at + 1);
+        out.push(format!(
+            "the witness meets first {stale_name} {} {} rule {number}: {}",
+            String::from_utf8_lossy(table),
+            String::from_utf8_lossy(chain),
+            String::from_utf8_lossy(rule)
+        ));
+        for c in self::compared(stale, live, &[rule.clone()]) {
+            out.extend(c.shown(stale_name, live_name));
+            shown.push(c.chain);
+        }
+    }
+    for c in compared.iter().filter(|c| !shown.contains(&c.chain)) {
+        out.extend(c.shown(stale_name, live_name));
+    }
+    out
 }
 
 impl Compared {

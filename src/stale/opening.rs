@@ -377,31 +377,33 @@ fn kept_live(live: &[(Vec<u8>, SavedTable)]) -> Kept {
         .unwrap_or(Kept::Nothing)
 }
 
-/// Why emptying a stale table is not proven safe, and its held chains
-/// stale against live, rule against rule.
+/// Why emptying a stale table is not proven safe, its held chains stale
+/// against live, rule against rule (from the witness's first stale rule),
+/// and the witness packet where one opens.
 pub struct Opening {
     pub why: String,
     pub side_by_side: Vec<String>,
+    pub witness: Option<fates::Witness>,
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
 /// is not proven safe, or None when the host's backend `live` holds a
-/// twin of every item it holds.
+/// twin of every item it holds; and how many packets the fates tried.
 pub fn openings(
     stale_save: &[u8],
     live: Mode,
     family: Family,
     tables: &[&str],
     private_lock: &Path,
-) -> Result<Vec<Option<Opening>>, String> {
+) -> Result<(Vec<Option<Opening>>, usize), String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let shared = hooks::shared(family, live_save.own.as_deref())?;
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
-    let found = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables);
-    Ok(
+    let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables);
+    Ok((
         unenforced_in(&stale, &live_copy, &no_twin, tables)
             .into_iter()
             .zip(tables)
@@ -417,17 +419,16 @@ pub fn openings(
                     (None, None) => None,
                 };
                 let why = fates::said(found, describe(&held, live, uncounted.as_deref()));
+                let copies = (&stale[..], &live_copy[..], live.other().name(), live.name());
                 why.map(|why| Opening {
                     why,
-                    side_by_side: held
-                        .compared
-                        .iter()
-                        .flat_map(|c| c.shown(live.other().name(), live.name()))
-                        .collect(),
+                    side_by_side: difference::witness_first(&held.compared, found.first_place(), copies),
+                    witness: found.witness().cloned(),
                 })
             })
             .collect(),
-    )
+        tried,
+    ))
 }
 
 /// Items shown at most in one line.

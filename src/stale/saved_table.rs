@@ -49,6 +49,11 @@ pub(super) fn parse(save: &[u8]) -> Vec<(Vec<u8>, SavedTable)> {
         .collect()
 }
 
+/// The table called `name` among `tables`.
+pub(super) fn named<'a>(tables: &'a [(Vec<u8>, SavedTable)], name: &[u8]) -> Option<&'a SavedTable> {
+    tables.iter().find(|(n, _)| n == name).map(|(_, table)| table)
+}
+
 impl SavedTable {
     fn index(&self) -> &HashMap<Vec<u8>, Chain> {
         self.index.get_or_init(|| {

@@ -5,6 +5,7 @@
 //! Everything else read from the kernel is shown through `printable`
 //! (chain names are anyone's).
 
+use super::fates::Witness;
 use super::find::{self, Finding};
 use super::judge;
 use super::look::Look;
@@ -32,15 +33,15 @@ pub fn run(hosts: &[HostBackend], uncertain: Option<&str>, options: &Options, lo
         .map(|(backend, family)| look.of(backend, family).clone())
         .collect();
     let saves = if options.verbose { saves(&findings) } else { Vec::new() };
-    let (opens, side_by_side) = openings(hosts, &findings);
+    let judged = openings(hosts, &findings);
     let out = if options.json {
-        format!("{}\n", json_report(hosts, uncertain, &findings, &saves, &opens, None))
+        format!("{}\n", json_report(hosts, uncertain, &findings, &saves, &judged, None))
     } else {
         let mut out = String::new();
         if let Some(why) = uncertain {
             let _ = writeln!(out, "which backend is stale is not certain: {}", printable(why));
         }
-        out.push_str(&text_with(hosts, &findings, &saves, &opens, &side_by_side));
+        out.push_str(&text_with(hosts, &findings, &saves, &judged));
         out.push_str(&summary(&findings, uncertain.is_some()));
         out
     };
@@ -79,42 +80,77 @@ pub fn saves(findings: &[Finding]) -> Vec<Result<Vec<u8>, String>> {
 /// Empty for the host's own backend.
 type Openings = Vec<Vec<Result<Option<String>, String>>>;
 
-/// Per finding, per table: its held chains stale against live (empty
-/// where it is not held, or where that is unknown).
-type SideBySide = Vec<Vec<Vec<String>>>;
+/// What the judgement says per finding: [`Openings`]; per table its held
+/// chains stale against live (empty where it is not held, or where that
+/// is unknown) and the witness packet of a table held by one; and how
+/// many packets the fates tried (None: not judged).
+#[derive(Default)]
+struct Judged {
+    opens: Openings,
+    side_by_side: Vec<Vec<Vec<String>>>,
+    witnesses: Vec<Vec<Option<Witness>>>,
+    tried: Vec<Option<usize>>,
+}
 
-/// What [`Openings`] says for each finding, and [`SideBySide`].
-fn openings(hosts: &[HostBackend], findings: &[Finding]) -> (Openings, SideBySide) {
-    findings
-        .iter()
-        .map(|f| {
-            let live = host_of(hosts, f.family);
-            if f.backend == live || f.tables().is_empty() {
-                return (Vec::new(), Vec::new());
+/// [`Judged`] for each finding.
+fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Judged {
+    let mut judged = Judged::default();
+    for f in findings {
+        let (opens, side_by_side, witnesses, tried) = judged_one(hosts, f);
+        judged.opens.push(opens);
+        judged.side_by_side.push(side_by_side);
+        judged.witnesses.push(witnesses);
+        judged.tried.push(tried);
+    }
+    judged
+}
+
+/// One finding's part of [`Judged`].
+#[allow(clippy::type_complexity)]
+fn judged_one(
+    hosts: &[HostBackend],
+    f: &Finding,
+) -> (
+    Vec<Result<Option<String>, String>>,
+    Vec<Vec<String>>,
+    Vec<Option<Witness>>,
+    Option<usize>,
+) {
+    let live = host_of(hosts, f.family);
+    if f.backend == live || f.tables().is_empty() {
+        return (Vec::new(), Vec::new(), Vec::new(), None);
+    }
+    let names: Vec<&str> = f.tables().iter().map(|t| t.name).collect();
+    let opens = proof::AnonymousLock::new().and_then(|lock| {
+        save_tool::tables(f.backend, f.family, &names)
+            .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
+    });
+    let (mut said, mut side_by_side, mut witnesses, mut tried) = (Vec::new(), Vec::new(), Vec::new(), None);
+    match opens {
+        Ok((opens, packets)) => {
+            tried = Some(packets);
+            for open in opens {
+                let (why, shown, witness) = match open {
+                    Some(open) => (Some(open.why), open.side_by_side, open.witness),
+                    None => (None, Vec::new(), None),
+                };
+                said.push(Ok(why));
+                side_by_side.push(shown);
+                witnesses.push(witness);
             }
-            let names: Vec<&str> = f.tables().iter().map(|t| t.name).collect();
-            let opens = proof::AnonymousLock::new().and_then(|lock| {
-                save_tool::tables(f.backend, f.family, &names)
-                    .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
-            });
-            let (opens, side_by_side) = match opens {
-                Ok(opens) => opens
-                    .into_iter()
-                    .map(|open| match open {
-                        Some(open) => (Ok(Some(open.why)), open.side_by_side),
-                        None => (Ok(None), Vec::new()),
-                    })
-                    .unzip(),
-                Err(why) => names.iter().map(|_| (Err(why.clone()), Vec::new())).unzip(),
-            };
-            (judge::shown_as_one(opens, &names), side_by_side)
-        })
-        .unzip()
+        }
+        Err(why) => {
+            said = names.iter().map(|_| Err(why.clone())).collect();
+            side_by_side = vec![Vec::new(); names.len()];
+            witnesses = vec![None; names.len()];
+        }
+    }
+    (judge::shown_as_one(said, &names), side_by_side, witnesses, tried)
 }
 
 /// The report in words.
 pub fn text(hosts: &[HostBackend], findings: &[Finding], saves: &[Result<Vec<u8>, String>]) -> String {
-    text_with(hosts, findings, saves, &Vec::new(), &Vec::new())
+    text_with(hosts, findings, saves, &Judged::default())
 }
 
 /// The report in words, with whether removing each stale table is proven
@@ -123,9 +159,9 @@ fn text_with(
     hosts: &[HostBackend],
     findings: &[Finding],
     saves: &[Result<Vec<u8>, String>],
-    opens: &Openings,
-    side_by_side: &SideBySide,
+    judged: &Judged,
 ) -> String {
+    let (opens, side_by_side) = (&judged.opens, &judged.side_by_side);
     let mut out = String::new();
     for host in hosts {
         let _ = writeln!(
@@ -296,7 +332,7 @@ pub fn json(
     saves: &[Result<Vec<u8>, String>],
     removal: Option<String>,
 ) -> String {
-    json_report(hosts, None, findings, saves, &Vec::new(), removal)
+    json_report(hosts, None, findings, saves, &Judged::default(), removal)
 }
 
 /// The report as one JSON object, saying whether the host's backend is
@@ -306,9 +342,10 @@ fn json_report(
     uncertain: Option<&str>,
     findings: &[Finding],
     saves: &[Result<Vec<u8>, String>],
-    opens: &Openings,
+    judged: &Judged,
     removal: Option<String>,
 ) -> String {
+    let opens = &judged.opens;
     let host_lines: Vec<String> = hosts
         .iter()
         .map(|h| {
@@ -336,6 +373,17 @@ fn json_report(
                         Some(Err(why)) => format!(",\"would_open\":null,\"opening\":{}", string(why)),
                         None => String::new(),
                     };
+                    let witness = match judged.witnesses.get(index).and_then(|w| w.get(table_index)) {
+                        Some(Some(w)) => format!(
+                            ",\"witness\":{{\"packet\":{},\"order\":{},\"now\":{},\"after\":{}}}",
+                            string(&w.packet),
+                            w.order.as_deref().map_or("null".into(), string),
+                            string(&w.now),
+                            string(&w.after)
+                        ),
+                        _ if opening.is_empty() => String::new(),
+                        _ => ",\"witness\":null".into(),
+                    };
                     let chains: Vec<String> = t
                         .chains
                         .iter()
@@ -350,7 +398,7 @@ fn json_report(
                         })
                         .collect();
                     format!(
-                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]{opening}}}",
+                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]{opening}{witness}}}",
                         string(t.name),
                         t.rules(),
                         chains.join(",")
@@ -368,7 +416,7 @@ fn json_report(
                 None => "null".into(),
             };
             format!(
-                "{{\"backend\":{},\"family\":{},\"host_backend\":{},\"stale\":{},\"tables\":[{}],\"left_alone\":[{}],\"unknown\":{},\"read_by\":{},\"rules_saved\":{save}}}",
+                "{{\"backend\":{},\"family\":{},\"host_backend\":{},\"stale\":{},\"tables\":[{}],\"left_alone\":[{}],\"unknown\":{},\"read_by\":{},\"rules_saved\":{save},\"packets_tried\":{}}}",
                 string(f.backend.name()),
                 string(f.family.label()),
                 f.backend == host_of(hosts, f.family),
@@ -377,6 +425,7 @@ fn json_report(
                 left.join(","),
                 f.unknown().map_or("null".into(), string),
                 f.read_by.as_deref().map_or("null".into(), string),
+                judged.tried.get(index).copied().flatten().map_or("null".into(), |n| n.to_string()),
             )
         })
         .collect();
@@ -394,7 +443,7 @@ fn json_report(
 /// any were made (none for an invalid setting), and `certain` false.
 pub fn print_json_refusal(hosts: &[HostBackend], refusal: &str, contradicted: &[String]) {
     let contradicted: Vec<String> = contradicted.iter().map(|line| string(line)).collect();
-    let report = json_report(hosts, Some(refusal), &[], &[], &Vec::new(), None);
+    let report = json_report(hosts, Some(refusal), &[], &[], &Judged::default(), None);
     let _ = print_out(&format!(
         "{{\"refused\":{},\"contradicted_by\":[{}],{}\n",
         string(refusal),

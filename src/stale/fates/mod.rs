@@ -36,18 +36,66 @@ use walk::{fate, Copy, End, Fate, Step};
 /// The most packets other packets are sent after (see the module's note).
 const PRIMERS: usize = 16;
 
+/// A rule's table, chain and text as saved.
+pub type Place = (Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// A packet removing a table lets through, each part said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Witness {
+    /// `tcp any → any:8080, arriving for the host by any interface, NEW`,
+    /// and what it is sent after where it meets what another wrote.
+    pub packet: String,
+    /// The copy run first at each hook, where only that order stops it.
+    pub order: Option<String>,
+    /// Its fate through both copies, then the live one alone: how it
+    /// ends, then the rules that changed or decided it.
+    pub now: String,
+    pub after: String,
+    /// The first rule of the stale copy it meets that changed or decided it.
+    pub stale_rule: Option<Place>,
+}
+
+impl std::fmt::Display for Witness {
+    /// `PACKET (now: dropped ...; after: passes ...)`, the order after
+    /// "now" where said.
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let order = self.order.as_ref().map(|o| format!(", {o}")).unwrap_or_default();
+        write!(f, "{} (now{order}: {}; after: {})", self.packet, self.now, self.after)
+    }
+}
+
 /// What the fates say of one stale table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Found {
-    /// A packet removing it lets through, said: its fate now and after.
-    Opens(String),
+    /// A packet removing it lets through.
+    Opens(Witness),
     /// No witness for it, but a rule not modelled that only it holds
-    /// decides a packet that passes after: the rule and the packet, said.
-    Undecided(String),
+    /// decides a packet that passes after: the rule and the packet, said,
+    /// and where the rule is.
+    Undecided(String, Place),
     /// No witness for it, but a rule not modelled decides some packet:
     /// that rule, said.
     CannotTell(String),
     Nothing,
+}
+
+impl Found {
+    /// The witness packet, where one opens.
+    pub fn witness(&self) -> Option<&Witness> {
+        match self {
+            Found::Opens(witness) => Some(witness),
+            _ => None,
+        }
+    }
+
+    /// The stale rule the witness met first, or the rule not modelled.
+    pub fn first_place(&self) -> Option<&Place> {
+        match self {
+            Found::Opens(witness) => witness.stale_rule.as_ref(),
+            Found::Undecided(_, place) => Some(place),
+            _ => None,
+        }
+    }
 }
 
 /// The fate of `packet` sent twice through `copies` (the second meets
@@ -131,6 +179,16 @@ struct Primer {
     now: Vec<ListEntry>,
     after: Vec<ListEntry>,
     said: String,
+    /// The first stale rule it met (the writer, or one before it).
+    place: Option<Place>,
+}
+
+/// The place of the first rule of the `stale_name` copy among `steps`.
+fn first_stale(steps: &[Step], stale_name: &str) -> Option<Place> {
+    steps
+        .iter()
+        .find(|s| s.backend == stale_name && s.rule.is_some())
+        .map(|s| (s.table.clone(), s.chain.clone(), s.text.clone()))
 }
 
 /// The packets the stale copy writes a list entry for that the live copy
@@ -139,7 +197,9 @@ fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
     let mut primers = Vec::new();
     for packet in packets {
         let after = fate(&[live], packet).packet.lists;
-        let mut now = fate(&[stale, live], packet).packet.lists;
+        let stale_first = fate(&[stale, live], packet);
+        let place = first_stale(&stale_first.steps, stale.backend);
+        let mut now = stale_first.packet.lists;
         for entry in fate(&[live, stale], packet).packet.lists {
             if !now.contains(&entry) {
                 now.push(entry);
@@ -156,6 +216,7 @@ fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
                 now,
                 after,
                 said,
+                place,
             });
             if primers.len() == PRIMERS {
                 break;
@@ -167,14 +228,15 @@ fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
 
 /// Per name in `tables`: what the fates say of removing that table of
 /// `stale` (the stale backend's tables, read from its save, as `stale_name`
-/// names it) where `live` (the host's backend's) stays.
+/// names it) where `live` (the host's backend's) stays; and how many
+/// packets were tried.
 pub fn judged(
     stale: &[(Vec<u8>, SavedTable)],
     stale_name: &'static str,
     live: &[(Vec<u8>, SavedTable)],
     live_name: &'static str,
     tables: &[&str],
-) -> Vec<Found> {
+) -> (Vec<Found>, usize) {
     let stale = Copy::read(stale_name, stale);
     let live = Copy::read(live_name, live);
     let live_rules = live.rules_held();
@@ -182,8 +244,9 @@ pub fn judged(
     let primers = primers(&stale, &live, &packets);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
-    let mut undecided: Option<(Vec<u8>, String)> = None;
-    let mut any_witness: Option<String> = None;
+    let mut undecided: Option<(String, Place)> = None;
+    let mut any_witness: Option<Witness> = None;
+    let mut tried = 0;
     let tries = packets.iter().map(|p| (p, None)).chain(
         primers
             .iter()
@@ -199,6 +262,7 @@ pub fn judged(
             Some(_) => continue,
             None => (packet.clone(), packet.clone()),
         };
+        tried += 1;
         let (after, after_again) = twice(&[&live], &after_packet);
         let nows = [
             twice(&[&stale, &live], &now_packet),
@@ -247,27 +311,28 @@ pub fn judged(
                     "{decides} {packet}{primed}, which passes without the {stale_name} copy: {}",
                     said_steps(&after)
                 );
-                undecided = Some((by.table.clone(), said));
+                undecided = Some((said, (by.table.clone(), by.chain.clone(), by.text.clone())));
             }
             continue;
         };
-        let first_at_each_hook = match (nows.iter().all(|n| stopped(&n)), order) {
-            (true, _) => String::new(),
-            (false, 0) => format!(", {stale_name} first at each hook"),
-            (false, _) => format!(", {live_name} first at each hook"),
-        };
-        let witness = format!(
-            "{packet}{}{primed} (now{first_at_each_hook}: {} {}; after: {} {})",
-            if *again {
-                " (a second such packet, meeting what the first wrote)"
-            } else {
-                ""
+        let witness = Witness {
+            packet: format!(
+                "{packet}{}{primed}",
+                if *again {
+                    " (a second such packet, meeting what the first wrote)"
+                } else {
+                    ""
+                },
+            ),
+            order: match (nows.iter().all(|n| stopped(&n)), order) {
+                (true, _) => None,
+                (false, 0) => Some(format!("{stale_name} first at each hook")),
+                (false, _) => Some(format!("{live_name} first at each hook")),
             },
-            end_said(now.end),
-            said_steps(now),
-            end_said(after.end),
-            said_steps(&after)
-        );
+            now: format!("{} {}", end_said(now.end), said_steps(now)),
+            after: format!("{} {}", end_said(after.end), said_steps(&after)),
+            stale_rule: first_stale(&now.steps, stale_name).or_else(|| primer.and_then(|p| p.place.clone())),
+        };
         any_witness.get_or_insert(witness.clone());
         for (name, said) in tables.iter().zip(found.iter_mut()) {
             let by_it = now
@@ -285,10 +350,10 @@ pub fn judged(
             *first = Found::Opens(witness);
         }
     }
-    if let Some((table, said)) = undecided {
-        let at = tables.iter().position(|name| name.as_bytes() == table).unwrap_or(0);
+    if let Some((said, place)) = undecided {
+        let at = tables.iter().position(|name| name.as_bytes() == place.0).unwrap_or(0);
         if let Some(found @ Found::Nothing) = found.get_mut(at) {
-            *found = Found::Undecided(said);
+            *found = Found::Undecided(said, place);
         }
     }
     if let Some(step) = unknown {
@@ -299,7 +364,7 @@ pub fn judged(
             }
         }
     }
-    found
+    (found, tried)
 }
 
 /// What a stale table's verdict says with the fates' `found`: `held`, why
@@ -311,8 +376,8 @@ pub fn said(found: &Found, held: Option<String>) -> Option<String> {
     match (found, held) {
         (Found::Opens(witness), None) => Some(format!("removing it opens: {witness}")),
         (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
-        (Found::Undecided(why), None) => Some(format!("cannot tell: {why}")),
-        (Found::Undecided(why), Some(held)) => Some(format!("cannot tell: {why}; {held}")),
+        (Found::Undecided(why, _), None) => Some(format!("cannot tell: {why}")),
+        (Found::Undecided(why, _), Some(held)) => Some(format!("cannot tell: {why}; {held}")),
         (Found::CannotTell(rule), Some(why)) => Some(format!("cannot tell: {rule} is not modelled; {why}")),
         (_, held) => held,
     }
