@@ -49,7 +49,15 @@ fn router(legacy: &str, nft: &str) -> (Node, Topology) {
 /// `between`: what runs in the router between the removal and the last
 /// probe (a list's entries of the probes before, cleared).
 fn opens(legacy: &str, nft: &str, table: &str, witness: &[&str], flow: Flow, between: &str) {
-    held_by(OPENS, &[], legacy, nft, table, witness, flow, between)
+    held_by(OPENS, Sent::default(), legacy, nft, table, witness, flow, between)
+}
+
+/// How a case's flow is sent: after which flows, and whether by the
+/// router (the host holding the rules) rather than the client.
+#[derive(Default)]
+struct Sent<'a> {
+    after: &'a [Flow],
+    by_the_router: bool,
 }
 
 const OPENS: &str = "removing it opens: ";
@@ -64,7 +72,7 @@ const CANNOT_TELL: &str = "cannot tell: ";
 #[allow(clippy::too_many_arguments)]
 fn held_by(
     verdict: &str,
-    primers: &[Flow],
+    sent: Sent,
     legacy: &str,
     nft: &str,
     table: &str,
@@ -73,11 +81,16 @@ fn held_by(
     between: &str,
 ) {
     let (node, topology) = router(legacy, nft);
+    let from = if sent.by_the_router {
+        &topology.router
+    } else {
+        &topology.client
+    };
     let probe = |flow: Flow| {
-        if !primers.is_empty() {
-            topology.probe(primers, WAIT);
+        if !sent.after.is_empty() {
+            topology.probe(sent.after, WAIT);
         }
-        topology.probe(&[flow], WAIT)[0]
+        topology.probe_from(from, &[flow], WAIT)[0]
     };
     let shown = stale(&node, &[]);
     let said = stdout(&shown);
@@ -240,7 +253,7 @@ fn a_stale_dnat_from_one_source_into_a_live_drop_on_one_interface_holds_with_its
         "nat",
         &[
             "tcp 10.1.0.5 → any:9999",
-            "in by rc",
+            "by rc",
             "DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 1 DROP",
             "after: passes",
         ],
@@ -295,7 +308,10 @@ fn a_stale_recent_list_written_on_one_port_and_read_on_another_holds_with_its_wi
     common::root_or_skip!();
     held_by(
         OPENS,
-        &[flow(false, ROUTER.v4, 53)],
+        Sent {
+            after: &[flow(false, ROUTER.v4, 53)],
+            by_the_router: false,
+        },
         "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.255 --rsource\nCOMMIT\n",
         "*filter\n-A INPUT -p tcp -m tcp --dport 22 -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n",
         "filter",
@@ -319,15 +335,60 @@ fn a_stale_nat_target_not_modelled_holds_as_cannot_tell_naming_its_packet() {
     common::root_or_skip!();
     held_by(
         CANNOT_TELL,
-        &[],
+        Sent::default(),
         "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j NETMAP --to 10.9.0.0/24\nCOMMIT\n",
         "*filter\n-A FORWARD -d 10.9.0.0/24 -j DROP\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
         "nat",
         &[
             "after `-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j NETMAP --to 10.9.0.0/24` (legacy nat PREROUTING rule 1), the model cannot tell what `-A FORWARD -d 10.9.0.0/24 -j DROP` (nft filter FORWARD rule 1) does to tcp any → 10.2.0.2:9999, forwarded",
-            "which passes without the legacy copy",
+            "which without the legacy copy passes",
         ],
         flow(true, SERVER.v4, 9999),
+        "",
+    );
+}
+
+/// Docker's pattern: a stale container's `DNAT` behind `addrtype LOCAL`
+/// sends what arrives for the host on to a server port a live filter
+/// drops when forwarded; removing it lets the host's own :22 answer.
+#[test]
+fn a_stale_docker_dnat_of_the_hosts_port_into_a_forward_drop_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 22 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n",
+        "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 9000 -j DNAT --to-destination 10.2.0.2:9999\nCOMMIT\n*filter\n-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp any → any:22, arriving for the host",
+            "DNAT --to-destination 10.2.0.2:8080 then nft filter FORWARD rule 2 DROP",
+            "after: passes",
+        ],
+        flow(true, ROUTER.v4, 22),
+        "",
+    );
+}
+
+/// A stale OUTPUT `REDIRECT` of what the host sends to a server's :80 to
+/// its own :8080, which a live filter drops arriving: removing it lets the
+/// host reach the server.
+#[test]
+fn a_stale_output_redirect_looped_into_a_live_input_drop_holds_with_its_witness() {
+    common::root_or_skip!();
+    held_by(
+        OPENS,
+        Sent {
+            after: &[],
+            by_the_router: true,
+        },
+        "*nat\n-A OUTPUT -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080\nCOMMIT\n",
+        "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp any → 10.2.0.2:80, sent by the host",
+            "REDIRECT --to-ports 8080 then nft filter INPUT rule 1 DROP",
+            "after: passes",
+        ],
+        flow(true, SERVER.v4, 80),
         "",
     );
 }

@@ -158,7 +158,7 @@ pub(super) fn witness_first(compared: &[Compared], first: Option<&Place>, copies
             String::from_utf8_lossy(chain),
             String::from_utf8_lossy(rule)
         ));
-        for c in self::compared(stale, live, &[rule.clone()]) {
+        for c in self::compared(stale, live, std::slice::from_ref(rule)) {
             out.extend(c.shown(stale_name, live_name));
             shown.push(c.chain);
         }

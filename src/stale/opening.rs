@@ -402,7 +402,8 @@ pub fn openings(
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
-    let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables);
+    let host = fates::Host::read();
+    let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables, &host);
     Ok((
         unenforced_in(&stale, &live_copy, &no_twin, tables)
             .into_iter()

@@ -225,12 +225,18 @@ ip -6 route add default via {prefix6}:1"
     /// within `wait` (a TCP connect and a byte echoed, a UDP datagram
     /// echoed).
     pub fn probe(&self, flows: &[Flow], wait: Duration) -> Vec<bool> {
+        self.probe_from(&self.client, flows, wait)
+    }
+
+    /// [`Topology::probe`], sent by `from` (the router: sent by the host
+    /// holding the rules).
+    pub fn probe_from(&self, from: &Netns, flows: &[Flow], wait: Duration) -> Vec<bool> {
         std::thread::scope(|scope| {
             let probes: Vec<_> = flows
                 .iter()
                 .map(|flow| {
                     scope.spawn(move || {
-                        self.client.enter();
+                        from.enter();
                         flow.answered(wait).is_ok()
                     })
                 })

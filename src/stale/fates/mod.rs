@@ -21,6 +21,7 @@
 //! ([`super::opening`]) still decides what goes.
 
 mod candidates;
+mod host;
 mod packet;
 mod rule;
 mod target;
@@ -30,6 +31,7 @@ mod walk;
 mod tests;
 
 use crate::stale::saved_rules::SavedTable;
+pub use host::Host;
 use packet::{ListEntry, Packet};
 use walk::{fate, Copy, End, Fate, Step};
 
@@ -101,14 +103,14 @@ impl Found {
 /// The fate of `packet` sent twice through `copies` (the second meets
 /// what the first wrote): the first's fate, unless the second's is
 /// stopped or unknown where the first passed; and whether the second's.
-fn twice(copies: &[&Copy], packet: &Packet) -> (Fate, bool) {
-    let first = fate(copies, packet);
+fn twice(copies: &[&Copy], host: &Host, packet: &Packet) -> (Fate, bool) {
+    let first = fate(copies, host, packet);
     if first.end != End::Passed {
         return (first, false);
     }
     let mut again = packet.clone();
     again.lists = first.packet.lists.clone();
-    let mut second = fate(copies, &again);
+    let mut second = fate(copies, host, &again);
     if second.end == End::Passed {
         return (first, false);
     }
@@ -193,14 +195,14 @@ fn first_stale(steps: &[Step], stale_name: &str) -> Option<Place> {
 
 /// The packets the stale copy writes a list entry for that the live copy
 /// alone does not: the first [`PRIMERS`].
-fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
+fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet]) -> Vec<Primer> {
     let mut primers = Vec::new();
     for packet in packets {
-        let after = fate(&[live], packet).packet.lists;
-        let stale_first = fate(&[stale, live], packet);
+        let after = fate(&[live], host, packet).packet.lists;
+        let stale_first = fate(&[stale, live], host, packet);
         let place = first_stale(&stale_first.steps, stale.backend);
         let mut now = stale_first.packet.lists;
-        for entry in fate(&[live, stale], packet).packet.lists {
+        for entry in fate(&[live, stale], host, packet).packet.lists {
             if !now.contains(&entry) {
                 now.push(entry);
             }
@@ -228,20 +230,26 @@ fn primers(stale: &Copy, live: &Copy, packets: &[Packet]) -> Vec<Primer> {
 
 /// Per name in `tables`: what the fates say of removing that table of
 /// `stale` (the stale backend's tables, read from its save, as `stale_name`
-/// names it) where `live` (the host's backend's) stays; and how many
-/// packets were tried.
+/// names it) where `live` (the host's backend's) stays, on `host`; and
+/// how many packets were tried.
 pub fn judged(
     stale: &[(Vec<u8>, SavedTable)],
     stale_name: &'static str,
     live: &[(Vec<u8>, SavedTable)],
     live_name: &'static str,
     tables: &[&str],
+    host: &Host,
 ) -> (Vec<Found>, usize) {
     let stale = Copy::read(stale_name, stale);
     let live = Copy::read(live_name, live);
     let live_rules = live.rules_held();
-    let packets = candidates::candidates(&stale, &live);
-    let primers = primers(&stale, &live, &packets);
+    let mut seen = std::collections::HashSet::new();
+    let packets: Vec<Packet> = candidates::candidates(&stale, &live)
+        .into_iter()
+        .map(|p| p.on_its_way(host))
+        .filter(|p| seen.insert(p.clone()))
+        .collect();
+    let primers = primers(&stale, &live, host, &packets);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
     let mut undecided: Option<(String, Place)> = None;
@@ -263,17 +271,19 @@ pub fn judged(
             None => (packet.clone(), packet.clone()),
         };
         tried += 1;
-        let (after, after_again) = twice(&[&live], &after_packet);
+        let (after, after_again) = twice(&[&live], host, &after_packet);
         let nows = [
-            twice(&[&stale, &live], &now_packet),
-            twice(&[&live, &stale], &now_packet),
+            twice(&[&stale, &live], host, &now_packet),
+            twice(&[&live, &stale], host, &now_packet),
         ];
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
                 unknown = fate.steps.last().cloned();
             }
         }
-        if after.end != End::Passed {
+        // Unknown after too, but for a packet a stale change made other.
+        let otherwise_unknown = |now: &Fate| after.end == End::Unknown && after.packet != now.packet;
+        if after.end != End::Passed && !nows.iter().any(|(n, _)| otherwise_unknown(n)) {
             continue;
         }
         let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
@@ -282,12 +292,12 @@ pub fn judged(
         // packet, that is what is said (it holds in both); where one
         // alone, that order is said.
         let stopped = |(f, _): &&(Fate, bool)| matches!(f.end, End::Dropped | End::Queued);
-        let Some((order, (now, again))) = nows
+        let witnessed = nows
             .iter()
             .enumerate()
-            .filter(|(_, n)| stopped(n))
-            .max_by_key(|(_, (_, again))| *again)
-        else {
+            .filter(|(_, n)| stopped(n) && after.end == End::Passed)
+            .max_by_key(|(_, (_, again))| *again);
+        let Some((order, (now, again))) = witnessed else {
             // Unknown now only for what the stale copy alone holds or did.
             let stale_only = |s: &Step| {
                 s.backend == stale_name
@@ -296,7 +306,7 @@ pub fn judged(
             };
             let by_stale = nows
                 .iter()
-                .filter(|(n, _)| n.end == End::Unknown)
+                .filter(|(n, _)| n.end == End::Unknown && (after.end == End::Passed || otherwise_unknown(n)))
                 .find_map(|(n, _)| Some((n.steps.iter().find(|s| stale_only(s))?, n.steps.last()?)));
             if let (Some((by, last)), None) = (by_stale, &undecided) {
                 let decides = match by == last {
@@ -308,7 +318,11 @@ pub fn judged(
                     ),
                 };
                 let said = format!(
-                    "{decides} {packet}{primed}, which passes without the {stale_name} copy: {}",
+                    "{decides} {packet}{primed}, which without the {stale_name} copy {} {}",
+                    match after.end {
+                        End::Passed => "passes:",
+                        _ => "meets unchanged",
+                    },
                     said_steps(&after)
                 );
                 undecided = Some((said, (by.table.clone(), by.chain.clone(), by.text.clone())));

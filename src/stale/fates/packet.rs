@@ -83,6 +83,9 @@ pub struct Packet {
     /// (`REDIRECT`: one of the host's own; `NETMAP`: one of its range): a
     /// test of its destination address is unknown.
     pub destination_unread: bool,
+    /// Whether its destination is one of the host's addresses (None: not
+    /// known, as after `NETMAP`): what `addrtype --dst-type LOCAL` reads.
+    pub for_the_host: Option<bool>,
     /// The entries of named lists this packet meets (written by an
     /// earlier packet, or by a rule this one met).
     pub lists: Vec<ListEntry>,
@@ -106,8 +109,29 @@ impl Packet {
             dnat: false,
             snat: false,
             destination_unread: false,
+            for_the_host: Some(way == Way::Input),
             lists: Vec::new(),
         }
+    }
+}
+
+impl Packet {
+    /// The packet with its way through the hooks as the host's addresses
+    /// say: arriving for the host where its destination is one of them,
+    /// forwarded where it is not (a packet tried on the other way could
+    /// not be sent); sent by the host to one of them loops back to it.
+    pub fn on_its_way(mut self, host: &super::host::Host) -> Packet {
+        let local = self.destination.and_then(|a| host.is_local(a));
+        match (self.way, local) {
+            (Way::Input | Way::Forward, Some(true)) => self.way = Way::Input,
+            (Way::Input | Way::Forward, Some(false)) => self.way = Way::Forward,
+            _ => {}
+        }
+        self.for_the_host = Some(match self.way {
+            Way::Output => local == Some(true),
+            way => way == Way::Input,
+        });
+        self
     }
 }
 

@@ -10,7 +10,7 @@
 //! | `-m tcp`/`udp`/`sctp`/`udplite` `--dport`, `--sport` | ports and ranges |
 //! | `-m multiport` `--dports`, `--sports`, `--ports` | lists of ports and ranges |
 //! | `-m conntrack --ctstate`, `-m state --state` | the connection's state; `DNAT`, `SNAT`: a nat rule met by a connection's first packet rewrote it (unknown for a later packet) |
-//! | `-m addrtype --dst-type LOCAL`, `--src-type LOCAL` | arriving for the host is to a local address, sent by it is from one (to one: unknown but loopback); forwarded is neither |
+//! | `-m addrtype --dst-type LOCAL`, `--src-type LOCAL` | to one of the host's addresses ([`super::host`]: arriving for it, or sent to itself); from one: sent by it or arriving by `lo` |
 //! | `-m mark --mark`, `-m connmark --mark` | the mark under its mask |
 //! | `-m comment` | always true |
 //! | `-m recent` `--name`, `--set`, `--rcheck`, `--update`, `--remove`, `--rsource`, `--rdest`, `--seconds`, `--mask` of all ones | a named list written and read |
@@ -435,14 +435,7 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
                 rewritten(*snat, packet.snat),
             ])
         }
-        Test::Local { destination: true } => match packet.way {
-            Way::Input => Tri::Yes,
-            Way::Forward => Tri::No,
-            Way::Output => match packet.destination {
-                Some(a) if a.is_loopback() => Tri::Yes,
-                _ => Tri::Unknown,
-            },
-        },
+        Test::Local { destination: true } => packet.for_the_host.map_or(Tri::Unknown, yes),
         Test::Local { destination: false } => {
             yes(packet.way == Way::Output || packet.in_interface.as_deref() == Some(b"lo"))
         }

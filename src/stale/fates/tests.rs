@@ -1,18 +1,28 @@
 //! The fates model over save text: each known way a removal opened a flow, a witness
 //! with the rules that decide it, and the pairs that open nothing.
 
-use super::{judged, Found};
+use super::{judged, Found, Host};
 use crate::stale::saved_table::parse as tables;
 
 fn found(stale: &str, live: &str, names: &[&str]) -> Vec<Found> {
+    found_on(stale, live, names, &Host::unread())
+}
+
+/// [`found`] on a host with the addresses of the packet tests' router.
+fn found_on(stale: &str, live: &str, names: &[&str], host: &Host) -> Vec<Found> {
     judged(
         &tables(stale.as_bytes()),
         "legacy",
         &tables(live.as_bytes()),
         "nft",
         names,
+        host,
     )
     .0
+}
+
+fn router() -> Host {
+    Host::with(&["10.1.0.1", "10.2.0.1"])
 }
 
 fn opens(found: &Found) -> String {
@@ -25,7 +35,7 @@ fn opens(found: &Found) -> String {
 #[test]
 fn a_stale_nat_mark_read_by_a_live_drop_opens() {
     let stale = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x8000/0x8000\nCOMMIT\n";
-    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m mark --mark 0x8000/0x8000 -j DROP\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m mark --mark 0x8000/0x8000 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
     let said = found(stale, live, &["nat"]);
     let witness = opens(&said[0]);
     assert!(
@@ -162,7 +172,7 @@ fn a_stale_dnat_from_one_source_into_a_live_drop_on_one_interface_opens() {
     assert!(witness.contains("c0"), "{witness}");
     // A stale nat MARK from one source read by a live drop on one interface.
     let stale = "*nat\n-A PREROUTING -s 10.0.1.2/32 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
-    let live = "*filter\n-A FORWARD -i c0 -m mark --mark 0x1 -j DROP\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -i c0 -m mark --mark 0x1 -j DROP\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
     opens(&found(stale, live, &["nat"])[0]);
 }
 
@@ -226,7 +236,52 @@ fn a_match_not_modelled_taken_both_ways_stopping_in_each_is_a_witness() {
 #[test]
 fn addrtype_local_is_read_by_the_way_a_packet_takes() {
     let stale = "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0x1\nCOMMIT\n";
-    let live = "*filter\n-A INPUT -m mark --mark 0x1/0x1 -j DROP\n-A FORWARD -m mark --mark 0x1/0x1 -j DROP\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -m mark --mark 0x1/0x1 -j DROP\n-A FORWARD -m mark --mark 0x1/0x1 -j DROP\n-A INPUT -m state --state INVALID -j DROP\nCOMMIT\n";
     let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
     assert!(witness.starts_with("tcp any → any:8080, arriving"), "{witness}");
+}
+
+#[test]
+fn a_nat_table_no_rule_keeps_conntrack_on_for_is_never_met() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -m mark --mark 0x1 -j DROP\nCOMMIT\n";
+    assert_eq!(found(stale, live, &["nat"]), vec![Found::Nothing]);
+}
+
+#[test]
+fn a_dnat_of_what_arrives_for_the_host_is_forwarded_on() {
+    let stale = "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(witness.starts_with("tcp any → any:80, arriving for the host"), "{witness}");
+    assert!(witness.contains("then nft filter FORWARD rule 1 DROP"), "{witness}");
+    // And what is forwarded, DNATed to the host, arrives for it.
+    let stale = "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -m addrtype ! --dst-type LOCAL -j DNAT --to-destination 10.1.0.1:8080\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(witness.starts_with("tcp any → 10.2.0.2:80, forwarded"), "{witness}");
+}
+
+#[test]
+fn what_the_host_sends_itself_loops_back_to_input() {
+    let stale = "*nat\n-A OUTPUT -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080\nCOMMIT\n";
+    let live = "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(witness.starts_with("tcp any → 10.2.0.2:80, sent by the host"), "{witness}");
+    // An `-i lo` accept before it lets it in.
+    let live = "*filter\n-A INPUT -i lo -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let said = found_on(stale, live, &["nat"], &router());
+    assert_eq!(said, vec![Found::Nothing]);
+}
+
+#[test]
+fn a_live_rule_not_modelled_meeting_what_a_stale_dnat_rewrote_holds_it_undecided() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -p tcp -m u32 --u32 \"0x0>>0x16&0x3c@0x0&0xffff=0x1f90\" -j DROP\nCOMMIT\n";
+    let said = found_on(stale, live, &["nat"], &router());
+    assert!(
+        matches!(&said[0], Found::Undecided(why, _) if why.starts_with("after `-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT")
+            && why.contains("the model cannot tell what `-A FORWARD -p tcp -m u32")),
+        "{said:?}"
+    );
 }

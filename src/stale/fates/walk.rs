@@ -18,10 +18,13 @@
 //! each meeting, at most [`LEAVES`] ways in all): where every way ends
 //! alike, that is the fate; else it is unknown at the first such rule.
 
+use super::host::Host;
 use super::packet::{CtState, Packet, Way};
 use super::rule::{Rule, Tri};
 use super::target::Action;
-use crate::stale::saved_rules::SavedTable;
+use crate::mode::Mode;
+use crate::stale::effects::Kept;
+use crate::stale::saved_rules::{surely_keeps, SavedTable};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
@@ -39,12 +42,16 @@ pub struct ModelTable {
 pub struct Copy {
     pub backend: &'static str,
     pub tables: Vec<(Vec<u8>, ModelTable)>,
+    /// Whether it keeps connection tracking on (a rule whose row in the
+    /// table of effects says so, or an iptables-nft nat table, whose base
+    /// chains may): without it no packet meets a nat table.
+    tracks: bool,
 }
 
 impl Copy {
     /// Reads each rule of `tables` once.
-    pub fn read(backend: &'static str, tables: &[(Vec<u8>, SavedTable)]) -> Copy {
-        let tables = tables
+    pub fn read(backend: &'static str, saved_tables: &[(Vec<u8>, SavedTable)]) -> Copy {
+        let tables: Vec<(Vec<u8>, ModelTable)> = saved_tables
             .iter()
             .map(|(name, saved)| {
                 let mut table = ModelTable::default();
@@ -72,7 +79,11 @@ impl Copy {
                 (name.clone(), table)
             })
             .collect();
-        Copy { backend, tables }
+        let nat_chains_track = backend == Mode::Nft.name() && tables.iter().any(|(name, _)| name == b"nat");
+        let tracks = nat_chains_track || saved_tables.iter().any(|(_, table)| {
+            table.rules.iter().any(|(_, rule)| surely_keeps(rule, table) == Kept::Conntrack)
+        });
+        Copy { backend, tables, tracks }
     }
 
     /// Each rule's table, chain and text.
@@ -167,8 +178,18 @@ enum Flow {
 /// Calls deeper than this (iptables refuses loops) end as unknown.
 const DEPTH: usize = 64;
 
+/// A hook and its tables in order.
+type Hook = (&'static [u8], &'static [&'static [u8]]);
+
+/// What a packet the host sends to itself meets after POSTROUTING, in by
+/// `lo` (its nat binding made in OUTPUT).
+const LOOPED: [Hook; 2] = [
+    (b"PREROUTING", &[b"raw", b"mangle"]),
+    (b"INPUT", &[b"mangle", b"filter", b"security"]),
+];
+
 /// The hooks a packet meets on `way`, each with its tables in order.
-fn hooks(way: Way) -> &'static [(&'static [u8], &'static [&'static [u8]])] {
+fn hooks(way: Way) -> &'static [Hook] {
     const PRE: (&[u8], &[&[u8]]) = (b"PREROUTING", &[b"raw", b"mangle", b"nat"]);
     const POST: (&[u8], &[&[u8]]) = (b"POSTROUTING", &[b"mangle", b"nat"]);
     match way {
@@ -185,6 +206,7 @@ const LEAVES: usize = 16;
 /// Walks one table's chains.
 struct Walk<'a> {
     copy: &'a Copy,
+    host: &'a Host,
     /// The built-in chain the walk began at.
     hook: &'a [u8],
     table_name: &'a [u8],
@@ -279,6 +301,14 @@ impl Walk<'_> {
                 Action::Dnat(address, port) => {
                     self.translated = true;
                     packet.dnat = true;
+                    // Routed by its new destination, where the host's
+                    // addresses are read.
+                    if let Some(local) = address.and_then(|a| self.host.is_local(a)) {
+                        packet.for_the_host = Some(local);
+                        if packet.way != Way::Output {
+                            packet.way = if local { Way::Input } else { Way::Forward };
+                        }
+                    }
                     packet.destination = address.or(packet.destination);
                     packet.destination_port = port.or(packet.destination_port);
                     Flow::Accept
@@ -287,6 +317,7 @@ impl Walk<'_> {
                     self.translated = true;
                     packet.dnat = true;
                     packet.destination_unread = true;
+                    packet.for_the_host = Some(true);
                     if packet.way != Way::Output {
                         packet.way = Way::Input;
                     }
@@ -297,6 +328,7 @@ impl Walk<'_> {
                     self.translated = true;
                     packet.dnat = true;
                     packet.destination_unread = true;
+                    packet.for_the_host = None;
                     Flow::Accept
                 }
                 Action::Snat | Action::Netmap => {
@@ -315,15 +347,15 @@ impl Walk<'_> {
 /// The fate of `packet` through `copies` (each hook's table of the first,
 /// then of the second, ...), each rule not evaluated taken both ways (see
 /// the module's note).
-pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
-    let (first, chooses) = fate_choosing(copies, packet, &[]);
+pub fn fate(copies: &[&Copy], host: &Host, packet: &Packet) -> Fate {
+    let (first, chooses) = fate_choosing(copies, host, packet, &[]);
     if !chooses {
         return first;
     }
     let mut ways = std::collections::VecDeque::from([vec![true], vec![false]]);
     let mut ends: Vec<Fate> = Vec::new();
     while let Some(choices) = ways.pop_front() {
-        let (fate, chooses) = fate_choosing(copies, packet, &choices);
+        let (fate, chooses) = fate_choosing(copies, host, packet, &choices);
         if !chooses {
             ends.push(fate);
         } else if ends.len() + ways.len() + 2 <= LEAVES {
@@ -340,16 +372,19 @@ pub fn fate(copies: &[&Copy], packet: &Packet) -> Fate {
 
 /// The fate of `packet` with the rules not evaluated taken as `choices`
 /// says; and whether one was met beyond them.
-fn fate_choosing(copies: &[&Copy], packet: &Packet, choices: &[bool]) -> (Fate, bool) {
+fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool]) -> (Fate, bool) {
     let mut packet = packet.clone();
     let mut steps = Vec::new();
     let (mut taken, mut out_of_choices) = (0, false);
-    let mut way = packet.way;
+    let tracked = copies.iter().any(|c| c.tracks);
+    let mut plan: Vec<Hook> = hooks(packet.way).to_vec();
     let mut at = 0;
-    while let Some((hook, tables)) = hooks(way).get(at) {
+    while let Some(&(hook, tables)) = plan.get(at) {
+        let hook = &hook;
         at += 1;
-        for table_name in *tables {
-            if *table_name == b"nat" && packet.state != CtState::New {
+        let way = packet.way;
+        for table_name in tables {
+            if *table_name == b"nat" && (packet.state != CtState::New || !tracked) {
                 continue;
             }
             for copy in copies {
@@ -359,6 +394,7 @@ fn fate_choosing(copies: &[&Copy], packet: &Packet, choices: &[bool]) -> (Fate, 
                 }
                 let mut walk = Walk {
                     copy,
+                    host,
                     hook,
                     table_name,
                     table,
@@ -388,10 +424,14 @@ fn fate_choosing(copies: &[&Copy], packet: &Packet, choices: &[bool]) -> (Fate, 
                 return (Fate { end, steps, packet }, out_of_choices);
             }
         }
-        // A REDIRECT in PREROUTING routes it to the host: the hooks of
-        // arriving after PREROUTING.
+        // Routed after PREROUTING by where a nat rule sent it; sent to
+        // the host itself, back in by lo after POSTROUTING.
         if packet.way != way {
-            way = packet.way;
+            plan = hooks(packet.way).to_vec();
+        }
+        if *hook == b"POSTROUTING" && packet.way == Way::Output && packet.for_the_host == Some(true) {
+            packet.in_interface = Some(b"lo".to_vec());
+            plan.extend(LOOPED);
         }
     }
     (
