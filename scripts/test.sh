@@ -86,11 +86,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
 # timed NAME COMMAND...: runs COMMAND and records how long it took.
+# Each step's time is printed as it ends (a run that fails still tells
+# how long the steps before took), and all of them at the end.
 timed() {
-    local name="$1" start=$SECONDS
+    local name="$1" start=$SECONDS status=0
     shift
-    "$@"
+    "$@" || status=$?
+    echo "test.sh: $name: $((SECONDS - start))s$([[ $status == 0 ]] || echo ", failed (exit $status)")" >&2
     TIMES+=("$name $((SECONDS - start))s")
+    return "$status"
 }
 
 if [[ "${1:-}" == --quick ]]; then

@@ -240,9 +240,14 @@ fn show_reads_only_and_its_exit_codes_say_what_is_stale() {
         serde_json::json!([{"table": "filter", "rules": 0, "chains": [
             {"chain": "FORWARD", "builtin": true, "policy": "DROP", "rules": 0}],
             "would_open": true,
-            "opening": "removing it opens: tcp any → any:any, forwarded in by any interface, out by any interface, NEW (now: dropped legacy filter FORWARD policy DROP; after: passes (no rule meets it)); removing it may open the host (nft holds no `:FORWARD DROP`, which blocks): 1 item that nft holds no twin of (principle of the first: a policy other than ACCEPT needs the same policy, its chain reaching it the same way): :FORWARD DROP"}]),
+            "opening": "removing it opens: tcp any → any:any, forwarded in by any interface, out by any interface, NEW (now: dropped legacy filter FORWARD policy DROP; after: passes (no rule meets it)); removing it may open the host (nft holds no `:FORWARD DROP`, which blocks): 1 item that nft holds no twin of (principle of the first: a policy other than ACCEPT needs the same policy, its chain reaching it the same way): :FORWARD DROP",
+            "witness": {"packet": "tcp any → any:any, forwarded in by any interface, out by any interface, NEW",
+                "order": null, "now": "dropped legacy filter FORWARD policy DROP", "after": "passes (no rule meets it)"}}]),
         "{report}"
     );
+    // The packets tried, counted: one naming nothing on each way, and
+    // those the differences between the copies name.
+    assert_eq!(report["findings"][0]["packets_tried"], 4, "{report}");
     // The field report's state, shown per family, table and chain.
     let node = upgraded_node("show2");
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");

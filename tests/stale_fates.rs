@@ -103,8 +103,15 @@ fn held_by(
         assert!(line.contains(part), "`{part}` not in: {line}");
     }
     // The side-by-side view starts at the stale rule the packet met first.
-    let next = said.lines().skip_while(|l| !l.contains(verdict)).nth(1).unwrap_or_default();
-    assert!(next.trim_start().starts_with("the witness meets first legacy "), "{said}");
+    let next = said
+        .lines()
+        .skip_while(|l| !l.contains(verdict))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        next.trim_start().starts_with("the witness meets first legacy "),
+        "{said}"
+    );
     let report = json(&stale(&node, &["--json"]));
     let finding = report["findings"]
         .as_array()
@@ -114,7 +121,13 @@ fn held_by(
         .unwrap()
         .clone();
     assert!(finding["packets_tried"].as_u64().unwrap_or_default() > 0, "{finding}");
-    let held = finding["tables"].as_array().unwrap().iter().find(|t| t["table"] == table).unwrap().clone();
+    let held = finding["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == table)
+        .unwrap()
+        .clone();
     let opening = held["opening"].as_str().unwrap_or_default();
     assert!(
         opening.starts_with(verdict) && witness.iter().all(|p| opening.contains(p)),
@@ -389,6 +402,26 @@ fn a_stale_output_redirect_looped_into_a_live_input_drop_holds_with_its_witness(
             "after: passes",
         ],
         flow(true, SERVER.v4, 80),
+        "",
+    );
+}
+
+/// A stale `MASQUERADE` whose connections' replies a live filter drops
+/// (`--ctstate SNAT`): the client's connections to the server fail now,
+/// and pass without the stale copy.
+#[test]
+fn a_reply_a_live_filter_drops_for_a_stale_masquerade_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A POSTROUTING -o rs -j MASQUERADE\nCOMMIT\n",
+        "*filter\n-A FORWARD -m conntrack --ctstate SNAT -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "the reply to tcp any → any:any, forwarded in by any interface, out by rs",
+            "now: dropped legacy nat POSTROUTING rule 1 MASQUERADE then nft filter FORWARD rule 1 DROP",
+            "after: passes",
+        ],
+        flow(true, SERVER.v4, 22),
         "",
     );
 }

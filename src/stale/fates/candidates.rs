@@ -6,7 +6,9 @@
 //! packet of a stale rule again with what a live rule that stops packets
 //! names (its interfaces, addresses, ports) where the stale rule names
 //! nothing, at most [`BLOCKS_MERGED`] such rules a packet: a stale rule's
-//! packet (`-s A`) rewritten into a live block's (`-i eth0`). At most
+//! packet (`-s A`) rewritten into a live block's (`-i eth0`); and again
+//! with what the block names of a reply (`-i eth1 --sport 8080`) named of
+//! the packet it answers (`-o eth1 --dport 8080`). At most
 //! [`CANDIDATES`] packets: a family's rules are read once, never each
 //! against each.
 
@@ -84,6 +86,25 @@ fn merged(packet: &Packet, block: &Rule) -> Packet {
     merged
 }
 
+/// `rule` with what it names of a packet's source named of its
+/// destination and the other way round: a block of replies read as what
+/// names the packets they answer.
+fn reversed(rule: &Rule) -> Rule {
+    let mut reversed = rule.clone();
+    for cond in &mut reversed.conds {
+        cond.test = match std::mem::replace(&mut cond.test, Test::Always) {
+            Test::Source(net) => Test::Destination(net),
+            Test::Destination(net) => Test::Source(net),
+            Test::InInterface(name) => Test::OutInterface(name),
+            Test::OutInterface(name) => Test::InInterface(name),
+            Test::SourcePorts(r) => Test::DestinationPorts(r),
+            Test::DestinationPorts(r) => Test::SourcePorts(r),
+            other => other,
+        };
+    }
+    reversed
+}
+
 /// An interface `-i`/`-o`'s name matches (`eth+`: `eth0`).
 fn interface(pattern: &[u8]) -> Vec<u8> {
     match pattern.strip_suffix(b"+") {
@@ -148,6 +169,7 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
                     if from_stale {
                         for block in &blocks {
                             add(merged(&packet, block), &mut packets);
+                            add(merged(&packet, &reversed(block)), &mut packets);
                         }
                     }
                     add(packet, &mut packets);

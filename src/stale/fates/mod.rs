@@ -260,6 +260,11 @@ pub fn judged(
             .iter()
             .flat_map(|primer| packets.iter().map(move |p| (p, Some(primer)))),
     );
+    // Each packet tried, and where it passes both now and after, its
+    // reply: what is said of it, and its fates now (each order) and after.
+    // (and the first stale rule of the packet it was sent after).
+    #[allow(clippy::type_complexity)]
+    let mut trials: Vec<(String, [(Fate, bool); 2], (Fate, bool), Option<Place>)> = Vec::new();
     for (packet, primer) in tries {
         let with_lists = |lists: &[ListEntry]| Packet {
             lists: lists.to_vec(),
@@ -271,11 +276,43 @@ pub fn judged(
             None => (packet.clone(), packet.clone()),
         };
         tried += 1;
-        let (after, after_again) = twice(&[&live], host, &after_packet);
+        let after = twice(&[&live], host, &after_packet);
         let nows = [
             twice(&[&stale, &live], host, &now_packet),
             twice(&[&live, &stale], host, &now_packet),
         ];
+        let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
+        let passed = |(f, _): &(Fate, bool)| f.end == End::Passed;
+        let replies = match (primer, nows.iter().all(passed) && passed(&after)) {
+            (None, true) => nows
+                .iter()
+                .chain([&after])
+                .map(|(f, _)| f.packet.reply_to(&now_packet))
+                .collect::<Option<Vec<Packet>>>(),
+            _ => None,
+        };
+        if let Some(replies) = replies {
+            // What the first packet met, then what met its reply.
+            let answered = |copies: &[&Copy], first: &Fate, reply: &Packet| {
+                let mut fate = fate(copies, host, reply);
+                fate.steps.splice(0..0, first.steps.iter().cloned());
+                (fate, false)
+            };
+            trials.push((
+                format!("the reply to {packet}"),
+                [
+                    answered(&[&stale, &live], &nows[0].0, &replies[0]),
+                    answered(&[&live, &stale], &nows[1].0, &replies[1]),
+                ],
+                answered(&[&live], &after.0, &replies[2]),
+                None,
+            ));
+        }
+        let place = primer.and_then(|p| p.place.clone());
+        trials.push((format!("{packet}{primed}"), nows, after, place));
+    }
+    for (said_packet, nows, (after, after_again), primed_place) in &trials {
+        let after_again = *after_again;
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
                 unknown = fate.steps.last().cloned();
@@ -286,7 +323,6 @@ pub fn judged(
         if after.end != End::Passed && !nows.iter().any(|(n, _)| otherwise_unknown(n)) {
             continue;
         }
-        let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
         // Which copy the kernel runs first is not read: stopped in either
         // order counts. Where both stop it, and one only a second such
         // packet, that is what is said (it holds in both); where one
@@ -318,12 +354,12 @@ pub fn judged(
                     ),
                 };
                 let said = format!(
-                    "{decides} {packet}{primed}, which without the {stale_name} copy {} {}",
+                    "{decides} {said_packet}, which without the {stale_name} copy {} {}",
                     match after.end {
                         End::Passed => "passes:",
                         _ => "meets unchanged",
                     },
-                    said_steps(&after)
+                    said_steps(after)
                 );
                 undecided = Some((said, (by.table.clone(), by.chain.clone(), by.text.clone())));
             }
@@ -331,7 +367,7 @@ pub fn judged(
         };
         let witness = Witness {
             packet: format!(
-                "{packet}{}{primed}",
+                "{said_packet}{}",
                 if *again {
                     " (a second such packet, meeting what the first wrote)"
                 } else {
@@ -344,8 +380,8 @@ pub fn judged(
                 (false, _) => Some(format!("{live_name} first at each hook")),
             },
             now: format!("{} {}", end_said(now.end), said_steps(now)),
-            after: format!("{} {}", end_said(after.end), said_steps(&after)),
-            stale_rule: first_stale(&now.steps, stale_name).or_else(|| primer.and_then(|p| p.place.clone())),
+            after: format!("{} {}", end_said(after.end), said_steps(after)),
+            stale_rule: first_stale(&now.steps, stale_name).or_else(|| primed_place.clone()),
         };
         any_witness.get_or_insert(witness.clone());
         for (name, said) in tables.iter().zip(found.iter_mut()) {

@@ -86,6 +86,9 @@ pub struct Packet {
     /// Whether its destination is one of the host's addresses (None: not
     /// known, as after `NETMAP`): what `addrtype --dst-type LOCAL` reads.
     pub for_the_host: Option<bool>,
+    /// A reply: a later packet of a connection whose first packet's way
+    /// (its nat, its connection's mark) is known.
+    pub reply: bool,
     /// The entries of named lists this packet meets (written by an
     /// earlier packet, or by a rule this one met).
     pub lists: Vec<ListEntry>,
@@ -110,6 +113,7 @@ impl Packet {
             snat: false,
             destination_unread: false,
             for_the_host: Some(way == Way::Input),
+            reply: false,
             lists: Vec::new(),
         }
     }
@@ -132,6 +136,44 @@ impl Packet {
             way => way == Way::Input,
         });
         self
+    }
+}
+
+impl Packet {
+    /// The reply to `sent` (a connection's first packet), this being
+    /// `sent` as it left: from where it went (its destination as a nat
+    /// rule rewrote it) back to its source, ports and interfaces swapped,
+    /// ESTABLISHED, with its connection's mark, nat and lists; no mark of
+    /// its own. None where it went to an address not read, or `sent` is
+    /// no first packet.
+    pub fn reply_to(&self, sent: &Packet) -> Option<Packet> {
+        if self.destination_unread || sent.state != CtState::New || self.state != CtState::New {
+            return None;
+        }
+        let way = match self.way {
+            Way::Input => Way::Output,
+            Way::Output => Way::Input,
+            Way::Forward => Way::Forward,
+        };
+        Some(Packet {
+            way,
+            protocol: self.protocol.clone(),
+            source: self.destination,
+            destination: sent.source,
+            source_port: self.destination_port,
+            destination_port: sent.source_port,
+            in_interface: self.out_interface.clone(),
+            out_interface: sent.in_interface.clone(),
+            state: CtState::Established,
+            mark: 0,
+            connmark: self.connmark,
+            dnat: self.dnat,
+            snat: self.snat,
+            destination_unread: false,
+            for_the_host: Some(way == Way::Input),
+            reply: true,
+            lists: self.lists.clone(),
+        })
     }
 }
 

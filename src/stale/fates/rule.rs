@@ -9,7 +9,7 @@
 //! | `-p`, `-s`, `-d`, `-i`, `-o` (each with `!`) | the packet's protocol, addresses, interfaces |
 //! | `-m tcp`/`udp`/`sctp`/`udplite` `--dport`, `--sport` | ports and ranges |
 //! | `-m multiport` `--dports`, `--sports`, `--ports` | lists of ports and ranges |
-//! | `-m conntrack --ctstate`, `-m state --state` | the connection's state; `DNAT`, `SNAT`: a nat rule met by a connection's first packet rewrote it (unknown for a later packet) |
+//! | `-m conntrack --ctstate`, `-m state --state` | the connection's state; `DNAT`, `SNAT`: a nat rule met by a connection's first packet rewrote it (known for it and its reply, unknown for another later packet) |
 //! | `-m addrtype --dst-type LOCAL`, `--src-type LOCAL` | to one of the host's addresses ([`super::host`]: arriving for it, or sent to itself); from one: sent by it or arriving by `lo` |
 //! | `-m mark --mark`, `-m connmark --mark` | the mark under its mask |
 //! | `-m comment` | always true |
@@ -427,6 +427,7 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
             let rewritten = |named: bool, rewritten: bool| match (named, packet.state) {
                 (false, _) => Tri::No,
                 (true, CtState::New) => yes(rewritten),
+                (true, _) if packet.reply => yes(rewritten),
                 (true, _) => Tri::Unknown,
             };
             any_of(&[

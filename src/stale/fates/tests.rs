@@ -226,7 +226,10 @@ fn a_match_not_modelled_taken_both_ways_stopping_in_each_is_a_witness() {
     let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.5 -j DNAT --to-destination 10.1.0.1:80\n-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.1.0.2:80\nCOMMIT\n";
     let live = "*filter\n-A FORWARD -d 10.1.0.0/24 -j DROP\nCOMMIT\n";
     let witness = opens(&found(stale, live, &["nat"])[0]).to_string();
-    assert!(witness.starts_with("tcp any → any:80, forwarded"), "{witness}");
+    assert!(
+        witness.contains(" → any:80, forwarded") && witness.contains("then nft filter FORWARD rule 1 DROP"),
+        "{witness}"
+    );
     // Taken one way only, it is unknown: never a witness.
     let one_way = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -m statistic --mode random --probability 0.5 -j DNAT --to-destination 10.1.0.1:80\nCOMMIT\n";
     let said = found(one_way, live, &["nat"]);
@@ -253,7 +256,10 @@ fn a_dnat_of_what_arrives_for_the_host_is_forwarded_on() {
     let stale = "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n-A DOCKER -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
     let live = "*filter\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
     let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
-    assert!(witness.starts_with("tcp any → any:80, arriving for the host"), "{witness}");
+    assert!(
+        witness.starts_with("tcp any → any:80, arriving for the host"),
+        "{witness}"
+    );
     assert!(witness.contains("then nft filter FORWARD rule 1 DROP"), "{witness}");
     // And what is forwarded, DNATed to the host, arrives for it.
     let stale = "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -m addrtype ! --dst-type LOCAL -j DNAT --to-destination 10.1.0.1:8080\nCOMMIT\n";
@@ -267,7 +273,10 @@ fn what_the_host_sends_itself_loops_back_to_input() {
     let stale = "*nat\n-A OUTPUT -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080\nCOMMIT\n";
     let live = "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
     let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
-    assert!(witness.starts_with("tcp any → 10.2.0.2:80, sent by the host"), "{witness}");
+    assert!(
+        witness.starts_with("tcp any → 10.2.0.2:80, sent by the host"),
+        "{witness}"
+    );
     // An `-i lo` accept before it lets it in.
     let live = "*filter\n-A INPUT -i lo -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
     let said = found_on(stale, live, &["nat"], &router());
@@ -283,5 +292,27 @@ fn a_live_rule_not_modelled_meeting_what_a_stale_dnat_rewrote_holds_it_undecided
         matches!(&said[0], Found::Undecided(why, _) if why.starts_with("after `-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT")
             && why.contains("the model cannot tell what `-A FORWARD -p tcp -m u32")),
         "{said:?}"
+    );
+}
+
+#[test]
+fn a_reply_a_live_rule_drops_for_what_a_stale_nat_rule_did_opens() {
+    // The reply of what a stale MASQUERADE translated, dropped live.
+    let stale = "*nat\n-A POSTROUTING -o rs -j MASQUERADE\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -m conntrack --ctstate SNAT -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to tcp any → any:any, forwarded"),
+        "{witness}"
+    );
+    assert!(witness.contains("out by rs"), "{witness}");
+    // The reply from the port a stale DNAT sent to, dropped live.
+    let stale =
+        "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -i rs -p tcp -m tcp --sport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to tcp any → 10.2.0.2:80, forwarded"),
+        "{witness}"
     );
 }

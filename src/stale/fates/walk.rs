@@ -80,10 +80,18 @@ impl Copy {
             })
             .collect();
         let nat_chains_track = backend == Mode::Nft.name() && tables.iter().any(|(name, _)| name == b"nat");
-        let tracks = nat_chains_track || saved_tables.iter().any(|(_, table)| {
-            table.rules.iter().any(|(_, rule)| surely_keeps(rule, table) == Kept::Conntrack)
-        });
-        Copy { backend, tables, tracks }
+        let tracks = nat_chains_track
+            || saved_tables.iter().any(|(_, table)| {
+                table
+                    .rules
+                    .iter()
+                    .any(|(_, rule)| surely_keeps(rule, table) == Kept::Conntrack)
+            });
+        Copy {
+            backend,
+            tables,
+            tracks,
+        }
     }
 
     /// Each rule's table, chain and text.
