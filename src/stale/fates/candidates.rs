@@ -87,8 +87,8 @@ fn merged(packet: &Packet, block: &Rule) -> Packet {
 }
 
 /// `rule` with what it names of a packet's source named of its
-/// destination and the other way round: a block of replies read as what
-/// names the packets they answer.
+/// destination, and of its destination named of its source: a block of
+/// replies read as what names the packets they answer.
 fn reversed(rule: &Rule) -> Rule {
     let mut reversed = rule.clone();
     for cond in &mut reversed.conds {
