@@ -2,15 +2,20 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod diff_motifs;
+pub mod diff_tally;
+pub mod differential;
 pub mod interrupted;
 pub mod netns_topology;
 pub mod packet_run;
+pub mod replay;
 pub mod row_lab;
 pub mod rule_grammar;
 pub mod rule_motifs;
 pub mod save_tables;
 pub mod seccomp;
 pub mod stale;
+pub mod witness;
 
 use std::io::Write as _;
 use std::process::{Command, Output};
