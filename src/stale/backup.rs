@@ -66,7 +66,7 @@ impl BackupDir {
 
     fn new_in_run_dir() -> Result<BackupDir, String> {
         let run_dir = RunDir::open_or_create().ok_or_else(|| {
-            "the runtime directory cannot be used (see IPTABLES_WRAPPER_RUN_DIR); give --backup-dir DIR".to_string()
+            "the runtime directory cannot be used (IPTABLES_WRAPPER_RUN_DIR must name a directory of this user with mode 0700, or a path where one can be made); give --backup-dir DIR".to_string()
         })?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

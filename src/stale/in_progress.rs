@@ -275,7 +275,7 @@ pub struct Held {
 /// one). Err: the record cannot be written, or another removal holds it.
 pub fn begin(part: &Part) -> Result<Held, String> {
     let dir = RunDir::open_or_create().ok_or_else(|| {
-        "the runtime directory cannot be used (see IPTABLES_WRAPPER_RUN_DIR) for the record of the removal".to_string()
+        "the runtime directory cannot be used for the record of the removal (IPTABLES_WRAPPER_RUN_DIR must name a directory of this user with mode 0700, or a path where one can be made)".to_string()
     })?;
     let earlier = match found(&dir) {
         Record::Read(Found { running: true, parts }) => {

@@ -209,7 +209,7 @@ fn hooks(way: Way) -> &'static [Hook] {
 
 /// The most ways a packet's fate is followed along, each rule not
 /// evaluated taken as matching or not.
-const LEAVES: usize = 16;
+const LEAVES: usize = 256;
 
 /// Walks one table's chains.
 struct Walk<'a> {
