@@ -310,6 +310,12 @@ fn serve(server: &Netns, router: &Netns, stop: &AtomicBool, ready: std::sync::mp
         }
     }
     ready.send(()).unwrap();
+    echo_until(&tcp, &udp, stop);
+}
+
+/// Echoes one byte per connection on `tcp` and per datagram on `udp`
+/// (non-blocking sockets) until `stop`.
+pub fn echo_until(tcp: &[TcpListener], udp: &[UdpSocket], stop: &AtomicBool) {
     let mut polled: Vec<libc::pollfd> = tcp
         .iter()
         .map(|l| l.as_raw_fd())
@@ -323,7 +329,7 @@ fn serve(server: &Netns, router: &Netns, stop: &AtomicBool, ready: std::sync::mp
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: `polled` is a valid array of pollfd for its length.
         unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 50) };
-        for listener in &tcp {
+        for listener in tcp {
             while let Ok((mut stream, _)) = listener.accept() {
                 std::thread::spawn(move || {
                     let mut byte = [0u8; 1];
@@ -335,7 +341,7 @@ fn serve(server: &Netns, router: &Netns, stop: &AtomicBool, ready: std::sync::mp
                 });
             }
         }
-        for socket in &udp {
+        for socket in udp {
             let mut byte = [0u8; 16];
             while let Ok((_, from)) = socket.recv_from(&mut byte) {
                 let _ = socket.send_to(&byte[..1], from);

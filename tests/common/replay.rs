@@ -13,7 +13,7 @@ use super::witness::{Replay, Send, EXTRA_PORT, EXTRA_ROUTER, EXTRA_SERVER, EXTRA
 use super::Node;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -266,36 +266,5 @@ fn serve(
         }
     }
     ready.send(()).unwrap();
-    let mut polled: Vec<libc::pollfd> = tcp
-        .iter()
-        .map(|l| l.as_raw_fd())
-        .chain(udp.iter().map(|s| s.as_raw_fd()))
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    while !stop.load(Ordering::Relaxed) {
-        // SAFETY: `polled` is a valid array of pollfd for its length.
-        unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 50) };
-        for listener in &tcp {
-            while let Ok((mut stream, _)) = listener.accept() {
-                std::thread::spawn(move || {
-                    let mut byte = [0u8; 1];
-                    let _ = stream.set_nonblocking(false);
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
-                    if stream.read_exact(&mut byte).is_ok() {
-                        let _ = stream.write_all(&byte);
-                    }
-                });
-            }
-        }
-        for socket in &udp {
-            let mut byte = [0u8; 16];
-            while let Ok((_, from)) = socket.recv_from(&mut byte) {
-                let _ = socket.send_to(&byte[..1], from);
-            }
-        }
-    }
+    super::netns_topology::echo_until(&tcp, &udp, stop);
 }
