@@ -12,6 +12,10 @@
 #
 #   scripts/kernel-matrix.sh [GUEST...]     (default: every guest of
 #                                            container-tests/kernels/guests.txt)
+#   scripts/kernel-matrix.sh --fetch [GUEST...]
+#                                           step 1 only: what it installs, and
+#                                           the cache (scripts/test.sh runs it
+#                                           beside the steps before the matrix)
 #
 # Prints one "PASS GUEST: CHECK" or "FAIL GUEST: CHECK: ..." line per guest
 # and check (expected values: container-tests/kernels/expected.txt, or
@@ -122,11 +126,18 @@ test_binaries() {
     install -D -m 0755 "$wrapper" "$payload$wrapper"
 }
 
+# fetch NAME: fills the cache with what guest NAME boots (step 1).
+fetch() {
+    local name="$1" arch userland_suite kernel_suite kernel_meta
+    read -r _ arch userland_suite kernel_suite kernel_meta _ < <(guest_line "$name")
+    bash "$KDIR/fetch.sh" "$name" "$arch" "$userland_suite" "$kernel_suite" "$kernel_meta" "$CACHE/$name"
+}
+
 # prepare NAME: fetches and builds what guest NAME boots; prints its image directory.
 prepare() {
-    local name="$1" arch userland_suite kernel_suite kernel_meta wrapper_arch legacy
-    read -r _ arch userland_suite kernel_suite kernel_meta wrapper_arch legacy < <(guest_line "$name")
-    bash "$KDIR/fetch.sh" "$name" "$arch" "$userland_suite" "$kernel_suite" "$kernel_meta" "$CACHE/$name"
+    local name="$1" wrapper_arch legacy
+    read -r _ _ _ _ _ wrapper_arch legacy < <(guest_line "$name")
+    fetch "$name"
     local wrapper="$REPO/dist/iptables-wrapper-$wrapper_arch"
     [[ -x "$wrapper" ]] || { log "$wrapper is missing: run scripts/build-static.sh --all first"; return 1; }
     local payload="$OUT/payload-$wrapper_arch"
@@ -215,6 +226,11 @@ if [[ "${1:-}" == --one ]]; then
     exit
 fi
 
+fetch_only=0
+if [[ "${1:-}" == --fetch ]]; then
+    fetch_only=1
+    shift
+fi
 guests=("$@")
 ((${#guests[@]})) || mapfile -t guests < <(grep -v '^#' "$KDIR/guests.txt" | awk 'NF {print $1}')
 for name in "${guests[@]}"; do
@@ -224,6 +240,10 @@ done
 bash scripts/apt-install.sh kernel-matrix.sh qemu-system-x86 qemu-system-arm qemu-system-ppc qemu-system-misc \
     kmod cpio debian-archive-keyring
 mkdir -p "$OUT" "$CACHE"
+if ((fetch_only)); then
+    for name in "${guests[@]}"; do fetch "$name"; done
+    exit 0
+fi
 start=$SECONDS
 # The test binaries of each architecture first (cargo builds one at a time).
 for arch in $(for name in "${guests[@]}"; do guest_line "$name" | awk '{print $6}'; done | sort -u); do

@@ -115,6 +115,35 @@ fi
 
 bash scripts/install-deps.sh
 SUITE_START=$(date -u +%s)
+# beside NAME COMMAND...: runs COMMAND in the background under nice 19,
+# in a session of its own (killed with the suite), its output to
+# target/beside-NAME.log: what only fills a cache, on the CPU the steps
+# before the one that needs it leave idle. joined NAME waits for it.
+declare -A BESIDE=()
+beside() {
+    local name="$1"
+    shift
+    mkdir -p target
+    setsid nice -n 19 "$@" >"target/beside-$name.log" 2>&1 </dev/null &
+    BESIDE[$name]=$!
+}
+# joined NAME: waits for it; where it failed, says so (the step that
+# needs it then runs it again in the foreground, its error in view).
+joined() {
+    local pid="${BESIDE[$1]:-}"
+    [[ -n "$pid" ]] || return 0
+    unset "BESIDE[$1]"
+    wait "$pid" || echo "test.sh: $1, run beside the steps before, failed (target/beside-$1.log); running it again" >&2
+}
+stop_beside() {
+    local pid
+    for pid in "${BESIDE[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+}
+trap stop_beside EXIT
+# The kernels' packages and the kubernetes build (its first, 10-15
+# minutes of CPU) fill their caches beside the steps before.
+if [[ "${IPTW_KERNELS:-1}" == 1 ]]; then beside kernels bash scripts/kernel-matrix.sh --fetch; fi
+if [[ "${IPTW_KUBE_PROXY:-1}" == 1 ]]; then beside kubernetes bash container-tests/kube-proxy-build.sh; fi
 timed "markdown links" bash scripts/check-links.sh
 timed "words" bash scripts/check-words.sh
 timed "daemonset schema" bash scripts/check-daemonset.sh
@@ -168,6 +197,7 @@ timed "binaries under qemu" bash scripts/qemu-smoke.sh
 # and the cross-built kernel tests inside (scripts/kernel-matrix.sh; one
 # PASS/FAIL line per guest and check). IPTW_KERNELS=0 skips it.
 if [[ "${IPTW_KERNELS:-1}" == 1 ]]; then
+    timed "kernel packages (beside)" joined kernels
     timed "kernel matrix" bash scripts/kernel-matrix.sh
 else
     echo "IPTW_KERNELS is not 1: skipping the kernel matrix (scripts/kernel-matrix.sh)"
@@ -186,9 +216,11 @@ else
     echo "no Docker engine answers: skipping the container matrix (container-tests/run-matrix.sh) and the dind smoke (container-tests/dind.sh)"
 fi
 # A real kube-proxy v1.20.2 wrapped against direct (container-tests/kube-proxy.sh):
-# its first build takes 15-20 minutes here, then it is cached outside the
-# repository (/var/cache/iptables-wrapper-kube-proxy) and the runs take 3.
+# its first build (begun beside the first steps, above) takes 10-15 minutes
+# of CPU, then it is cached outside the repository
+# (/var/cache/iptables-wrapper-kube-proxy) and the runs take 3.
 if [[ "${IPTW_KUBE_PROXY:-1}" == 1 ]]; then
+    timed "kubernetes build (beside)" joined kubernetes
     timed "kube-proxy" env IPTW_WRAPPER="$PWD/dist/iptables-wrapper-$(uname -m)" bash container-tests/kube-proxy.sh
     # The example DaemonSet on two real nodes (kubelet, containerd), each in
     # network and mount namespaces of its own; its cgroups and files are

@@ -28,7 +28,7 @@ fn flow(tcp: bool, to: &str, port: u16) -> Flow {
 
 /// The router with `legacy` (stale) and `nft` (the host's, by its link)
 /// restored into it, around a client and a server.
-fn router(legacy: &str, nft: &str) -> (Node, Topology) {
+fn router(legacy: &str, nft: &str, ipv6: bool) -> (Node, Topology) {
     let node = Node::new(&format!("fates-{}", NODES.fetch_add(1, Ordering::Relaxed)));
     node.set_host_link("iptables", "/usr/sbin/iptables-nft");
     node.set_host_link("ip6tables", "/usr/sbin/ip6tables-nft");
@@ -36,8 +36,9 @@ fn router(legacy: &str, nft: &str) -> (Node, Topology) {
     let (legacy_file, nft_file) = (node.path("legacy.rules"), node.path("nft.rules"));
     std::fs::write(&legacy_file, legacy).unwrap();
     std::fs::write(&nft_file, nft).unwrap();
+    let tool = if ipv6 { "ip6tables" } else { "iptables" };
     node.sh(&format!(
-        "iptables-legacy-restore < {}\niptables-nft-restore < {}",
+        "{tool}-legacy-restore < {}\n{tool}-nft-restore < {}",
         legacy_file.display(),
         nft_file.display()
     ));
@@ -58,6 +59,11 @@ fn opens(legacy: &str, nft: &str, table: &str, witness: &[&str], flow: Flow, bet
 struct Sent<'a> {
     after: &'a [Flow],
     by_the_router: bool,
+    /// Run in the router before anything is judged (`ip rule ...`).
+    router_setup: &'a str,
+    /// The flow stays stopped after the removal: what the table is held
+    /// for is not a flow the packets open (said as "cannot tell").
+    stays_stopped: bool,
 }
 
 const OPENS: &str = "removing it opens: ";
@@ -80,7 +86,16 @@ fn held_by(
     flow: Flow,
     between: &str,
 ) {
-    let (node, topology) = router(legacy, nft);
+    let ipv6 = flow.to.is_ipv6();
+    let (family, save) = if ipv6 {
+        ("ipv6", "ip6tables-legacy-save")
+    } else {
+        ("ipv4", "iptables-legacy-save")
+    };
+    let (node, topology) = router(legacy, nft, ipv6);
+    if !sent.router_setup.is_empty() {
+        node.sh(sent.router_setup);
+    }
     let from = if sent.by_the_router {
         &topology.router
     } else {
@@ -117,7 +132,7 @@ fn held_by(
         .as_array()
         .unwrap()
         .iter()
-        .find(|f| f["backend"] == "legacy" && f["family"] == "ipv4")
+        .find(|f| f["backend"] == "legacy" && f["family"] == family)
         .unwrap()
         .clone();
     assert!(finding["packets_tried"].as_u64().unwrap_or_default() > 0, "{finding}");
@@ -136,12 +151,13 @@ fn held_by(
     // A witness's parts, each on its own.
     let packet = held["witness"]["packet"].as_str().unwrap_or_default();
     assert_eq!(verdict == OPENS, !packet.is_empty() && line.contains(packet), "{held}");
-    let before = node.sh("iptables-legacy-save | grep -c -- '^-A' || true");
+    let count = format!("{save} | grep -c -- '^-A' || true");
+    let before = node.sh(&count);
     let held = stale(&node, &["--remove"]);
     assert_eq!(held.status.code(), Some(1), "{}{}", stdout(&held), stderr(&held));
     let out = stdout(&held) + &stderr(&held);
     assert!(out.contains(verdict), "{out}");
-    assert_eq!(node.sh("iptables-legacy-save | grep -c -- '^-A' || true"), before);
+    assert_eq!(node.sh(&count), before);
     // One after the other: a witness may be a second such packet.
     let stopped = [probe(flow), probe(flow)];
     let second_only = line.contains("(a second such packet");
@@ -160,7 +176,10 @@ fn held_by(
     if !between.is_empty() {
         node.sh(between);
     }
-    assert!(probe(flow), "{flow}, the witness, still stopped after the removal");
+    match sent.stays_stopped {
+        false => assert!(probe(flow), "{flow}, the witness, still stopped after the removal"),
+        true => assert!(!probe(flow), "{flow} passes after the removal"),
+    }
 }
 
 /// A stale nat `MARK` (kube-proxy's drop bit) that a live filter drops on:
@@ -323,7 +342,7 @@ fn a_stale_recent_list_written_on_one_port_and_read_on_another_holds_with_its_wi
         OPENS,
         Sent {
             after: &[flow(false, ROUTER.v4, 53)],
-            by_the_router: false,
+            ..Sent::default()
         },
         "*filter\n-A INPUT -p udp -m udp --dport 53 -m recent --set --name SCAN --mask 255.255.255.255 --rsource\nCOMMIT\n",
         "*filter\n-A INPUT -p tcp -m tcp --dport 22 -m recent --rcheck --name SCAN --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n",
@@ -390,8 +409,8 @@ fn a_stale_output_redirect_looped_into_a_live_input_drop_holds_with_its_witness(
     held_by(
         OPENS,
         Sent {
-            after: &[],
             by_the_router: true,
+            ..Sent::default()
         },
         "*nat\n-A OUTPUT -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080\nCOMMIT\n",
         "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
@@ -422,6 +441,55 @@ fn a_reply_a_live_filter_drops_for_a_stale_masquerade_holds_with_its_witness() {
             "after: passes",
         ],
         flow(true, SERVER.v4, 22),
+        "",
+    );
+}
+
+/// A stale mark that a routing rule reads (`ip rule fwmark 0x1 lookup 7`,
+/// table 7 a blackhole): the marked packet is stopped by routing, which
+/// the model does not follow, so the table is held as "cannot tell",
+/// naming the routing rule; without the stale copy the flow passes.
+#[test]
+fn a_stale_mark_a_routing_rule_reads_holds_as_cannot_tell() {
+    common::root_or_skip!();
+    held_by(
+        CANNOT_TELL,
+        Sent {
+            router_setup: "ip rule add fwmark 0x1 lookup 7 priority 100\nip route add blackhole default table 7",
+            ..Sent::default()
+        },
+        "*mangle\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n",
+        "*filter\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "mangle",
+        &[
+            "after `-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff` (legacy mangle PREROUTING rule 1), the model cannot tell what `ip rule 100: fwmark 0x1/0xffffffff lookup 7` (a routing rule, routes not modelled) does to tcp any → any:8080",
+            "which without the legacy copy passes",
+        ],
+        flow(true, SERVER.v4, 8080),
+        "",
+    );
+}
+
+/// IPv6, where the live copy drops what is untracked on INPUT: neighbour
+/// discovery is stopped, so the stale drop of :22 hides no flow that can
+/// pass (unless the client's neighbour entry were static). Held as "cannot
+/// tell", naming the discovery's fate; the flow stays stopped after.
+#[test]
+fn an_ipv6_witness_whose_neighbour_discovery_the_live_copy_stops_holds_as_cannot_tell() {
+    common::root_or_skip!();
+    held_by(
+        CANNOT_TELL,
+        Sent {
+            stays_stopped: true,
+            ..Sent::default()
+        },
+        "*filter\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n",
+        "*filter\n-A INPUT -m conntrack --ctstate UNTRACKED -j DROP\nCOMMIT\n",
+        "filter",
+        &[
+            "would pass without the legacy copy, but only where its neighbours are already known: neighbour discovery (icmpv6 any → any:any, arriving for the host by any interface, UNTRACKED) is dropped nft filter INPUT rule 1 DROP",
+        ],
+        flow(true, ROUTER.v6, 22),
         "",
     );
 }

@@ -13,6 +13,7 @@
 
 mod bytes;
 pub mod count_cache;
+pub mod ip_rules;
 pub mod ipset;
 pub mod legacy;
 pub mod modules;

@@ -402,7 +402,7 @@ pub fn openings(
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
-    let host = fates::Host::read();
+    let host = fates::Host::read(family);
     let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables, &host);
     Ok((
         unenforced_in(&stale, &live_copy, &no_twin, tables)

@@ -1,31 +1,47 @@
 //! The host's own addresses, as the fates model reads them: whether a
 //! packet is for the host (`addrtype LOCAL`, the way a `DNAT`ed packet
 //! takes after PREROUTING, a packet the host sends to itself looping back
-//! to INPUT). Read once per judgement from the network namespace the
-//! command runs in; not read (unit tests over save text), the way a
-//! packet was tried on stays after a `DNAT`.
+//! to INPUT); and the policy routing rules that read a packet's mark
+//! (`ip rule ... fwmark`: routes are not modelled, so a mark such a rule
+//! reads, changed before routing, leaves the way unknown). Read once per
+//! judgement from the network namespace the command runs in; addresses
+//! not read (unit tests over save text), the way a packet was tried on
+//! stays after a `DNAT`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The addresses of the host's interfaces, where read.
-#[derive(Clone, Debug, Default)]
+use crate::family::Family;
+use crate::kernel::ip_rules::{self, MarkRule};
+
+/// The addresses of the host's interfaces, where read; the family's
+/// routing rules that read the mark (Err: why they could not be read).
+#[derive(Clone, Debug)]
 pub struct Host {
+    pub family: Family,
     locals: Option<Vec<IpAddr>>,
+    mark_rules: Result<Vec<MarkRule>, String>,
 }
 
 impl Host {
     /// This network namespace's addresses (none where they cannot be read:
-    /// then as [`Host::unread`]).
-    pub fn read() -> Host {
+    /// then as [`Host::unread`]) and `family`'s rules that route by mark.
+    pub fn read(family: Family) -> Host {
         Host {
+            family,
             locals: interface_addresses(),
+            mark_rules: ip_rules::mark_rules(family).map_err(|e| e.to_string()),
         }
     }
 
-    /// Addresses not read (unit tests over save text).
+    /// Addresses not read, no rule routing by mark (unit tests over save
+    /// text).
     #[cfg(test)]
     pub fn unread() -> Host {
-        Host::default()
+        Host {
+            family: Family::Ipv4,
+            locals: None,
+            mark_rules: Ok(Vec::new()),
+        }
     }
 
     /// These addresses (unit tests).
@@ -33,6 +49,39 @@ impl Host {
     pub fn with(locals: &[&str]) -> Host {
         Host {
             locals: Some(locals.iter().map(|a| a.parse().unwrap()).collect()),
+            ..Host::unread()
+        }
+    }
+
+    /// An IPv6 family's host, nothing read (unit tests).
+    #[cfg(test)]
+    pub fn ipv6() -> Host {
+        Host {
+            family: Family::Ipv6,
+            ..Host::unread()
+        }
+    }
+
+    /// These rules routing by mark (unit tests).
+    #[cfg(test)]
+    pub fn routing_by(mark_rules: &[MarkRule]) -> Host {
+        Host {
+            mark_rules: Ok(mark_rules.to_vec()),
+            ..Host::unread()
+        }
+    }
+
+    /// The routing rule that reads a bit in which marks `from` and `to`
+    /// differ, said (`ip rule 100: fwmark 0x1/0xffffffff lookup 7`); or
+    /// that the rules could not be read. None where none reads one.
+    pub fn routes_apart(&self, from: u32, to: u32) -> Option<String> {
+        let changed = from ^ to;
+        if changed == 0 {
+            return None;
+        }
+        match &self.mark_rules {
+            Err(why) => Some(format!("ip rule (not read: {why})")),
+            Ok(rules) => rules.iter().find(|r| r.mask & changed != 0).map(|r| r.to_string()),
         }
     }
 

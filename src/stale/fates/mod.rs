@@ -164,6 +164,12 @@ fn end_said(end: End) -> &'static str {
 
 /// "`-A INPUT -m limit ... -j DROP` (legacy filter INPUT rule 7)".
 fn unknown_said(step: &Step) -> String {
+    if step.backend == walk::ROUTING {
+        return format!(
+            "`{}` (a routing rule, routes not modelled)",
+            String::from_utf8_lossy(&step.text)
+        );
+    }
     format!(
         "`{}` ({} {} {} rule {})",
         String::from_utf8_lossy(&step.text),
@@ -250,6 +256,7 @@ pub fn judged(
         .filter(|p| seen.insert(p.clone()))
         .collect();
     let primers = primers(&stale, &live, host, &packets);
+    let neighbours_stopped = neighbour_discovery_stopped(&live, host);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
     let mut undecided: Option<(String, Place)> = None;
@@ -365,6 +372,23 @@ pub fn judged(
             }
             continue;
         };
+        let stale_rule = first_stale(&now.steps, stale_name).or_else(|| primed_place.clone());
+        if let (Some(why), None) = (&neighbours_stopped, &undecided) {
+            let said = format!(
+                "{said_packet} would pass without the {stale_name} copy, but only where its neighbours are already known: {why}"
+            );
+            let first_table = || {
+                (
+                    tables.first().unwrap_or(&"").as_bytes().to_vec(),
+                    Vec::new(),
+                    Vec::new(),
+                )
+            };
+            undecided = Some((said, stale_rule.clone().unwrap_or_else(first_table)));
+        }
+        if neighbours_stopped.is_some() {
+            continue;
+        }
         let witness = Witness {
             packet: format!(
                 "{said_packet}{}",
@@ -381,7 +405,7 @@ pub fn judged(
             },
             now: format!("{} {}", end_said(now.end), said_steps(now)),
             after: format!("{} {}", end_said(after.end), said_steps(after)),
-            stale_rule: first_stale(&now.steps, stale_name).or_else(|| primed_place.clone()),
+            stale_rule,
         };
         any_witness.get_or_insert(witness.clone());
         for (name, said) in tables.iter().zip(found.iter_mut()) {
@@ -415,6 +439,30 @@ pub fn judged(
         }
     }
     (found, tried)
+}
+
+/// In IPv6, what stops neighbour discovery without the stale copy (an
+/// `icmpv6` solicitation or advertisement, arriving or sent, untracked),
+/// said: then no packet crosses a link whose neighbour is not yet known.
+fn neighbour_discovery_stopped(live: &Copy, host: &Host) -> Option<String> {
+    if host.family != crate::family::Family::Ipv6 {
+        return None;
+    }
+    [packet::Way::Input, packet::Way::Output].into_iter().find_map(|way| {
+        let discovery = Packet {
+            protocol: b"icmpv6".to_vec(),
+            state: packet::CtState::Untracked,
+            ..Packet::unnamed(way)
+        };
+        let after = fate(&[live], host, &discovery);
+        matches!(after.end, End::Dropped | End::Queued).then(|| {
+            format!(
+                "neighbour discovery ({discovery}) is {} {}",
+                end_said(after.end),
+                said_steps(&after)
+            )
+        })
+    })
 }
 
 /// What a stale table's verdict says with the fates' `found`: `held`, why

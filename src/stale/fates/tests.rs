@@ -316,3 +316,64 @@ fn a_reply_a_live_rule_drops_for_what_a_stale_nat_rule_did_opens() {
         "{witness}"
     );
 }
+
+#[test]
+fn a_stale_mark_a_routing_rule_reads_is_undecided_not_a_witness() {
+    let stale = "*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p udp -m udp --dport 5000 -j MARK --set-xmark 0x1/0xffffffff\nCOMMIT\n";
+    let live = "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -m mark --mark 0x1 -j DROP\nCOMMIT\n";
+    // Without a routing rule reading it, the mark's drop is a witness.
+    assert!(opens(&found(stale, live, &["mangle"])[0]).contains("nft filter FORWARD rule 1 DROP"));
+    // With `ip rule add fwmark 0x1 lookup 7`, the marked packet may go
+    // another way: cannot tell, naming the routing rule.
+    let rule = crate::kernel::ip_rules::MarkRule {
+        priority: 100,
+        mark: 1,
+        mask: u32::MAX,
+        table: 7,
+    };
+    let said = found_on(stale, live, &["mangle"], &Host::routing_by(&[rule]));
+    match &said[0] {
+        Found::Undecided(why, place) => {
+            assert!(
+                why.contains("`ip rule 100: fwmark 0x1/0xffffffff lookup 7` (a routing rule, routes not modelled)"),
+                "{why}"
+            );
+            assert_eq!(place.0, b"mangle");
+        }
+        other => panic!("not undecided: {other:?}"),
+    }
+    // A routing rule reading other bits changes nothing.
+    let other = crate::kernel::ip_rules::MarkRule {
+        mark: 2,
+        mask: 2,
+        ..rule
+    };
+    assert!(matches!(
+        found_on(stale, live, &["mangle"], &Host::routing_by(&[other]))[0],
+        Found::Opens(_)
+    ));
+}
+
+#[test]
+fn an_ipv6_witness_whose_neighbour_discovery_the_live_copy_stops_is_undecided() {
+    let stale = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate UNTRACKED -j DROP\nCOMMIT\n";
+    // In IPv4 (no neighbour discovery by packets a filter sees): opens.
+    assert!(opens(&found(stale, live, &["filter"])[0]).starts_with("tcp any → any:22"));
+    match &found_on(stale, live, &["filter"], &Host::ipv6())[0] {
+        Found::Undecided(why, place) => {
+            assert!(why.starts_with("tcp any → any:22, arriving for the host by any interface, NEW would pass without the legacy copy, but only where its neighbours are already known: neighbour discovery (icmpv6 any → any:any, arriving for the host by any interface, UNTRACKED) is dropped nft filter INPUT rule 1 DROP"), "{why}");
+            assert_eq!(place.0, b"filter");
+        }
+        other => panic!("not undecided: {other:?}"),
+    }
+    // Discovery let through first: the witness stands.
+    let accepting = live.replace(
+        "-A INPUT -m conntrack",
+        "-A INPUT -p ipv6-icmp -j ACCEPT\n-A INPUT -m conntrack",
+    );
+    assert!(matches!(
+        found_on(stale, &accepting, &["filter"], &Host::ipv6())[0],
+        Found::Opens(_)
+    ));
+}

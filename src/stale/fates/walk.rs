@@ -113,7 +113,11 @@ impl Copy {
     }
 }
 
-/// Where a fate was decided or the packet changed: a rule or a policy.
+/// A [`Step`]'s backend where routing, not a rule, left the way unknown.
+pub const ROUTING: &str = "routing";
+
+/// Where a fate was decided or the packet changed: a rule or a policy
+/// (or routing by a mark, [`ROUTING`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     pub backend: &'static str,
@@ -138,6 +142,9 @@ impl fmt::Display for Step {
     /// `nft filter INPUT policy ACCEPT`.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        if self.backend == ROUTING {
+            return write!(f, "routing after {} by {}", s(&self.chain), s(&self.text));
+        }
         write!(f, "{} {} {} ", self.backend, s(&self.table), s(&self.chain))?;
         match self.rule {
             Some(n) => {
@@ -385,6 +392,7 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
     let mut steps = Vec::new();
     let (mut taken, mut out_of_choices) = (0, false);
     let tracked = copies.iter().any(|c| c.tracks);
+    let arrived_marked = packet.mark;
     let mut plan: Vec<Hook> = hooks(packet.way).to_vec();
     let mut at = 0;
     while let Some(&(hook, tables)) = plan.get(at) {
@@ -431,6 +439,21 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
                 };
                 return (Fate { end, steps, packet }, out_of_choices);
             }
+        }
+        // Routed after PREROUTING (and again after OUTPUT): a mark
+        // changed since, in a bit a routing rule reads, may send it
+        // another way, which is not modelled.
+        let routed = *hook == b"PREROUTING" || (*hook == b"OUTPUT" && way == Way::Output);
+        if let Some(rule) = routed.then(|| host.routes_apart(arrived_marked, packet.mark)).flatten() {
+            steps.push(Step {
+                backend: ROUTING,
+                table: Vec::new(),
+                chain: hook.to_vec(),
+                rule: None,
+                text: rule.into_bytes(),
+            });
+            let end = End::Unknown;
+            return (Fate { end, steps, packet }, out_of_choices);
         }
         // Routed after PREROUTING by where a nat rule sent it; sent to
         // the host itself, back in by lo after POSTROUTING.
