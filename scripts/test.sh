@@ -116,7 +116,7 @@ fi
 bash scripts/install-deps.sh
 SUITE_START=$(date -u +%s)
 # beside NAME COMMAND...: runs COMMAND in the background under nice 19,
-# in a session of its own (killed with the suite), its output to
+# as a process group of its own (setsid; killed with the suite), its output to
 # target/beside-NAME.log: what only fills a cache, on the CPU the steps
 # before the one that needs it leave idle. joined NAME waits for it.
 declare -A BESIDE=()
