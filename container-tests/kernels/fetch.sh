@@ -14,7 +14,8 @@
 # line per package, "FILE SHA256", the kernel first; the build
 # (container-tests/kernels/build-initramfs.sh) checks every file against it
 # and never contacts the archive. A package the index lists but the archive
-# does not serve (404) is one error naming it.
+# does not serve (404) is one error naming it. A guest whose request another
+# guest's cache under DIR's parent already fills links that one's files.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -28,6 +29,19 @@ name="$1" arch="$2" userland_suite="$3" kernel_suite="$4" kernel_meta="$5" dir="
 request="$arch $userland_suite $kernel_suite $kernel_meta ${USERLAND_PACKAGES[*]}"
 [[ -s "$dir/manifest" && "$(cat "$dir/request" 2>/dev/null)" == "$request" ]] && exit 0
 rm -f "$dir/manifest"
+# A guest of the same request fetched already (the guests without legacy
+# x_tables boot their sibling's packages): its files, linked, not fetched again.
+for sibling in "$(dirname "$dir")"/*/; do
+  sibling="${sibling%/}"
+  [[ "$sibling" != "$dir" && -s "$sibling/manifest" && "$(cat "$sibling/request" 2>/dev/null)" == "$request" ]] || continue
+  rm -rf "$dir/debs"
+  mkdir -p "$dir"
+  cp -al "$sibling/debs" "$dir/debs"
+  printf '%s\n' "$request" >"$dir/request"
+  cp "$sibling/manifest" "$dir/manifest"
+  log "$name: the packages of $(basename "$sibling") (the same request), linked"
+  exit 0
+done
 mirror="$(debian_mirror)"
 apt_dir="$dir/apt"
 rm -rf "$apt_dir" "$dir/debs"
