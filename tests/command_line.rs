@@ -7,6 +7,8 @@
 //! missing install directory, a `stale` without the privilege it needs).
 
 mod common;
+
+use common::OutputWithin as _;
 use common::{copy_program, Node, WRAPPER};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -26,12 +28,13 @@ fn assert_one_line_error(out: &Output, status: i32) -> String {
 fn version_and_help_to_a_full_stdout_are_one_line_errors() {
     for option in ["--version", "--help"] {
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
-        let out = Command::new(WRAPPER)
+        let run = Command::new(WRAPPER)
             .arg(option)
             .stdout(Stdio::from(full))
             .stderr(Stdio::piped())
-            .output()
+            .spawn()
             .unwrap();
+        let out = common::wait_within(run, common::CHILD_LIMIT, "the wrapper did not end");
         assert_eq!(out.status.code(), Some(1), "{option}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{option}: {stderr}");
@@ -48,7 +51,7 @@ fn version_and_help_take_no_arguments() {
         &["--help", "detect"],
         &["-h", ""],
     ] {
-        let out = Command::new(WRAPPER).args(args).output().unwrap();
+        let out = Command::new(WRAPPER).args(args).output_within_limit().unwrap();
         let stderr = assert_one_line_error(&out, 2);
         assert!(
             stderr.contains("takes no arguments") && stderr.contains("see iptables-wrapper --help"),
@@ -57,7 +60,7 @@ fn version_and_help_take_no_arguments() {
     }
     // Alone they still work.
     for option in ["--version", "--help"] {
-        let out = Command::new(WRAPPER).arg(option).output().unwrap();
+        let out = Command::new(WRAPPER).arg(option).output_within_limit().unwrap();
         assert!(out.status.success() && !out.stdout.is_empty(), "{option}: {out:?}");
     }
 }
@@ -75,7 +78,7 @@ fn a_relative_host_root_is_ignored_wherever_the_caller_stands() {
             .env("IPTABLES_WRAPPER_LOG", "debug")
             .arg("-V")
             .current_dir(cwd)
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -104,7 +107,7 @@ fn sbin_of_only_relative_entries_names_what_was_ignored() {
         .env("IPTABLES_WRAPPER_SBIN", "sbin:./bin::")
         .arg("-V")
         .current_dir(&node.dir)
-        .output()
+        .output_within_limit()
         .unwrap();
     let stderr = assert_one_line_error(&out, 1);
     for expected in [
@@ -150,7 +153,7 @@ fn values_from_outside_are_escaped_once_and_bytes_shown_the_same_way() {
             .command("iptables")
             .env(var, OsStr::from_bytes(value))
             .arg("-V")
-            .output()
+            .output_within_limit()
             .unwrap();
         let stderr = assert_one_line_error(&out, 2);
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
@@ -161,7 +164,10 @@ fn values_from_outside_are_escaped_once_and_bytes_shown_the_same_way() {
         (&b"frob\x1bnicate"[..], "\"frob\\u{1b}nicate\""),
         (b"frob\xffnicate", "\"frob\\xffnicate\""),
     ] {
-        let out = Command::new(WRAPPER).arg(OsStr::from_bytes(arg)).output().unwrap();
+        let out = Command::new(WRAPPER)
+            .arg(OsStr::from_bytes(arg))
+            .output_within_limit()
+            .unwrap();
         let stderr = assert_one_line_error(&out, 2);
         assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
     }
@@ -172,8 +178,8 @@ fn multi_call_form_runs_the_named_command() {
     common::root_or_skip!();
     let node = Node::new("multicall");
     for name in ["iptables", "ip6tables", "iptables-save", "ip6tables-restore"] {
-        let linked = node.command(name).arg("-V").output().unwrap();
-        let multi = node.wrapper().args([name, "-V"]).output().unwrap();
+        let linked = node.command(name).arg("-V").output_within_limit().unwrap();
+        let multi = node.wrapper().args([name, "-V"]).output_within_limit().unwrap();
         assert!(linked.status.success(), "{linked:?}");
         assert_eq!(multi.status.code(), linked.status.code(), "{name}: {multi:?}");
         assert_eq!(multi.stdout, linked.stdout, "{name}");
@@ -183,7 +189,7 @@ fn multi_call_form_runs_the_named_command() {
     let out = node
         .wrapper()
         .args(["/usr/sbin/iptables", "-N", "MULTI-CALL"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(common::sh("iptables-nft -S").contains("-N MULTI-CALL"));
@@ -192,10 +198,14 @@ fn multi_call_form_runs_the_named_command() {
     std::os::unix::fs::symlink(WRAPPER, &multi).unwrap();
     let mut command = Command::new(&multi);
     node.isolate(&mut command);
-    let out = command.args(["ip6tables-save"]).output().unwrap();
+    let out = command.args(["ip6tables-save"]).output_within_limit().unwrap();
     assert!(out.status.success(), "{out:?}");
     // A name that is none of the six is still a usage error.
-    let out = node.wrapper().args(["iptables-nft", "-V"]).output().unwrap();
+    let out = node
+        .wrapper()
+        .args(["iptables-nft", "-V"])
+        .output_within_limit()
+        .unwrap();
     assert_one_line_error(&out, 2);
 }
 
@@ -224,7 +234,7 @@ fn stdout_of(out: &Output) -> String {
 fn detect_in_a_mixed_state_is_a_verdict_and_a_line_per_warning() {
     common::root_or_skip!();
     let node = mixed_node("detect-3am");
-    let text = stdout_of(&node.wrapper().arg("detect").output().unwrap());
+    let text = stdout_of(&node.wrapper().arg("detect").output_within_limit().unwrap());
     let lines: Vec<&str> = text.lines().collect();
     let link = node.host_root.join("etc/alternatives/iptables");
     assert_eq!(
@@ -259,7 +269,7 @@ fn detect_in_a_mixed_state_is_a_verdict_and_a_line_per_warning() {
         assert!(line.replace(&lockfile, "").len() <= 160, "{line}");
     }
     // How each piece was read is in -v and in the JSON.
-    let verbose = stdout_of(&node.wrapper().args(["detect", "-v"]).output().unwrap());
+    let verbose = stdout_of(&node.wrapper().args(["detect", "-v"]).output_within_limit().unwrap());
     assert!(verbose.starts_with(&format!("{}\n", lines[0])), "{verbose}");
     for method in ["readlink", "netlink", "getsockopt", "/proc/net/ip*_tables_names"] {
         assert!(verbose.contains(method), "{method:?} not in:\n{verbose}");
@@ -307,7 +317,7 @@ fn options_given_twice_are_one_line_usage_errors() {
         (&["install", "--force", "--force"], "--force given twice"),
         (&["install", "--dir", "/a", "--dir", "/b"], "--dir given twice"),
     ] {
-        let out = node.wrapper().args(args).output().unwrap();
+        let out = node.wrapper().args(args).output_within_limit().unwrap();
         let stderr = assert_one_line_error(&out, 2);
         assert!(
             stderr.contains(named) && stderr.ends_with("; see iptables-wrapper --help\n"),
@@ -318,7 +328,7 @@ fn options_given_twice_are_one_line_usage_errors() {
     let out = node
         .wrapper()
         .args(["detect", "--for", "iptables-nft"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let stderr = assert_one_line_error(&out, 2);
     assert!(
@@ -329,7 +339,7 @@ fn options_given_twice_are_one_line_usage_errors() {
 
 #[test]
 fn the_empty_command_names_every_command() {
-    let out = Command::new(WRAPPER).output().unwrap();
+    let out = Command::new(WRAPPER).output_within_limit().unwrap();
     let stderr = assert_one_line_error(&out, 2);
     for command in ["detect", "install", "stale", "one of the six iptables commands"] {
         assert!(stderr.contains(command), "{command:?} missing from: {stderr}");
@@ -346,7 +356,7 @@ fn install_into_a_missing_directory_says_so_and_that_nothing_changed() {
         .arg("install")
         .arg("--dir")
         .arg(&missing)
-        .output()
+        .output_within_limit()
         .unwrap();
     let stderr = assert_one_line_error(&out, 1);
     assert!(
@@ -362,7 +372,13 @@ fn install_into_a_missing_directory_says_so_and_that_nothing_changed() {
     // A file where the directory should be.
     let file = node.path("a-file");
     std::fs::write(&file, "").unwrap();
-    let out = node.wrapper().arg("install").arg("--dir").arg(&file).output().unwrap();
+    let out = node
+        .wrapper()
+        .arg("install")
+        .arg("--dir")
+        .arg(&file)
+        .output_within_limit()
+        .unwrap();
     let stderr = assert_one_line_error(&out, 1);
     assert!(
         stderr.contains(&format!("install: {}: not a directory;", file.display())),
@@ -379,7 +395,7 @@ fn install_prints_the_target_it_wrote() {
     copy_program(std::path::Path::new(WRAPPER), &dir.join("iptables-wrapper"));
     let mut install = Command::new(dir.join("iptables-wrapper"));
     node.isolate(&mut install);
-    let printed = stdout_of(&install.arg("install").output().unwrap());
+    let printed = stdout_of(&install.arg("install").output_within_limit().unwrap());
     for name in iptables_wrapper::command::COMMAND_NAMES {
         let written = std::fs::read_link(dir.join(name)).unwrap();
         assert_eq!(written, std::path::Path::new("iptables-wrapper"));
@@ -391,7 +407,14 @@ fn install_prints_the_target_it_wrote() {
     std::fs::create_dir_all(&other).unwrap();
     let mut install = Command::new(dir.join("iptables-wrapper"));
     node.isolate(&mut install);
-    let printed = stdout_of(&install.arg("install").arg("--dir").arg(&other).output().unwrap());
+    let printed = stdout_of(
+        &install
+            .arg("install")
+            .arg("--dir")
+            .arg(&other)
+            .output_within_limit()
+            .unwrap(),
+    );
     let target = std::fs::read_link(other.join("iptables")).unwrap();
     assert!(target.is_absolute(), "{target:?}");
     assert!(printed.contains(&format!("-> {}\n", target.display())), "{printed}");
@@ -405,7 +428,7 @@ fn stale_without_cap_net_admin_says_what_it_needs() {
         let mut command = Command::new("setpriv");
         command.args(["--bounding-set=-net_admin", "--", WRAPPER]).args(args);
         node.isolate(&mut command);
-        let out = command.output().unwrap();
+        let out = command.output_within_limit().unwrap();
         assert_ne!(out.status.code(), Some(0), "{args:?}: {out:?}");
         let said = format!(
             "{}{}",

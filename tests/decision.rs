@@ -3,8 +3,10 @@
 //! namespace per test.
 
 mod common;
+
 use common::seccomp::refuse_syscall;
 use common::Node;
+use common::OutputWithin as _;
 
 /// Rules in legacy: `n` ACCEPT rules in filter INPUT (IPv4).
 fn legacy_rules(node: &Node, n: usize) {
@@ -41,7 +43,7 @@ fn override_decides_alone() {
             .command("iptables")
             .env("IPTABLES_MODE", value)
             .arg("-V")
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains(if mode == "nft" { "(nf_tables)" } else { "(legacy)" }));
     }
@@ -49,7 +51,7 @@ fn override_decides_alone() {
         .wrapper()
         .env("IPTABLES_MODE", "legacy")
         .args(["detect", "--json"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["decided_by"], "override");
@@ -60,7 +62,7 @@ fn override_decides_alone() {
             .command("iptables")
             .env("IPTABLES_MODE", value)
             .arg("-V")
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(
             String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"),
@@ -267,7 +269,7 @@ fn call_decided_by(node: &Node) -> (String, String) {
         .command("iptables")
         .arg("-V")
         .env("IPTABLES_WRAPPER_LOG", "debug")
-        .output()
+        .output_within_limit()
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     let field = |name: &str| {
@@ -359,7 +361,7 @@ fn precedence_override_link_hint_counts_lock() {
         .command("iptables")
         .env("IPTABLES_MODE", "nft")
         .arg("-V")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
 }
@@ -409,7 +411,7 @@ fn host_link_groups_that_disagree_show_in_detect_while_a_call_stops_at_its_own()
         let out = node
             .wrapper()
             .args(["detect", "--json", "--for", "ip6tables"])
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -440,7 +442,7 @@ fn refused_kernel_queries_are_reported_not_guessed() {
         .env("IPTABLES_WRAPPER_LOG", "debug")
         .args(["detect", "--json"])
         .pre_exec_drop_net_admin()
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -467,7 +469,7 @@ fn refused_kernel_queries_are_reported_not_guessed() {
     for level in [libc::SOL_IP, libc::SOL_IPV6] {
         refuse_syscall(&mut detect, libc::SYS_getsockopt, &[(1, level as u32)]);
     }
-    let out = detect.output().unwrap();
+    let out = detect.output_within_limit().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -514,7 +516,7 @@ fn legacy_tables_whose_contents_are_refused_are_still_warned_about() {
         .env("IPTABLES_WRAPPER_LOG", "warn")
         .arg("-V")
         .pre_exec_drop_net_admin()
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("(nf_tables)"));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::{without_proc, Node};
 use std::os::unix::process::CommandExt;
 
@@ -33,7 +35,7 @@ fn a_tight_descriptor_limit_never_defaults_past_a_failed_read() {
                 Ok(())
             });
         }
-        let out = command.output().unwrap();
+        let out = command.output_within_limit().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.code() {

@@ -3,6 +3,8 @@
 //! network namespace per test.
 
 mod common;
+
+use common::OutputWithin as _;
 use common::{copy_program, legacy_tables, output_within, stub_backend, write_program, Node, WRAPPER};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -30,8 +32,10 @@ fn restore_reads_stdin_on_the_first_call() {
         let rules =
             format!("*filter\n:INPUT ACCEPT [0:0]\n:KUBE-TEST - [0:0]\n{rule}\n-A KUBE-TEST -j RETURN\nCOMMIT\n");
         child.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
-        assert!(child.wait().unwrap().success());
-        let saved = node.command(save).output().unwrap();
+        assert!(common::wait_within(child, common::CHILD_LIMIT, "child did not end")
+            .status
+            .success());
+        let saved = node.command(save).output_within_limit().unwrap();
         let saved = String::from_utf8_lossy(&saved.stdout);
         assert!(saved.contains(rule) && saved.contains(":KUBE-TEST"), "{saved}");
     }
@@ -45,17 +49,21 @@ fn exit_status_and_output_pass_through() {
     let node = Node::new("status");
     let direct = Command::new("iptables-nft")
         .args(["-C", "INPUT", "-j", "ACCEPT"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let wrapped = node
         .command("iptables")
         .args(["-C", "INPUT", "-j", "ACCEPT"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(wrapped.status.code(), direct.status.code());
     assert_ne!(wrapped.status.code(), Some(0));
     assert_eq!(wrapped.stderr, direct.stderr);
-    let bad = node.command("iptables").arg("--no-such-option").output().unwrap();
+    let bad = node
+        .command("iptables")
+        .arg("--no-such-option")
+        .output_within_limit()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2), "iptables' own usage error code");
 }
 
@@ -81,7 +89,7 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let out = common::wait_within(child, common::CHILD_LIMIT, "child did not end");
     assert_eq!(out.status.code(), Some(7));
     // A shell script is run through its interpreter, so its $0 is the
     // script's path, whatever argv[0] the wrapper gave.
@@ -107,7 +115,7 @@ fn backend_gets_pid_arguments_environment_and_argv0() {
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .arg("report")
             .arg(&report)
-            .status()
+            .status_within_limit()
             .unwrap();
         assert!(status.success(), "{argv0:?}: {status}");
         let seen = std::fs::read_to_string(&report).unwrap();
@@ -138,17 +146,20 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
         .command("iptables")
         .env("IPTABLES_MODE", "bogus")
         .args(["-A", "INPUT", "-j", "ACCEPT"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_bad_input(&out, &["IPTABLES_MODE", "bogus", "nft", "legacy"]);
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
-    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    let nft = Command::new("nft")
+        .args(["list", "ruleset"])
+        .output_within_limit()
+        .unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
     let detect = node
         .wrapper()
         .env("IPTABLES_MODE", "bogus")
         .arg("detect")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(detect.status.code(), Some(2));
     // A log level that is no level is bad input too.
@@ -156,7 +167,7 @@ fn invalid_override_fails_clearly_and_runs_nothing() {
         .command("iptables")
         .env("IPTABLES_WRAPPER_LOG", "verbose")
         .arg("-V")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_bad_input(&out, &["IPTABLES_WRAPPER_LOG", "verbose", "debug"]);
 }
@@ -171,7 +182,7 @@ fn missing_backend_names_mode_reason_paths_and_package() {
     let out = node
         .command("iptables-save")
         .env("IPTABLES_WRAPPER_SBIN", &empty)
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -286,7 +297,7 @@ fn a_copy_of_the_wrapper_in_a_save_tools_place_starts_no_chain_of_processes() {
     let out = command
         .env("IPTABLES_WRAPPER_SBIN", &copies)
         .env("IPTABLES_WRAPPER_RUN_DIR", node.path("user-run"))
-        .output()
+        .output_within_limit()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -329,7 +340,7 @@ fn detect_json_parses_and_explains() {
     assert!(report["took_ms"].is_number());
     // The text report says the same: the verdict, mode first, and the
     // warning; -v adds the source, each piece of evidence and how it was read.
-    let text = node.wrapper().arg("detect").output().unwrap();
+    let text = node.wrapper().arg("detect").output_within_limit().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     let verdict = format!(
         "nft for iptables: host link {} -> /usr/sbin/iptables-nft",
@@ -337,7 +348,7 @@ fn detect_json_parses_and_explains() {
     );
     assert_eq!(text.lines().next(), Some(verdict.as_str()), "{text}");
     assert!(text.contains("warning: points to legacy: "), "{text}");
-    let verbose = node.wrapper().args(["detect", "-v"]).output().unwrap();
+    let verbose = node.wrapper().args(["detect", "-v"]).output_within_limit().unwrap();
     let verbose = String::from_utf8_lossy(&verbose.stdout);
     assert_eq!(verbose.lines().next(), Some(verdict.as_str()), "{verbose}");
     assert!(
@@ -419,7 +430,7 @@ fn install_is_idempotent_and_refuses_regular_files() {
             .arg("--dir")
             .arg(&dir)
             .args(extra)
-            .output()
+            .output_within_limit()
             .unwrap()
     };
     assert!(install(&[]).status.success());
@@ -485,7 +496,7 @@ fn install_leaves_alternatives_links_and_other_wrappers_alone() {
             .arg("--dir")
             .arg(&dir)
             .args(extra)
-            .output()
+            .output_within_limit()
             .unwrap()
     };
     let other = dir.join("iptables-wrapper");
@@ -547,7 +558,7 @@ fn install_under_concurrent_callers() {
                     .arg("--dir")
                     .arg(&bin)
                     .arg("--force")
-                    .output()
+                    .output_within_limit()
                     .unwrap();
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 // Alternate the link text so every iteration really replaces it.
@@ -564,7 +575,7 @@ fn install_under_concurrent_callers() {
     // The callers run in this thread's namespace; the installer touches only files.
     for _ in 0..60 {
         for name in ["iptables", "ip6tables-save"] {
-            let out = node.command(name).arg("-V").output().unwrap();
+            let out = node.command(name).arg("-V").output_within_limit().unwrap();
             assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         }
     }
@@ -574,10 +585,15 @@ fn install_under_concurrent_callers() {
 
 #[test]
 fn cli_usage_errors_and_version() {
-    let out = Command::new(WRAPPER).arg("--version").output().unwrap();
+    let out = Command::new(WRAPPER).arg("--version").output_within_limit().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("iptables-wrapper "));
-    assert!(Command::new(WRAPPER).arg("--help").output().unwrap().status.success());
+    assert!(Command::new(WRAPPER)
+        .arg("--help")
+        .output_within_limit()
+        .unwrap()
+        .status
+        .success());
     for args in [
         &["frobnicate"][..],
         &["--bogus"],
@@ -585,7 +601,7 @@ fn cli_usage_errors_and_version() {
         &["detect", "--yaml"],
         &["install", "--dir"],
     ] {
-        let out = Command::new(WRAPPER).args(args).output().unwrap();
+        let out = Command::new(WRAPPER).args(args).output_within_limit().unwrap();
         // One line naming the problem, pointing at --help (not the whole usage).
         assert_bad_input(&out, &["see iptables-wrapper --help"]);
     }
@@ -602,12 +618,15 @@ fn non_utf8_override_and_log_level_are_bad_input() {
             .command("iptables")
             .env(var, bad)
             .args(["-A", "INPUT", "-j", "ACCEPT"])
-            .output()
+            .output_within_limit()
             .unwrap();
         assert_bad_input(&out, &[var, "legacy"]);
     }
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
-    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    let nft = Command::new("nft")
+        .args(["list", "ruleset"])
+        .output_within_limit()
+        .unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
 }
 
@@ -645,7 +664,7 @@ fn install_never_replaces_the_wrappers_own_file() {
             .args(["install", "--dir"])
             .arg(&dir)
             .args(extra)
-            .output()
+            .output_within_limit()
             .unwrap();
         assert_bad_input(&out, &["iptables-save", "wrapper's own file", "nothing was changed"]);
         assert_eq!(snapshot(&dir), before, "nothing changed");
@@ -657,7 +676,7 @@ fn install_never_replaces_the_wrappers_own_file() {
     let out = Command::new(dir.join("iptables-wrapper"))
         .args(["install", "--force", "--dir"])
         .arg(&other)
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_bad_input(&out, &["ip6tables", "wrapper's own file"]);
     assert_eq!(snapshot(&other).len(), 1);
@@ -673,7 +692,7 @@ fn install_dir_must_not_be_empty() {
         .wrapper()
         .args(["install", "--dir", ""])
         .current_dir(&cwd)
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_bad_input(&out, &["--dir", "empty", "see iptables-wrapper --help"]);
     assert!(
@@ -695,7 +714,7 @@ fn install_does_not_advise_force_where_it_cannot_help() {
             .args(["install", "--dir"])
             .arg(&dir)
             .args(extra)
-            .output()
+            .output_within_limit()
             .unwrap();
         assert_eq!(out.status.code(), Some(1));
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -730,7 +749,7 @@ fn install_puts_back_what_it_changed_when_a_name_fails_midway() {
         .arg(node.path("mounted"))
         .arg(&dir)
         .arg(WRAPPER)
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -766,7 +785,7 @@ fn control_characters_in_evidence_are_escaped() {
     assert!(stderr.contains("\\n\\u{1b}[2K"), "{stderr:?}");
     let record = std::fs::read_to_string(node.path("run/warnings")).unwrap();
     assert!(clean(&record) && record.lines().count() == 2, "{record:?}");
-    let report = node.wrapper().arg("detect").output().unwrap();
+    let report = node.wrapper().arg("detect").output_within_limit().unwrap();
     let report = String::from_utf8_lossy(&report.stdout);
     assert!(clean(&report), "{report:?}");
     assert!(

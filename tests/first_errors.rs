@@ -7,6 +7,8 @@
 //! --backups-in` as the node names them (`--backups-on-host`).
 
 mod common;
+
+use common::OutputWithin as _;
 use common::{copy_program, write_program, Node, WRAPPER};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -34,7 +36,7 @@ fn detect_says_when_the_chosen_backend_cannot_run() {
             .env("IPTABLES_WRAPPER_SBIN", &empty)
             .arg("detect")
             .args(args)
-            .output()
+            .output_within_limit()
             .unwrap()
     };
     let missing = empty.join("iptables-nft").display().to_string();
@@ -79,7 +81,7 @@ fn detect_says_when_the_chosen_backend_cannot_run() {
         .command("iptables")
         .env("IPTABLES_WRAPPER_SBIN", &empty)
         .arg("-S")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(one_line_error(&out, 1).contains("no nft backend for iptables"));
 
@@ -87,7 +89,7 @@ fn detect_says_when_the_chosen_backend_cannot_run() {
     let out = node
         .wrapper()
         .args(["detect", "--format", "prometheus"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -115,7 +117,7 @@ fn detect_names_a_backend_that_is_not_executable() {
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .arg("detect")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -135,7 +137,7 @@ fn a_name_it_does_not_answer_to_is_named_with_the_ones_it_does() {
     for name in ["ebtables", "arptables-nft"] {
         let link = node.path(name);
         std::os::unix::fs::symlink(WRAPPER, &link).unwrap();
-        let out = Command::new(&link).arg("-L").output().unwrap();
+        let out = Command::new(&link).arg("-L").output_within_limit().unwrap();
         let line = one_line_error(&out, 2);
         assert!(
             line.contains(&format!("invoked as \"{name}\""))
@@ -145,7 +147,10 @@ fn a_name_it_does_not_answer_to_is_named_with_the_ones_it_does() {
             "{line}"
         );
     }
-    let out = Command::new(WRAPPER).args(["iptables-legacy", "-L"]).output().unwrap();
+    let out = Command::new(WRAPPER)
+        .args(["iptables-legacy", "-L"])
+        .output_within_limit()
+        .unwrap();
     let line = one_line_error(&out, 2);
     assert!(
         line.contains("\"iptables-legacy\" is not a command the wrapper runs")
@@ -162,7 +167,7 @@ fn without_privilege_detect_says_what_would_make_the_state_known() {
     let mut command = Command::new("setpriv");
     command.args(["--inh-caps=-all", "--bounding-set=-all", "--", WRAPPER, "detect"]);
     node.isolate(&mut command);
-    let out = command.output().unwrap();
+    let out = command.output_within_limit().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let warning = text
         .lines()
@@ -182,7 +187,7 @@ fn prometheus_with_verbose_is_refused() {
         &["detect", "--format", "prometheus", "-v"][..],
         &["detect", "-v", "--format=prometheus"],
     ] {
-        let out = Command::new(WRAPPER).args(args).output().unwrap();
+        let out = Command::new(WRAPPER).args(args).output_within_limit().unwrap();
         let line = one_line_error(&out, 2);
         assert!(
             line.contains("-v goes with the text report") && line.ends_with("; see iptables-wrapper --help\n"),
@@ -211,7 +216,7 @@ fn nothing_was_run_ends_every_wrapped_call_error_and_no_other() {
         node.command("iptables")
             .env("IPTABLES_WRAPPER_SBIN", sbin)
             .arg("-S")
-            .output()
+            .output_within_limit()
             .unwrap()
     };
     let mut standing_in = Command::new(copies.join("iptables-nft"));
@@ -221,16 +226,19 @@ fn nothing_was_run_ends_every_wrapped_call_error_and_no_other() {
         ("exec refused", call(&refused), 126),
         (
             "bad mode",
-            node.command("iptables").env("IPTABLES_MODE", "bogus").output().unwrap(),
+            node.command("iptables")
+                .env("IPTABLES_MODE", "bogus")
+                .output_within_limit()
+                .unwrap(),
             2,
         ),
-        ("standing in", standing_in.arg("-S").output().unwrap(), 1),
+        ("standing in", standing_in.arg("-S").output_within_limit().unwrap(), 1),
     ] {
         let line = one_line_error(&out, status);
         assert!(line.ends_with("; nothing was run\n"), "{what}: {line}");
     }
     for args in [&["detect", "--bogus"][..], &["stale", "--bogus"], &["nonsense"]] {
-        let out = node.wrapper().args(args).output().unwrap();
+        let out = node.wrapper().args(args).output_within_limit().unwrap();
         let line = one_line_error(&out, 2);
         assert!(!line.contains("nothing was run"), "{args:?}: {line}");
     }
@@ -257,7 +265,7 @@ fn backups_on_host_names_the_undo_as_the_node_types_it() {
             "--backups-on-host",
             "/run/iptables-wrapper-stale-backups",
         ])
-        .output()
+        .output_within_limit()
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -279,7 +287,7 @@ fn backups_on_host_names_the_undo_as_the_node_types_it() {
         &["stale", "--backups-on-host", "/run/x"][..],
         &["stale", "--backups-in", "/x", "--backups-on-host", "relative"],
     ] {
-        let out = Command::new(WRAPPER).args(args).output().unwrap();
+        let out = Command::new(WRAPPER).args(args).output_within_limit().unwrap();
         assert!(one_line_error(&out, 2).contains("--backups-on-host"), "{args:?}");
     }
 }

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::Node;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -177,7 +179,7 @@ fn keep_backups_keeps_the_newest_numbers_whatever_the_clock_says() {
         .args(["stale", "--remove=true", "--backups-in"])
         .arg(&backups)
         .args(["--keep-backups", "2"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
@@ -213,7 +215,7 @@ fn a_backup_numbered_at_the_largest_is_refused_not_wrapped() {
         .args(["stale", "--remove=true", "--backups-in"])
         .arg(&backups)
         .args(["--keep-backups", "1"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{log}");
@@ -240,7 +242,7 @@ fn exit_zero_says_the_status_it_stands_for() {
         .args(["stale", "--remove=true", "--exit-zero", "--backups-in"])
         .arg(&backups)
         .args(["--keep-backups", "1"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{log}");
@@ -256,7 +258,7 @@ fn keep_backups_below_one_is_refused_on_one_line() {
     for bad in ["0", "-1", "ten", ""] {
         let out = Command::new(common::WRAPPER)
             .args(["stale", "--backups-in", "/nonexistent", "--keep-backups", bad])
-            .output()
+            .output_within_limit()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad}: {err}");

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::{copy_program, Node, WRAPPER};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,7 +83,7 @@ fn install_does_what_its_table_in_docs_reference_says() {
             if force {
                 install.arg("--force");
             }
-            let out = install.output().unwrap();
+            let out = install.output_within_limit().unwrap();
             let after = what_is(&at);
             let did = match out.status.code() {
                 Some(0) if before.is_none() => "linked".to_string(),

@@ -6,7 +6,9 @@
 //! legacy tables, host link names and the hint chains.
 
 mod common;
+
 use common::seccomp::{refuse_sockets, refuse_syscall, refuse_wrapper_raw_sockets};
+use common::OutputWithin as _;
 use common::{Node, WRAPPER};
 use serde_json::Value;
 use std::process::{Command, Output};
@@ -52,7 +54,7 @@ fn lying_lists(dir: &str) -> String {
 /// mount namespace of its own, seeing the kernel through `view`.
 fn run_in_view(node: &Node, view: View, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     view_command(node, view, program, args, env)
-        .output()
+        .output_within_limit()
         .expect("run unshare")
 }
 
@@ -393,7 +395,7 @@ fn save_tool_fallback_reads_bytes_not_text() {
            for i in 1 2 3; do iptables-nft -A INPUT -j ACCEPT; done"#);
     let mut command = node.wrapper();
     command.args(["detect", "--json"]);
-    let report = parse_detect(&refuse_wrapper_raw_sockets(&mut command).output().unwrap());
+    let report = parse_detect(&refuse_wrapper_raw_sockets(&mut command).output_within_limit().unwrap());
     assert!(
         values(&report, "hint-chain", "legacy ipv4 mangle chain KUBE-IPTABLES-HINT") == ["present"],
         "{report}"
@@ -458,7 +460,7 @@ fn lock_file_decides_only_beside_legacy_tables() {
         .wrapper()
         .env("XTABLES_LOCKFILE", "/dev/null")
         .args(["detect", "--json"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let report = parse_detect(&out);
     assert_eq!(mode_and_source(&report), ("nft", "default"), "{report}");
@@ -720,7 +722,7 @@ fn table_lists_are_checked_where_openat2_is_refused() {
     let refused = |view| {
         let mut command = view_command(&node, view, WRAPPER, &["detect", "--json"], &[]);
         refuse_syscall(&mut command, libc::SYS_openat2, &[]);
-        parse_detect(&command.output().unwrap())
+        parse_detect(&command.output_within_limit().unwrap())
     };
     // The kernel's own lists are read.
     let report = refused(View::AsIs);
@@ -817,14 +819,14 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     let mut call = node.command("iptables");
     call.arg("-V");
     refuse_netlink(&mut call);
-    let out = call.output().unwrap();
+    let out = call.output_within_limit().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("(legacy)"), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
 
     let mut detect = node.wrapper();
     detect.args(["detect", "--json"]);
     refuse_netlink(&mut detect);
-    let report = parse_detect(&detect.output().unwrap());
+    let report = parse_detect(&detect.output_within_limit().unwrap());
     assert_eq!(mode_and_source(&report), ("legacy", "default"), "{report}");
     let unusable = values(&report, "backend-presence", "nft from this process");
     assert!(unusable.len() == 1 && unusable[0].contains("seccomp"), "{report}");
@@ -835,7 +837,7 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
         .env("IPTABLES_WRAPPER_LOG", "warn")
         .arg("-V");
     refuse_netlink(&mut call);
-    let out = call.output().unwrap();
+    let out = call.output_within_limit().unwrap();
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("this process cannot use it"),
         "{out:?}"
@@ -850,7 +852,7 @@ fn a_backend_this_process_cannot_use_is_never_the_default() {
     refuse_sockets(&mut call, |call| {
         call.domain == libc::AF_INET && call.protocol == libc::IPPROTO_RAW
     });
-    let out = call.output().unwrap();
+    let out = call.output_within_limit().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("uses legacy") && stderr.contains("this process cannot use it"),

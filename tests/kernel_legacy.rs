@@ -317,7 +317,9 @@ fn consistent_while_changing(family: Family) {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
     std::fs::write(&stop, "").unwrap();
-    assert!(churn.wait().unwrap().success());
+    assert!(common::wait_within(churn, common::CHILD_LIMIT, "churn did not end")
+        .status
+        .success());
     std::fs::remove_file(stop).unwrap();
     // Settled again: back to the start.
     let legacy = LegacyFamily::open(family).unwrap();

@@ -82,7 +82,9 @@ fn restore(family: Family, rules: &str) {
         .expect("spawn restore");
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), rules.as_bytes()).unwrap();
     assert!(
-        child.wait().unwrap().success(),
+        common::wait_within(child, common::CHILD_LIMIT, "child did not end")
+            .status
+            .success(),
         "{}-nft-restore failed",
         family.program()
     );

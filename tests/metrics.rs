@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::Node;
 use openmetrics_parser::{openmetrics, prometheus, MetricNumber, OpenMetricsType, OpenMetricsValue};
 use std::collections::BTreeMap;
@@ -159,7 +161,7 @@ fn detect_metrics(node: &Node) -> Scrape {
         &node
             .wrapper()
             .args(["detect", "--format", "prometheus"])
-            .output()
+            .output_within_limit()
             .unwrap(),
     )
 }
@@ -356,7 +358,13 @@ fn mixed_node_after_an_upgrade() {
     }
     // A legacy hint chain disagrees too, in both families' decisions.
     node.sh("iptables-legacy -t mangle -N KUBE-IPTABLES-HINT");
-    let scrape = scrape_output(&node.wrapper().args(["detect", "--format=prometheus"]).output().unwrap());
+    let scrape = scrape_output(
+        &node
+            .wrapper()
+            .args(["detect", "--format=prometheus"])
+            .output_within_limit()
+            .unwrap(),
+    );
     for family in ["ipv4", "ipv6"] {
         assert_eq!(
             scrape.value(
@@ -452,7 +460,7 @@ fn counts_that_cannot_be_read_are_not_zero() {
         .args(["detect", "--format", "prometheus"])
         .uid(65534)
         .gid(65534)
-        .output()
+        .output_within_limit()
         .unwrap();
     let scrape = scrape_output(&out);
     check_common(&scrape);
@@ -503,7 +511,7 @@ fn format_usage_errors_are_one_line() {
         (&["--format", "prometheus", "--for", "ip6tables"], "--for"),
     ];
     for (args, named) in cases {
-        let out = node.wrapper().arg("detect").args(args).output().unwrap();
+        let out = node.wrapper().arg("detect").args(args).output_within_limit().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?}");
@@ -513,12 +521,12 @@ fn format_usage_errors_are_one_line() {
     let twice = node
         .wrapper()
         .args(["detect", "--for", "iptables", "--for", "ip6tables"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(twice.status.code(), Some(2));
     // --format json is --json, --format text the default report.
     let first_line = |args: &[&str]| {
-        let out = node.wrapper().arg("detect").args(args).output().unwrap();
+        let out = node.wrapper().arg("detect").args(args).output_within_limit().unwrap();
         assert!(out.status.success(), "{args:?}");
         String::from_utf8_lossy(&out.stdout)
             .lines()

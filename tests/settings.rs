@@ -9,6 +9,8 @@
 //! nothing of the machine's.
 
 mod common;
+
+use common::OutputWithin as _;
 use common::{legacy_tables, Node, WRAPPER};
 use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -85,7 +87,7 @@ fn with_layout_as(node: &Node, lay_out: &dyn Fn(&Path), command: &mut Command, c
         };
     }
     let out = match call.stdin {
-        None => unshare.output().unwrap(),
+        None => unshare.output_within_limit().unwrap(),
         Some(input) => {
             let mut child = unshare
                 .stdin(Stdio::piped())
@@ -94,7 +96,7 @@ fn with_layout_as(node: &Node, lay_out: &dyn Fn(&Path), command: &mut Command, c
                 .spawn()
                 .unwrap();
             child.stdin.take().unwrap().write_all(input).unwrap();
-            child.wait_with_output().unwrap()
+            common::wait_within(child, common::CHILD_LIMIT, "child did not end")
         }
     };
     assert!(
@@ -275,7 +277,10 @@ fn invalid_settings_files_are_one_line_errors_and_nothing_runs() {
         assert_eq!(detect.status.code(), Some(2), "{detect:?}");
     }
     assert!(legacy_tables("ip_tables_names").is_empty(), "no backend ran");
-    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    let nft = Command::new("nft")
+        .args(["list", "ruleset"])
+        .output_within_limit()
+        .unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
 }
 
@@ -497,7 +502,10 @@ fn a_file_another_user_owns_or_may_write_is_refused() {
         assert_refused(&out, words);
         assert!(!mark.exists(), "their program never ran");
     }
-    let nft = Command::new("nft").args(["list", "ruleset"]).output().unwrap();
+    let nft = Command::new("nft")
+        .args(["list", "ruleset"])
+        .output_within_limit()
+        .unwrap();
     assert!(nft.stdout.is_empty(), "no backend ran");
 }
 

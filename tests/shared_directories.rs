@@ -75,7 +75,7 @@ fn concurrent_installs_in_separate_pid_namespaces_never_succeed_with_a_name_miss
             })
             .collect();
         for run in runs {
-            let out = run.wait_with_output().unwrap();
+            let out = common::wait_within(run, common::CHILD_LIMIT, "run did not end");
             if out.status.success() {
                 succeeded += 1;
                 let missing = not_leading_to_the_wrapper(&dir);
@@ -125,7 +125,7 @@ fn concurrent_calls_in_separate_pid_namespaces_store_their_counts() {
             })
             .collect();
         for call in calls {
-            let out = call.wait_with_output().unwrap();
+            let out = common::wait_within(call, common::CHILD_LIMIT, "call did not end");
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "attempt {attempt}: {stderr}");
             failed_stores.extend(
@@ -185,7 +185,7 @@ fn a_failing_install_puts_back_only_what_it_changed_itself() {
     let other = dir.join(".another-process");
     std::os::unix::fs::symlink("/usr/sbin/xtables-nft-multi", &other).unwrap();
     std::fs::rename(&other, dir.join("iptables")).unwrap();
-    let out = run.wait_with_output().unwrap();
+    let out = common::wait_within(run, common::CHILD_LIMIT, "run did not end");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -6,7 +6,9 @@
 //! here with rustc) reports what it inherited, wrapped and run directly.
 
 mod common;
+
 use common::seccomp::{refuse_syscall, refuse_wrapper_raw_sockets};
+use common::OutputWithin as _;
 use common::{copy_program, stub_backend as stub, without_proc, Node, WRAPPER};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -77,7 +79,7 @@ impl Shim {
         let program = if wrapped { self.wrapped() } else { self.direct.clone() };
         let mut command = self.command(via, &program, &["report", self.report.to_str().unwrap()]);
         customize(&mut command);
-        let status = command.status().unwrap();
+        let status = command.status_within_limit().unwrap();
         assert!(status.success(), "{status:?}");
         std::fs::read_to_string(&self.report).unwrap()
     }
@@ -210,7 +212,7 @@ fn a_closed_pipe_kills_the_backend_as_it_would_directly() {
                 &["flood"],
             )
             .stdout(Stdio::piped())
-            .output()
+            .output_within_limit()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "141", "{program:?}");
     }
@@ -228,7 +230,7 @@ fn looked_at(node: &Node, customize: &dyn Fn(&mut Command)) -> String {
         .arg("-V");
     node.isolate(&mut command);
     customize(&mut command);
-    let out = command.output().expect("strace runs");
+    let out = command.output_within_limit().expect("strace runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     common::until_backend(&std::fs::read_to_string(trace).unwrap())
 }
@@ -307,7 +309,7 @@ fn the_record_keeps_true_times_where_the_clock_syscall_is_refused() {
     let mut command = node.command("iptables");
     command.arg("-V");
     let out = refuse_syscall(&mut command, libc::SYS_clock_gettime, &[])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let recorded = std::fs::read_to_string(node.path("run/warnings")).unwrap();
@@ -341,7 +343,7 @@ fn own_messages_with_stderr_closed_write_nothing_and_do_not_crash() {
         for (name, value) in env {
             command.env(name, value);
         }
-        command.status().unwrap()
+        command.status_within_limit().unwrap()
     };
     // Bad input and a missing backend: the status says it, nothing crashes.
     let bad = run(&shim.wrapped(), &[("IPTABLES_MODE", "bogus")]);
@@ -378,7 +380,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
     let out = node
         .command("iptables")
         .args(["-t", "nat", "-N", "DOCKER"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success());
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
@@ -400,7 +402,13 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
     // The same warnings again within a minute: the record is left alone.
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&record).unwrap().ino();
-    assert!(node.command("iptables").arg("-V").output().unwrap().stderr.is_empty());
+    assert!(node
+        .command("iptables")
+        .arg("-V")
+        .output_within_limit()
+        .unwrap()
+        .stderr
+        .is_empty());
     assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode, "not rewritten");
 
     // Asked for: the warning on stderr, at the level asked.
@@ -414,7 +422,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
         .command("iptables")
         .env("IPTABLES_WRAPPER_LOG", "off")
         .arg("-V")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(off.stderr.is_empty());
     // A person at a terminal sees warnings without asking.
@@ -428,7 +436,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
         .env_remove("IPTABLES_WRAPPER_LOG")
         .env_remove("IPTABLES_MODE")
         .stdin(Stdio::null())
-        .output()
+        .output_within_limit()
         .unwrap();
     let shown = String::from_utf8_lossy(&on_terminal.stdout);
     assert!(
@@ -444,7 +452,7 @@ fn wrapped_calls_print_only_what_the_backend_prints_and_record_warnings() {
         .command("iptables")
         .env("IPTABLES_WRAPPER_RUN_DIR", &open_dir)
         .arg("-V")
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success() && out.stderr.is_empty());
     assert!(
@@ -472,7 +480,7 @@ fn empty_and_relative_search_entries_are_ignored() {
             .env("IPTABLES_WRAPPER_SBIN", sbin)
             .env("IPTABLES_WRAPPER_LOG", "debug")
             .stderr(Stdio::piped())
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(!shim.report.exists(), "{sbin:?}: the planted backend ran");
         assert_eq!(out.status.code(), Some(1), "{sbin:?}");
@@ -494,7 +502,7 @@ fn candidates_that_cannot_run_are_skipped() {
         .command(&[], &shim.wrapped(), &["report", shim.report.to_str().unwrap()])
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .stderr(Stdio::piped())
-        .output()
+        .output_within_limit()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(shim.report.exists(), "the good backend in the next directory ran");
@@ -503,7 +511,7 @@ fn candidates_that_cannot_run_are_skipped() {
         .command(&[], &shim.wrapped(), &["-V"])
         .env("IPTABLES_WRAPPER_SBIN", &first)
         .stderr(Stdio::piped())
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -627,7 +635,9 @@ fn the_save_tool_fallback_works_whatever_the_callers_sigchld() {
     for caller in CallerSignal::all(libc::SIGCHLD) {
         let mut command = node.command("iptables");
         command.env("IPTABLES_WRAPPER_LOG", "debug").arg("-V");
-        let out = refuse_wrapper_raw_sockets(caller.apply(&mut command)).output().unwrap();
+        let out = refuse_wrapper_raw_sockets(caller.apply(&mut command))
+            .output_within_limit()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{caller:?}: {stderr}");
         assert!(
@@ -714,7 +724,7 @@ fn logging_to_a_stderr_nobody_reads_never_costs_the_call() {
                 .env("IPTABLES_WRAPPER_LOG", "debug")
                 .args(["-A", "INPUT", "-s", &source, "-j", "ACCEPT"])
                 .stderr(stderr());
-            let status = caller.apply(&mut command).status().unwrap();
+            let status = caller.apply(&mut command).status_within_limit().unwrap();
             assert!(status.success(), "{caller:?}: {status:?}");
             assert!(node.sh("iptables-nft -S INPUT").contains(&source), "{caller:?}");
         }
@@ -789,7 +799,7 @@ fn argv0_reaches_the_backend_as_given_and_the_name_is_the_backends_command() {
     let status = shim
         .command(&[], Path::new("iptables"), &["report", shim.report.to_str().unwrap()])
         .env("PATH", &shim.node.bin)
-        .status()
+        .status_within_limit()
         .unwrap();
     assert!(status.success(), "{status:?}");
     let report = std::fs::read_to_string(&shim.report).unwrap();
@@ -803,12 +813,12 @@ fn argv0_reaches_the_backend_as_given_and_the_name_is_the_backends_command() {
             .command(name)
             .env("IPTABLES_MODE", "nft")
             .arg("--no-such-option")
-            .output()
+            .output_within_limit()
             .unwrap();
         let direct = Command::new("/usr/sbin/xtables-nft-multi")
             .arg0(node.bin.join(name))
             .arg("--no-such-option")
-            .output()
+            .output_within_limit()
             .unwrap();
         let stderr = String::from_utf8_lossy(&wrapped.stderr);
         assert!(

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::Node;
 use iptables_wrapper::save_text;
 use std::ffi::OsStr;
@@ -32,7 +34,7 @@ fn a_byte_order_mark_or_bidi_control_in_a_setting_is_shown_escaped() {
             .command("iptables")
             .env("IPTABLES_MODE", value)
             .arg("-V")
-            .output()
+            .output_within_limit()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -60,7 +62,7 @@ fn bytes_that_are_not_utf8_in_host_paths_show_as_in_values() {
             .wrapper()
             .env("IPTABLES_WRAPPER_HOST_ROOT", &root)
             .args(args)
-            .output()
+            .output_within_limit()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(hides_nothing(&stdout), "{args:?}: {stdout}");
@@ -87,7 +89,7 @@ fn stale_v_shows_the_saved_rules_byte_for_byte() {
         .collect();
     assert_eq!(saved.len(), 1, "{save}");
     assert!(saved[0].contains('\\'), "the save escapes the comment: {save}");
-    let out = node.wrapper().args(["stale", "-v"]).output().unwrap();
+    let out = node.wrapper().args(["stale", "-v"]).output_within_limit().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let shown: Vec<&str> = stdout
         .lines()

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{backup_dir_of, json, legacy_saves, nft_ruleset, stale, stderr, stdout, without_headers};
 use common::Node;
 use std::os::unix::fs::PermissionsExt;
@@ -168,14 +170,14 @@ fn refuses_when_the_host_backend_is_not_certain() {
         .wrapper()
         .env("IPTABLES_MODE", "nft")
         .args(["stale"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let out = node
         .wrapper()
         .env("IPTABLES_MODE", "legacy")
         .args(["stale", "--json"])
-        .output()
+        .output_within_limit()
         .unwrap();
     // The override contradicted by nft's hint chain (legacy holds none):
     // not certain, and both backends shown.
@@ -197,7 +199,7 @@ fn refuses_when_the_host_backend_is_not_certain() {
         .wrapper()
         .env("IPTABLES_MODE", "bogus")
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
@@ -480,7 +482,7 @@ fn a_wrapped_call_racing_the_removal_goes_to_the_host_backend_and_fails_nothing(
                     .env_remove("IPTABLES_MODE")
                     .env_remove("IPTABLES_WRAPPER_LOG")
                     .args(args)
-                    .output()
+                    .output_within_limit()
                     .unwrap()
             };
             let mut calls = 0u32;
@@ -577,7 +579,7 @@ fn a_backup_that_cannot_be_written_stops_the_removal_before_anything_changes() {
         .wrapper()
         .env("IPTABLES_WRAPPER_RUN_DIR", "relative/run")
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("--backup-dir"), "{}", stderr(&out));

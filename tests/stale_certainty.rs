@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout};
 use common::Node;
 
@@ -79,7 +81,7 @@ fn a_host_link_contradicted_by_kubelets_hint_chains_is_refused() {
     let metrics = node
         .wrapper()
         .args(["detect", "--format", "prometheus"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let metrics = stdout(&metrics);
     assert!(

@@ -20,6 +20,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::interrupted::{emptied, interrupted_line, node, saves, stand_ins};
 use common::stale::{stale, stderr, stdout};
 use common::{write_program, Node};
@@ -47,7 +49,7 @@ fn killed_after(node: &Node, step: &str) -> Output {
     wrapper(node)
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", step)
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap()
 }
 
@@ -109,7 +111,7 @@ fn a_legacy_removal_killed_after_each_commit_of_its_restore_tool_leaves_no_famil
         let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
-            .output()
+            .output_within_limit()
             .unwrap();
         if out.status.signal().is_none() {
             // Fewer live restores than nth: the removal ended whole.
@@ -167,7 +169,7 @@ fn a_later_nft_attempt_writes_the_record_before_it_empties() {
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, None))
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:nft")
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let saves_run = std::fs::read_to_string(node.path("nft-saves")).unwrap_or_default();
     assert!(saves_run.lines().count() >= 3, "no later attempt: {}", stderr(&out));
@@ -186,7 +188,7 @@ fn a_signal_before_a_later_nft_attempt_stops_with_nothing_changed() {
     let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", moving_the_generation(&node, Some("TERM")))
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{}", stderr(&out));
     assert!(
@@ -218,7 +220,7 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
     let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let runs = std::fs::read_to_string(&count).unwrap_or_default().lines().count();
     assert!(runs >= 2, "no second attempt ({runs} live saves): {}", stderr(&out));
@@ -236,7 +238,7 @@ fn a_signal_after_a_refused_nft_attempt_stops_with_nothing_changed() {
 fn interrupted_metric(node: &Node) -> String {
     let metrics = wrapper(node)
         .args(["detect", "--format", "prometheus"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let text = stdout(&metrics);
     text.lines()
@@ -261,7 +263,7 @@ fn an_interrupted_removals_backup_stays_named_until_it_is_removed() {
     let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:legacy:ipv4")
         .args(["stale", "--remove", "--backup-dir", first_backup.to_str().unwrap()])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", stderr(&out));
     let [ipv4, ipv6] = saves(&node, "legacy");
@@ -274,7 +276,7 @@ fn an_interrupted_removals_backup_stays_named_until_it_is_removed() {
     // still named everywhere.
     let (line, backup, undo) = interrupted_line(&node, "after the second removal");
     assert_eq!(Path::new(&backup), first_backup, "{line}");
-    let detect = wrapper(&node).arg("detect").output().unwrap();
+    let detect = wrapper(&node).arg("detect").output_within_limit().unwrap();
     assert!(
         stderr(&detect).contains(&format!("detect: {line}")),
         "{line}\n{}",
@@ -329,7 +331,7 @@ fn a_signal_before_the_first_emptying_stops_with_nothing_changed() {
         let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
         assert_eq!(
@@ -357,7 +359,7 @@ fn a_signal_after_the_first_emptying_waits_for_both_families_and_the_report() {
         let out = wrapper(&node)
             .env("IPTABLES_WRAPPER_SBIN", &sbin)
             .args(["stale", "--remove"])
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(node.path("signalled").exists(), "{signal}: {}", stderr(&out));
         assert!(saves(&node, "legacy").iter().all(|s| emptied(s)), "{signal}");
@@ -392,7 +394,7 @@ fn a_signal_the_caller_ignores_stays_ignored() {
             Ok(())
         });
     }
-    let out = removal.output().unwrap();
+    let out = removal.output_within_limit().unwrap();
     assert!(node.path("signalled").exists(), "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert!(!stderr(&out).contains("SIGHUP"), "{}", stderr(&out));
@@ -423,7 +425,7 @@ fn a_restore_left_running_by_a_killed_wrapper_keeps_locking_writers_waiting() {
     let out = wrapper(&node)
         .env("IPTABLES_WRAPPER_SBIN", &dir)
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(
         out.status.signal(),

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::interrupted::{interrupted_line, node, saves, stand_ins};
 use common::stale::{stderr, stdout};
 use common::{write_program, Node};
@@ -57,7 +59,7 @@ fn a_legacy_restore_killed_between_two_table_commits_keeps_the_tables_that_feed(
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     killed(&out);
     let ipv4 = node.sh("iptables-legacy-save");
@@ -98,7 +100,7 @@ fn a_later_nft_attempt_emptying_more_names_it_in_the_record() {
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .env("IPTABLES_WRAPPER_STALE_KILL_AFTER", "emptied:nft")
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let runs = std::fs::read_to_string(node.path("live-saves")).unwrap_or_default();
     assert!(runs.lines().count() >= 2, "no later attempt: {}", stderr(&out));

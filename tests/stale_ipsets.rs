@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{backup_dir_of, legacy_saves, nft_ruleset, stale, stderr, stdout, without_headers};
 use common::Node;
 use iptables_wrapper::kernel::ipset::IpsetSocket;
@@ -146,7 +148,7 @@ fn without_the_ipset_program_a_table_naming_sets_stays_with_the_reason() {
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .args(["stale", "--remove"])
-        .output()
+        .output_within_limit()
         .unwrap();
     let text = stdout(&out) + &stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");

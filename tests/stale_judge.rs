@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{legacy_saves, nft_ruleset, stale, stderr, stdout, uncounted};
 use common::Node;
 use std::fs::File;
@@ -40,7 +42,7 @@ impl Peer {
     fn sh(&self, script: &str) {
         let out = Command::new("nsenter")
             .args(["-t", &self.child.id().to_string(), "-n", "sh", "-ec", script])
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(
             out.status.success(),

@@ -17,6 +17,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{json, legacy_saves, nft_ruleset, stale, stderr, stdout};
 use common::{write_program, Node};
 use std::os::unix::fs::PermissionsExt;
@@ -66,7 +68,7 @@ fn stale_with_backends(node: &Node, sbin: &Path, args: &[&str]) -> Output {
         .env("IPTABLES_WRAPPER_SBIN", sbin)
         .arg("stale")
         .args(args)
-        .output()
+        .output_within_limit()
         .unwrap()
 }
 
@@ -166,7 +168,7 @@ fn every_early_stop_prints_one_json_object() {
     let mut command = node.wrapper();
     command.args(["stale", "--remove", "--json"]);
     let out = common::seccomp::refuse_sockets(&mut command, |call| call.domain == libc::AF_NETLINK)
-        .output()
+        .output_within_limit()
         .unwrap();
     one_object(&out, "nf_tables cannot be read");
     assert_eq!(nft_ruleset(&node), nft_before);

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::OutputWithin as _;
+
 use common::stale::{
     backup_dir_of, json, legacy_saves, nft_ruleset, stale, stale_by_override, stderr, stdout, whole_datagrams_counted,
 };
@@ -323,7 +325,7 @@ fn concurrent_removals_each_report_only_what_their_backup_holds() {
             .collect();
         let mut emptied = 0;
         for run in runs {
-            let out = run.wait_with_output().unwrap();
+            let out = common::wait_within(run, common::CHILD_LIMIT, "run did not end");
             let text = stdout(&out);
             assert_eq!(out.status.code(), Some(0), "round {round}: {text}{}", stderr(&out));
             if text.contains("emptied: legacy ipv4 filter") {
@@ -374,7 +376,7 @@ iptables-legacy -t nat -A POSTROUTING -j MASQUERADE");
         .wrapper()
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
         .args(["stale", "--remove", "--allow-opening", "--json"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let report = json(&out);
@@ -498,7 +500,7 @@ fn writers_that_take_the_xtables_lock_lose_no_rule() {
             .arg("-w")
             .args(rule.split(' '))
             .env("XTABLES_LOCKFILE", &writer_node)
-            .output()
+            .output_within_limit()
             .unwrap();
         out.status.success().then(|| vec![rule])
     });
@@ -533,7 +535,10 @@ fn writers_that_take_the_xtables_lock_lose_no_rule() {
             .unwrap();
         use std::io::Write;
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait().unwrap().success().then_some(rules)
+        common::wait_within(child, common::CHILD_LIMIT, "child did not end")
+            .status
+            .success()
+            .then_some(rules)
     });
     assert!(
         written >= 2 * rounds() && removed > 1,
@@ -554,7 +559,10 @@ fn an_nft_writer_loses_no_rule() {
             std::thread::sleep(std::time::Duration::from_millis(400));
         }
         let rule = format!("-A INPUT -s 10.30.{}.{}/32 -j ACCEPT", i / 250 % 250, i % 250 + 1);
-        let out = Command::new("iptables-nft").args(rule.split(' ')).output().unwrap();
+        let out = Command::new("iptables-nft")
+            .args(rule.split(' '))
+            .output_within_limit()
+            .unwrap();
         out.status.success().then(|| vec![rule])
     });
     assert!(
@@ -834,7 +842,7 @@ fn a_backup_directory_is_the_callers_alone_and_named_absolute() {
         .wrapper()
         .current_dir(&node.dir)
         .args(["stale", "--remove", "--allow-opening", "--backup-dir", "mine"])
-        .output()
+        .output_within_limit()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(backup_dir_of(&out), node.path("mine"));
@@ -851,7 +859,10 @@ fn without_a_scratch_namespace_nothing_is_removed() {
         .args(["--bounding-set", "-sys_admin", "--"])
         .arg(env!("CARGO_BIN_EXE_iptables-wrapper"));
     node.isolate(&mut command);
-    let out = command.args(["stale", "--remove", "--allow-opening"]).output().unwrap();
+    let out = command
+        .args(["stale", "--remove", "--allow-opening"])
+        .output_within_limit()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
     let line = stderr(&out);
     assert!(
@@ -873,7 +884,11 @@ fn unread_state_is_not_called_stale() {
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_iptables-wrapper"));
     node.isolate(&mut command);
-    let out = command.args(["stale"]).env("IPTABLES_MODE", "nft").output().unwrap();
+    let out = command
+        .args(["stale"])
+        .env("IPTABLES_MODE", "nft")
+        .output_within_limit()
+        .unwrap();
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(!text.contains("stale state found"), "{text}");
@@ -909,7 +924,7 @@ done",
         .args(["stale"])
         .env("IPTABLES_MODE", "nft")
         .env("IPTABLES_WRAPPER_SBIN", &sbin)
-        .output()
+        .output_within_limit()
         .unwrap();
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
@@ -982,7 +997,7 @@ fn a_held_xtables_lock_holds_off_a_removal_of_stale_nft_too() {
         .args(["-n"])
         .arg(&node.lockfile)
         .arg("true")
-        .status()
+        .status_within_limit()
         .unwrap()
         .success()
     {

@@ -4,7 +4,9 @@
 //! of its own: the legacy table lists).
 
 mod common;
+
 use common::Node;
+use common::OutputWithin as _;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
@@ -36,7 +38,7 @@ fn looked_at(node: &Node, setup: &str, run_dir: &std::path::Path) -> String {
         .env("TRACE", &trace)
         .env("RUN", run_dir)
         .env("IPTABLES_WRAPPER_RUN_DIR", run_dir);
-    let out = command.output().expect("unshare runs");
+    let out = command.output_within_limit().expect("unshare runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     common::until_backend(&std::fs::read_to_string(trace).unwrap())
@@ -111,7 +113,7 @@ fn an_earlier_record_is_cleaned_when_rewritten() {
     let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(61);
     common::set_modified(&record, minute_ago);
 
-    let out = node.command("iptables").arg("-V").output().unwrap();
+    let out = node.command("iptables").arg("-V").output_within_limit().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let cleaned = std::fs::read_to_string(&record).unwrap();
     assert!(

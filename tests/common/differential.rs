@@ -8,6 +8,7 @@
 use super::netns_topology::Family;
 use super::rule_grammar::{restore_text, Line, State};
 use super::Node;
+use super::OutputWithin as _;
 use std::process::Command;
 
 /// What a verdict says of a table or a family, strongest hold first.
@@ -168,7 +169,7 @@ pub fn write_state(node: &Node, state: &State) {
 pub fn stale_by(node: &Node, wrapper: &str, args: &[&str]) -> std::process::Output {
     let mut command = Command::new(wrapper);
     node.isolate(&mut command);
-    command.arg("stale").args(args).output().unwrap()
+    command.arg("stale").args(args).output_within_limit().unwrap()
 }
 
 /// `WRAPPER stale --json` in `node`, read.

@@ -101,7 +101,11 @@ pub fn sh(script: &str) -> String {
 }
 
 pub fn sh_output(script: &str) -> Output {
-    Command::new("sh").arg("-ec").arg(script).output().expect("run sh")
+    Command::new("sh")
+        .arg("-ec")
+        .arg(script)
+        .output_within_limit()
+        .expect("run sh")
 }
 
 /// `-A` lines printed by a save tool (e.g. `iptables-legacy-save`).
@@ -122,7 +126,12 @@ use std::path::{Path, PathBuf};
 /// kernel then refuses to run the file (ETXTBSY, "Text file busy", exit 126
 /// from a shell), a race seen in CI.
 pub fn copy_program(from: &Path, to: &Path) {
-    let out = Command::new("cp").arg("--").arg(from).arg(to).output().expect("run cp");
+    let out = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .output_within_limit()
+        .expect("run cp");
     assert!(
         out.status.success(),
         "cp {} {}: {}",
@@ -153,7 +162,7 @@ pub fn stub_backend() -> &'static Path {
             .args(["--edition", "2021", "-O", "-o"])
             .arg(&stub)
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/shim/stub_backend.rs"))
-            .output()
+            .output_within_limit()
             .expect("rustc runs");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         stub
@@ -190,7 +199,7 @@ impl Node {
         let out = Command::new(WRAPPER)
             .args(["install", "--dir"])
             .arg(&node.bin)
-            .output()
+            .output_within_limit()
             .unwrap();
         assert!(
             out.status.success(),
@@ -248,13 +257,13 @@ impl Node {
         self.command(name)
             .env("IPTABLES_WRAPPER_LOG", "warn")
             .arg("-V")
-            .output()
+            .output_within_limit()
             .unwrap()
     }
 
     /// What `iptables -V` through the wrapper reports: "nft" or "legacy".
     pub fn version_mode(&self, name: &str) -> String {
-        let out = self.command(name).arg("-V").output().unwrap();
+        let out = self.command(name).arg("-V").output_within_limit().unwrap();
         assert!(
             out.status.success(),
             "{name} -V failed: {}",
@@ -272,7 +281,7 @@ impl Node {
 
     /// `detect --json`, parsed.
     pub fn detect(&self) -> serde_json::Value {
-        let out = self.wrapper().args(["detect", "--json"]).output().unwrap();
+        let out = self.wrapper().args(["detect", "--json"]).output_within_limit().unwrap();
         assert!(
             out.status.success(),
             "detect failed: {}",
@@ -344,7 +353,7 @@ pub fn without_proc(command: &Command) -> Output {
             hidden.env(name, value);
         }
     }
-    hidden.output().unwrap()
+    hidden.output_within_limit().unwrap()
 }
 
 /// Runs `command` with stdout and stderr captured; if it is still running
@@ -359,19 +368,55 @@ pub fn output_within(command: &mut Command, limit: std::time::Duration, hangs: &
     wait_within(child, limit, hangs)
 }
 
-/// Waits for `child` and what it wrote; if it is still running after
-/// `limit`, kills it and panics with `hangs` and its stderr.
-pub fn wait_within(mut child: std::process::Child, limit: std::time::Duration, hangs: &str) -> Output {
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!("{hangs}; stderr: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+/// Waits for `child` and what it wrote (read as it comes, so a child
+/// writing more than a pipe holds still ends); if it is still running
+/// after `limit`, kills it and panics with `hangs` and its stderr.
+pub fn wait_within(child: std::process::Child, limit: std::time::Duration, hangs: &str) -> Output {
+    let pid = child.id() as libc::pid_t;
+    let (ended, watched) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        // SAFETY: kill(2) of the child not yet waited for (its pid not reused).
+        watched.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            && unsafe { libc::kill(pid, libc::SIGKILL) } == 0
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = ended.send(());
+    if watchdog.join().unwrap() {
+        panic!("{hangs}; stderr: {}", String::from_utf8_lossy(&out.stderr));
     }
-    child.wait_with_output().unwrap()
+    out
+}
+
+/// How long a test waits for a command it runs before killing it and
+/// failing: a hang fails its test instead of holding the suite (the
+/// slowest guest of the kernel matrix runs a command in seconds).
+pub const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// `Command::output` within [`CHILD_LIMIT`]: stdin empty, stdout and
+/// stderr captured, whatever the command set (a command with stdio of its
+/// own: spawn it and [`wait_within`]); past the limit the command is killed
+/// and the test fails.
+pub trait OutputWithin {
+    fn output_within_limit(&mut self) -> std::io::Result<Output>;
+    /// `Command::status` within [`CHILD_LIMIT`] (stdio as set, else inherited).
+    fn status_within_limit(&mut self) -> std::io::Result<std::process::ExitStatus>;
+}
+
+impl OutputWithin for Command {
+    fn output_within_limit(&mut self) -> std::io::Result<Output> {
+        let hangs = format!("{self:?} did not end within {CHILD_LIMIT:?}: killed");
+        let child = self
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        Ok(wait_within(child, CHILD_LIMIT, &hangs))
+    }
+
+    fn status_within_limit(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let hangs = format!("{self:?} did not end within {CHILD_LIMIT:?}: killed");
+        Ok(wait_within(self.spawn()?, CHILD_LIMIT, &hangs).status)
+    }
 }
 
 /// The signals tests send to the processes they start.

@@ -4,6 +4,7 @@
 //! firewall in the router lets through. Namespaces are held by open files
 //! (no name under /run/netns) and end when those are closed.
 
+use super::OutputWithin as _;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -119,7 +120,7 @@ impl Netns {
                 Ok(())
             });
         }
-        let out = command.output().unwrap();
+        let out = command.output_within_limit().unwrap();
         assert!(
             out.status.success(),
             "script failed: {script}\n{}",

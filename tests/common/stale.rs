@@ -2,11 +2,12 @@
 //! each backend holds.
 
 use super::Node;
+use super::OutputWithin as _;
 use std::path::PathBuf;
 use std::process::Output;
 
 pub fn stale(node: &Node, args: &[&str]) -> Output {
-    node.wrapper().arg("stale").args(args).output().unwrap()
+    node.wrapper().arg("stale").args(args).output_within_limit().unwrap()
 }
 
 /// `stale` with `IPTABLES_MODE=nft`.
@@ -15,7 +16,7 @@ pub fn stale_by_override(node: &Node, args: &[&str]) -> Output {
         .env("IPTABLES_MODE", "nft")
         .arg("stale")
         .args(args)
-        .output()
+        .output_within_limit()
         .unwrap()
 }
 
