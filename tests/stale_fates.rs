@@ -493,3 +493,42 @@ fn an_ipv6_witness_whose_neighbour_discovery_the_live_copy_stops_holds_as_cannot
         "",
     );
 }
+
+/// A stale nat rule consuming a `hashlimit` bucket that a live filter
+/// reads by the same name (the fates do not follow `hashlimit`): the first
+/// connection of a source is dropped today because the stale rule took its
+/// token. The nat exception no longer lets the rule go without a twin: a
+/// plain `--remove` holds the family (before, it emptied it and the first
+/// connection of each new source passed).
+#[test]
+fn a_stale_nat_hashlimit_a_live_filter_reads_by_name_holds_its_family() {
+    common::root_or_skip!();
+    let limit = "-m hashlimit --hashlimit-upto 1/hour --hashlimit-burst 1 --hashlimit-mode srcip --hashlimit-name HL";
+    let above = "-m hashlimit --hashlimit-above 1/hour --hashlimit-burst 1 --hashlimit-mode srcip --hashlimit-name HL";
+    let (node, topology) = router(
+        &format!(
+            "*nat\n-A PREROUTING -p tcp -m tcp --dport 9999 {limit} -j MARK --set-xmark 0x10/0xffffffff\nCOMMIT\n"
+        ),
+        &format!("*filter\n-A FORWARD -p tcp -m tcp --dport 9999 -m conntrack --ctstate NEW {above} -j DROP\nCOMMIT\n"),
+        false,
+    );
+    let before = node.sh("iptables-legacy-save -t nat | grep -c -- '^-A' || true");
+    let held = stale(&node, &["--remove"]);
+    assert_eq!(held.status.code(), Some(1), "{}{}", stdout(&held), stderr(&held));
+    let said = stdout(&held) + &stderr(&held);
+    eprintln!("{said}");
+    assert!(
+        said.contains("left with") || said.contains("not proven safe") || said.contains("cannot tell"),
+        "{said}"
+    );
+    assert_eq!(
+        node.sh("iptables-legacy-save -t nat | grep -c -- '^-A' || true"),
+        before
+    );
+    // Today the stale rule takes the client's first token: stopped.
+    let first = topology.probe(&[flow(true, SERVER.v4, 9999)], WAIT)[0];
+    assert!(
+        !first,
+        "the first connection passed though the stale rule took its token"
+    );
+}

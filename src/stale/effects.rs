@@ -75,9 +75,11 @@ pub(super) struct Effect {
     pub(super) does: Does,
     pub(super) state: State,
     pub(super) keeps_on: Kept,
-    /// In `nat`, goes without a twin whatever the rule's matches:
-    /// kube-proxy's stale Services (`DNAT` to endpoints long gone, the
-    /// `KUBE-MARK-MASQ` and `KUBE-MARK-DROP` marks).
+    /// In `nat`: a target that goes without a twin whatever the rule's
+    /// matches (kube-proxy's stale Services: `DNAT` to endpoints long
+    /// gone, the `KUBE-MARK-MASQ` and `KUBE-MARK-DROP` marks); a match
+    /// whose state by name a rule there may keep without a twin (only read,
+    /// as a set; or modelled by the fates, as `recent`'s lists).
     pub(super) goes_in_nat: bool,
     /// A rule that loads it (`-t TABLE` where not filter), as IPv4's
     /// `iptables` takes it; empty where IPv4's kernel loads none (an IPv6
@@ -206,15 +208,7 @@ pub(super) const EFFECTS: &[Effect] = &[
     reads("dst", Off, ""),
     reads("rt", Off, ""),
     reads("esp", Off, "-p esp -m esp --espspi 1"),
-    row(
-        "recent",
-        Match,
-        Reads,
-        ByName,
-        Off,
-        false,
-        "-m recent --name R --rcheck",
-    ),
+    row("recent", Match, Reads, ByName, Off, true, "-m recent --name R --rcheck"),
     row(
         "hashlimit",
         Match,
@@ -226,7 +220,7 @@ pub(super) const EFFECTS: &[Effect] = &[
     ),
     row("quota2", Match, Reads, ByName, Off, false, ""),
     row("nfacct", Match, Reads, ByName, Off, false, ""),
-    row("set", Match, Reads, ByName, Off, false, "-m set --match-set S src"),
+    row("set", Match, Reads, ByName, Off, true, "-m set --match-set S src"),
     row(
         "connlabel",
         Match,

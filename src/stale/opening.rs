@@ -47,7 +47,8 @@ use super::hooks;
 use super::live_save::proven_live_save;
 use super::same_way::Twins;
 use super::saved_rules::{
-    goes_to, item_chain, keeps, keeps_no_shared_state, parse, surely_keeps, targets, SavedTable, BUILTIN_CHAINS,
+    goes_to, item_chain, keeps, keeps_no_shared_state, nat_keeps_no_unmodelled_state, parse, surely_keeps, targets,
+    SavedTable, BUILTIN_CHAINS,
 };
 use crate::family::Family;
 use crate::mode::Mode;
@@ -133,7 +134,7 @@ impl<'a> Needs<'a> {
     /// `Twin`. A rule that keeps on what the live rules do not (connection
     /// tracking, defragmentation) needs a twin too (one would keep it on).
     fn of_rule(&mut self, rule: &[u8]) -> Need {
-        let mut need = if self.nat || keeps_no_shared_state(rule) {
+        let mut need = if keeps_no_shared_state(rule) || (self.nat && nat_keeps_no_unmodelled_state(rule)) {
             Need::Nothing
         } else {
             Need::Twin

@@ -21,6 +21,17 @@ pub(super) fn keeps_no_shared_state(rule: &[u8]) -> bool {
         .all(|m| effects::of(m, Kind::Match).shares_nothing())
 }
 
+/// Whether each match of the nat rule `rule` shares no state by name, or
+/// goes in `nat` by its row (a set only read, `recent`'s lists, which the
+/// fates follow); a `hashlimit` bucket a live rule may read by name does
+/// not.
+pub(super) fn nat_keeps_no_unmodelled_state(rule: &[u8]) -> bool {
+    match_modules(rule).iter().all(|m| {
+        let effect = effects::of(m, Kind::Match);
+        effect.shares_nothing() || effect.goes_in_nat
+    })
+}
+
 /// What `rule` may keep on, read both ways (see the module's note): for
 /// the stale side, where reading too much only asks for a twin.
 pub(super) fn keeps(rule: &[u8]) -> Kept {
