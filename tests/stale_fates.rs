@@ -533,3 +533,43 @@ fn a_stale_nat_hashlimit_a_live_filter_reads_by_name_holds_its_family() {
         "the first connection passed though the stale rule took its token"
     );
 }
+
+/// A stale `SNAT` of what leaves by `rs` to the router's own address:
+/// the server's replies arrive addressed to 10.2.0.1, which raw and
+/// mangle PREROUTING see before the kernel undoes the rewrite, and a live
+/// raw rule drops them; without the stale copy the replies go to the
+/// client's address and pass.
+#[test]
+fn a_reply_to_a_stale_snat_a_live_raw_rule_drops_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A POSTROUTING -o rs -j SNAT --to-source 10.2.0.1\nCOMMIT\n",
+        "*raw\n-A PREROUTING -d 10.2.0.1/32 -i rs -p tcp -j DROP\nCOMMIT\n*filter\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "the reply to tcp",
+            "SNAT --to-source 10.2.0.1 then nft raw PREROUTING rule 1 DROP",
+        ],
+        flow(true, SERVER.v4, 80),
+        "",
+    );
+}
+
+/// A stale `REDIRECT` of the router's :8080 to its :22: the replies
+/// leave from :22, which a live OUTPUT rule drops; without the stale copy
+/// the connection reaches :8080 and its replies leave from there.
+#[test]
+fn a_reply_to_a_stale_redirect_a_live_output_rule_drops_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j REDIRECT --to-ports 22\nCOMMIT\n",
+        "*filter\n-A OUTPUT -p tcp -m tcp --sport 22 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &[
+            "the reply to tcp",
+            "REDIRECT --to-ports 22 then nft filter OUTPUT rule 1 DROP",
+        ],
+        flow(true, ROUTER.v4, 8080),
+        "",
+    );
+}

@@ -74,12 +74,15 @@ fn name_from(rule: &Rule, packet: &mut Packet, high: bool) {
 }
 
 /// `packet` with what `block` names where `packet` names nothing, but
-/// its marks and state: what a stale rule writes or meets is the stale
-/// rule's packet's, not what the block reads.
-fn merged(packet: &Packet, block: &Rule) -> Packet {
+/// its marks and state (and its protocol where `rule`, the stale rule it
+/// was made for, names one): what a stale rule writes or meets is the
+/// stale rule's packet's, not what the block reads.
+fn merged(packet: &Packet, rule: &Rule, block: &Rule) -> Packet {
     let mut merged = packet.clone();
     name_from(block, &mut merged, false);
-    merged.protocol = packet.protocol.clone();
+    if rule.conds.iter().any(|c| matches!(c.test, Test::Protocol(_))) {
+        merged.protocol = packet.protocol.clone();
+    }
     merged.mark = packet.mark;
     merged.connmark = packet.connmark;
     merged.state = packet.state;
@@ -151,10 +154,16 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     for way in [Way::Input, Way::Forward, Way::Output] {
         add(Packet::unnamed(way), &mut packets);
     }
+    // In the order of the tables, then of the chains' names: the same
+    // state gives the same packets, and so the same witness, every run.
     let blocks: Vec<&Rule> = live
         .tables
         .iter()
-        .flat_map(|(_, table)| table.chains.values().flatten())
+        .flat_map(|(_, table)| {
+            let mut chains: Vec<_> = table.chains.iter().collect();
+            chains.sort_by(|a, b| a.0.cmp(b.0));
+            chains.into_iter().flat_map(|(_, rules)| rules)
+        })
         .filter(|rule| matches!(rule.action, Action::Drop | Action::Queue))
         .take(BLOCKS_MERGED)
         .collect();
@@ -168,8 +177,8 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
                 for packet in packets_for(table, chain, rule) {
                     if from_stale {
                         for block in &blocks {
-                            add(merged(&packet, block), &mut packets);
-                            add(merged(&packet, &reversed(block)), &mut packets);
+                            add(merged(&packet, rule, block), &mut packets);
+                            add(merged(&packet, rule, &reversed(block)), &mut packets);
                         }
                     }
                     add(packet, &mut packets);

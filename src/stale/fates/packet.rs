@@ -60,6 +60,14 @@ impl CtState {
 /// address it holds.
 pub type ListEntry = (Vec<u8>, Option<IpAddr>);
 
+/// A reply's own destination, before its connection's source nat is undone.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Untranslated {
+    destination: Option<IpAddr>,
+    destination_port: Option<u16>,
+    for_the_host: Option<bool>,
+}
+
 /// A packet, with what the rules it met wrote.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Packet {
@@ -79,6 +87,17 @@ pub struct Packet {
     /// source (`SNAT`, `MASQUERADE`): what `--ctstate DNAT`/`SNAT` reads.
     pub dnat: bool,
     pub snat: bool,
+    /// Its source as a nat rule rewrote it: address (None: not read, as
+    /// `MASQUERADE`'s), port, and whether the address is the host's.
+    pub source_nat: Option<(Option<IpAddr>, Option<u16>, Option<bool>)>,
+    /// A test of its source address is unknown: a reply from an address
+    /// not read (after `REDIRECT`, `NETMAP`).
+    pub source_unread: bool,
+    /// A reply whose connection's source was rewritten: the destination it
+    /// takes at the first nat place it meets (PREROUTING's or OUTPUT's),
+    /// where the kernel undoes the rewrite; before it, it is addressed to
+    /// the rewritten source.
+    pub untranslated: Option<Untranslated>,
     /// A nat rule rewrote its destination to an address not read here
     /// (`REDIRECT`: one of the host's own; `NETMAP`: one of its range): a
     /// test of its destination address is unknown.
@@ -111,6 +130,9 @@ impl Packet {
             connmark: 0,
             dnat: false,
             snat: false,
+            source_nat: None,
+            source_unread: false,
+            untranslated: None,
             destination_unread: false,
             for_the_host: Some(way == Way::Input),
             reply: false,
@@ -140,14 +162,33 @@ impl Packet {
 }
 
 impl Packet {
+    /// `SNAT`, `MASQUERADE`, a source `NETMAP`: its source rewritten (see
+    /// [`Packet::source_nat`]).
+    pub fn source_translated(&mut self, address: Option<IpAddr>, port: Option<u16>, local: Option<bool>) {
+        self.snat = true;
+        self.source_nat = Some((address, port, local));
+    }
+
+    /// At a nat place: a reply's destination as its connection's source
+    /// nat is undone.
+    pub fn untranslate(&mut self) {
+        if let Some(own) = self.untranslated.take() {
+            self.destination = own.destination;
+            self.destination_port = own.destination_port;
+            self.destination_unread = false;
+            self.for_the_host = own.for_the_host;
+        }
+    }
+
     /// The reply to `sent` (a connection's first packet), this being
     /// `sent` as it left: from where it went (its destination as a nat
-    /// rule rewrote it) back to its source, ports and interfaces swapped,
-    /// ESTABLISHED, with its connection's mark, nat and lists; no mark of
-    /// its own. None where it went to an address not read, or `sent` is
-    /// no first packet.
+    /// rule rewrote it; an address not read, a test of its source is
+    /// unknown) back to its source (as a nat rule rewrote it, until the
+    /// first nat place), ports and interfaces swapped, ESTABLISHED, with
+    /// its connection's mark, nat and lists; no mark of its own. None
+    /// where `sent` is no first packet.
     pub fn reply_to(&self, sent: &Packet) -> Option<Packet> {
-        if self.destination_unread || sent.state != CtState::New || self.state != CtState::New {
+        if sent.state != CtState::New || self.state != CtState::New {
             return None;
         }
         let way = match self.way {
@@ -155,13 +196,22 @@ impl Packet {
             Way::Output => Way::Input,
             Way::Forward => Way::Forward,
         };
+        let own = Untranslated {
+            destination: sent.source,
+            destination_port: sent.source_port,
+            for_the_host: Some(way == Way::Input),
+        };
+        let (destination, destination_port, for_the_host, untranslated) = match self.source_nat {
+            Some((address, port, local)) => (address, port.or(sent.source_port), local, Some(own.clone())),
+            None => (own.destination, own.destination_port, own.for_the_host, None),
+        };
         Some(Packet {
             way,
             protocol: self.protocol.clone(),
-            source: self.destination,
-            destination: sent.source,
+            source: self.destination.filter(|_| !self.destination_unread),
+            destination,
             source_port: self.destination_port,
-            destination_port: sent.source_port,
+            destination_port,
             in_interface: self.out_interface.clone(),
             out_interface: sent.in_interface.clone(),
             state: CtState::Established,
@@ -169,8 +219,11 @@ impl Packet {
             connmark: self.connmark,
             dnat: self.dnat,
             snat: self.snat,
-            destination_unread: false,
-            for_the_host: Some(way == Way::Input),
+            source_nat: None,
+            source_unread: self.destination_unread,
+            destination_unread: untranslated.is_some() && destination.is_none(),
+            untranslated,
+            for_the_host,
             reply: true,
             lists: self.lists.clone(),
         })

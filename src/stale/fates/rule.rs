@@ -412,6 +412,7 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
     let with_ports = || PORT_MATCHES.contains(&packet.protocol.as_slice());
     match test {
         Test::Protocol(p) => yes(p.as_slice() == b"all" || p.as_slice() == b"0" || *p == packet.protocol),
+        Test::Source(_) if packet.source_unread => Tri::Unknown,
         Test::Source(net) => yes(packet.source.is_some_and(|a| net.contains(a))),
         Test::Destination(_) if packet.destination_unread => Tri::Unknown,
         Test::Destination(net) => yes(packet.destination.is_some_and(|a| net.contains(a))),
@@ -444,6 +445,8 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
         Test::Connmark(value, mask) => yes(packet.connmark & mask == *value),
         Test::Always => Tri::Yes,
         Test::Unknown => Tri::Unknown,
+        Test::List { destination: true, .. } if packet.destination_unread => Tri::Unknown,
+        Test::List { destination: false, .. } if packet.source_unread => Tri::Unknown,
         Test::List { name, destination, op } => {
             let address = if *destination {
                 packet.destination

@@ -32,8 +32,9 @@ pub enum Action {
     /// `NETMAP`: the destination (PREROUTING, OUTPUT) or source (else)
     /// into its range; the nat chain ends.
     Netmap,
-    /// `SNAT`, `MASQUERADE`: no later stage reads the source; the chain ends.
-    Snat,
+    /// `SNAT`, `MASQUERADE`: the source's new address and port where read
+    /// (`MASQUERADE`'s address is the way out's: not read); the chain ends.
+    Snat(Option<IpAddr>, Option<u16>),
     Untrack,
     Unknown,
 }
@@ -76,8 +77,18 @@ pub fn target(name: &[u8], options: &[Vec<u8>]) -> Action {
         Does::Queues if has(b"--queue-bypass") => Action::Unknown,
         Does::Queues => Action::Queue,
         Does::Translates => match name {
-            b"DNAT" => option(options, b"--to-destination").map_or(Action::Unknown, nat_destination),
-            b"SNAT" | b"MASQUERADE" => Action::Snat,
+            b"DNAT" => match option(options, b"--to-destination").and_then(nat_address) {
+                Some((address, port)) => Action::Dnat(address, port),
+                None => Action::Unknown,
+            },
+            b"SNAT" => match option(options, b"--to-source").and_then(nat_address) {
+                Some((address, port)) => Action::Snat(address, port),
+                None => Action::Unknown,
+            },
+            b"MASQUERADE" => match option(options, b"--to-ports") {
+                None => Action::Snat(None, None),
+                Some(ports) => first_port(ports).map_or(Action::Unknown, |p| Action::Snat(None, Some(p))),
+            },
             b"NETMAP" => Action::Netmap,
             b"REDIRECT" => match option(options, b"--to-ports") {
                 None => Action::Redirect(None),
@@ -158,15 +169,16 @@ fn first_port(text: &[u8]) -> Option<u16> {
     text.split('-').next()?.parse().ok()
 }
 
-/// `DNAT --to-destination`'s `[address][:port[-port]]` (`[v6]:port`),
-/// the first of a range.
-fn nat_destination(text: &[u8]) -> Action {
+/// `DNAT --to-destination`'s or `SNAT --to-source`'s
+/// `[address][:port[-port]]` (`[v6]:port`), the first of a range; None
+/// where not read.
+fn nat_address(text: &[u8]) -> Option<(Option<IpAddr>, Option<u16>)> {
     let text = String::from_utf8_lossy(text);
     let first = |s: &str| s.split('-').next().unwrap_or_default().to_string();
     let (address, port) = if let Some(rest) = text.strip_prefix('[') {
         match rest.split_once(']') {
             Some((a, p)) => (a.to_string(), p.strip_prefix(':').map(first)),
-            None => return Action::Unknown,
+            None => return None,
         }
     } else if text.matches(':').count() == 1 {
         let (a, p) = text.split_once(':').unwrap_or_default();
@@ -178,14 +190,11 @@ fn nat_destination(text: &[u8]) -> Action {
     let address = if address.is_empty() {
         None
     } else {
-        match address.parse() {
-            Ok(a) => Some(a),
-            Err(_) => return Action::Unknown,
-        }
+        Some(address.parse().ok()?)
     };
     match port.map(|p| p.parse::<u16>()) {
-        Some(Err(_)) => Action::Unknown,
-        Some(Ok(p)) => Action::Dnat(address, Some(p)),
-        None => Action::Dnat(address, None),
+        Some(Err(_)) => None,
+        Some(Ok(p)) => Some((address, Some(p))),
+        None => Some((address, None)),
     }
 }

@@ -377,3 +377,48 @@ fn an_ipv6_witness_whose_neighbour_discovery_the_live_copy_stops_is_undecided() 
         Found::Opens(_)
     ));
 }
+
+#[test]
+fn a_reply_to_a_stale_snat_meets_raw_and_mangle_addressed_to_the_rewritten_source() {
+    let stale = "*nat\n-A POSTROUTING -s 10.1.0.0/24 -o r1 -j SNAT --to-source 10.2.0.1\nCOMMIT\n";
+    let live = "*raw\n-A PREROUTING -d 10.2.0.1/32 -i r1 -j DROP\nCOMMIT\n*filter\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to tcp 10.1.0.0 → any:any, forwarded in by any interface, out by r1"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains(
+            "now: dropped legacy nat POSTROUTING rule 1 SNAT --to-source 10.2.0.1 then nft raw PREROUTING rule 1 DROP"
+        ),
+        "{witness}"
+    );
+    // MASQUERADE: addressed to one of the host's, which addrtype reads.
+    let masquerade = "*nat\n-A POSTROUTING -o r1 -j MASQUERADE\nCOMMIT\n";
+    let local = "*raw\n-A PREROUTING -i r1 -p udp -m addrtype --dst-type LOCAL -j DROP\nCOMMIT\n*filter\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(masquerade, local, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to udp any → any:any, forwarded in by r1, out by r1"),
+        "{witness}"
+    );
+    // After the nat place, the reply is addressed to the client again:
+    // a filter rule on the rewritten address does not meet it.
+    let filter =
+        "*filter\n-A FORWARD -d 10.2.0.1/32 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
+    assert_eq!(found_on(stale, filter, &["nat"], &router()), vec![Found::Nothing]);
+}
+
+#[test]
+fn a_reply_to_a_stale_redirect_leaves_from_the_redirected_port() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j REDIRECT --to-ports 9000\nCOMMIT\n";
+    let live = "*filter\n-A OUTPUT -p tcp -m tcp --sport 9000 -j DROP\n-A INPUT -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to tcp any → any:8080, arriving for the host"),
+        "{witness}"
+    );
+    assert!(
+        witness.contains("REDIRECT --to-ports 9000 then nft filter OUTPUT rule 1 DROP"),
+        "{witness}"
+    );
+}

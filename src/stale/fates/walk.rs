@@ -346,9 +346,18 @@ impl Walk<'_> {
                     packet.for_the_host = None;
                     Flow::Accept
                 }
-                Action::Snat | Action::Netmap => {
+                Action::Snat(address, port) => {
                     self.translated = true;
-                    packet.snat = true;
+                    let local = match address {
+                        None => Some(true),
+                        Some(a) => self.host.is_local(*a),
+                    };
+                    packet.source_translated(*address, *port, local);
+                    Flow::Accept
+                }
+                Action::Netmap => {
+                    self.translated = true;
+                    packet.source_translated(None, None, None);
                     Flow::Accept
                 }
             };
@@ -400,8 +409,11 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
         at += 1;
         let way = packet.way;
         for table_name in tables {
-            if *table_name == b"nat" && (packet.state != CtState::New || !tracked) {
-                continue;
+            if *table_name == b"nat" {
+                packet.untranslate();
+                if packet.state != CtState::New || !tracked {
+                    continue;
+                }
             }
             for copy in copies {
                 let Some(table) = copy.table(table_name) else { continue };
