@@ -138,10 +138,12 @@ pub(super) type Copies<'a> = (
 );
 
 /// The held chains side by side (`compared`), starting at `first`: the
-/// stale rule a witness packet met first, its place said, then its chain
+/// stale rule a witness packet met first (or the model cannot tell past),
+/// its place said as its second part says, then its chain
 /// (and the user chains it reaches) where they differ from the live ones,
 /// then the other held chains.
-pub(super) fn witness_first(compared: &[Compared], first: Option<&Place>, copies: Copies) -> Vec<String> {
+pub(super) fn witness_first(compared: &[Compared], first: Option<(&Place, &str)>, copies: Copies) -> Vec<String> {
+    let (first, said) = (first.map(|(place, _)| place), first.map_or("", |(_, said)| said));
     let (stale_tables, live_tables, stale_name, live_name) = copies;
     let mut out = Vec::new();
     let mut shown: Vec<Vec<u8>> = Vec::new();
@@ -153,7 +155,7 @@ pub(super) fn witness_first(compared: &[Compared], first: Option<&Place>, copies
     if let (Some((table, chain, rule)), Some((stale, live))) = (first, tables) {
         let number = stale.chain(chain).iter().position(|r| r == rule).map_or(0, |at| at + 1);
         out.push(format!(
-            "the witness meets first {stale_name} {} {} rule {number}: {}",
+            "{said} {stale_name} {} {} rule {number}: {}",
             String::from_utf8_lossy(table),
             String::from_utf8_lossy(chain),
             String::from_utf8_lossy(rule)

@@ -90,11 +90,12 @@ impl Found {
         }
     }
 
-    /// The stale rule the witness met first, or the rule not modelled.
-    pub fn first_place(&self) -> Option<&Place> {
+    /// The stale rule the witness met first, or the stale rule the model
+    /// cannot tell past; with how the side-by-side view says it.
+    pub fn first_place(&self) -> Option<(&Place, &'static str)> {
         match self {
-            Found::Opens(witness) => witness.stale_rule.as_ref(),
-            Found::Undecided(_, place) => Some(place),
+            Found::Opens(witness) => witness.stale_rule.as_ref().map(|p| (p, "the witness meets first")),
+            Found::Undecided(_, place) => Some((place, "the model cannot tell past")),
             _ => None,
         }
     }
@@ -414,7 +415,13 @@ pub fn judged(
                 .iter()
                 .any(|s| s.backend == stale_name && s.table == name.as_bytes() && !s.lets_on());
             if by_it && !matches!(said, Found::Opens(_)) {
-                *said = Found::Opens(witness.clone());
+                // The side-by-side view starts at this table's first rule met.
+                let in_it = now.steps.iter().filter(|s| s.table == name.as_bytes());
+                let stale_rule = first_stale(&in_it.cloned().collect::<Vec<_>>(), stale_name);
+                *said = Found::Opens(Witness {
+                    stale_rule: stale_rule.or_else(|| witness.stale_rule.clone()),
+                    ..witness.clone()
+                });
             }
         }
     }
