@@ -575,3 +575,28 @@ fn a_reply_to_a_stale_redirect_a_live_output_rule_drops_holds_with_its_witness()
         "",
     );
 }
+
+/// What the model assumes of nat: a nat table alone (iptables-nft's, with
+/// only a `MARK`) keeps no connection tracking on, so no packet meets it;
+/// a rule whose row keeps it on does. Read from the kernel's own table of
+/// connections after a datagram through the router.
+#[test]
+fn a_nat_table_alone_keeps_no_connection_tracking_on() {
+    common::root_or_skip!();
+    for (nft, tracked) in [
+        (
+            "*nat\n-A PREROUTING -p udp -j MARK --set-xmark 0x1/0x1\nCOMMIT\n",
+            false,
+        ),
+        (
+            "*filter\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+            true,
+        ),
+    ] {
+        let (node, topology) = router("", nft, false);
+        let udp = flow(false, SERVER.v4, 9999);
+        assert!(topology.probe(&[udp], WAIT)[0], "{udp}");
+        let entries = node.sh("conntrack -L 2>/dev/null | grep -c 'dport=9999' || true");
+        assert_eq!(entries.trim() != "0", tracked, "{nft}: {entries} entries");
+    }
+}

@@ -422,3 +422,12 @@ fn a_reply_to_a_stale_redirect_leaves_from_the_redirected_port() {
         "{witness}"
     );
 }
+
+#[test]
+fn an_iptables_nft_nat_table_alone_keeps_no_connection_tracking_on() {
+    // Nothing keeps conntrack on: no packet meets either nat table, so the
+    // stale nat mark is no witness (the kernel: tests/stale_fates.rs).
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x2/0x2\nCOMMIT\n";
+    let live = "*nat\n-A PREROUTING -p udp -j MARK --set-xmark 0x1/0x1\nCOMMIT\n*filter\n-A FORWARD -m mark --mark 0x2/0x2 -j DROP\nCOMMIT\n";
+    assert_eq!(found(stale, live, &["nat"]), vec![Found::Nothing]);
+}

@@ -22,7 +22,6 @@ use super::host::Host;
 use super::packet::{CtState, Packet, Way};
 use super::rule::{Rule, Tri};
 use super::target::Action;
-use crate::mode::Mode;
 use crate::stale::effects::Kept;
 use crate::stale::saved_rules::{surely_keeps, SavedTable};
 use std::collections::{HashMap, HashSet};
@@ -43,8 +42,7 @@ pub struct Copy {
     pub backend: &'static str,
     pub tables: Vec<(Vec<u8>, ModelTable)>,
     /// Whether it keeps connection tracking on (a rule whose row in the
-    /// table of effects says so, or an iptables-nft nat table, whose base
-    /// chains may): without it no packet meets a nat table.
+    /// table of effects says so): without it no packet meets a nat table.
     tracks: bool,
 }
 
@@ -79,14 +77,14 @@ impl Copy {
                 (name.clone(), table)
             })
             .collect();
-        let nat_chains_track = backend == Mode::Nft.name() && tables.iter().any(|(name, _)| name == b"nat");
-        let tracks = nat_chains_track
-            || saved_tables.iter().any(|(_, table)| {
-                table
-                    .rules
-                    .iter()
-                    .any(|(_, rule)| surely_keeps(rule, table) == Kept::Conntrack)
-            });
+        // A nat table alone, of either backend, keeps nothing on (its
+        // chains see only what a connection's tracking already follows).
+        let tracks = saved_tables.iter().any(|(_, table)| {
+            table
+                .rules
+                .iter()
+                .any(|(_, rule)| surely_keeps(rule, table) == Kept::Conntrack)
+        });
         Copy {
             backend,
             tables,
