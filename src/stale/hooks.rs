@@ -26,6 +26,27 @@ pub fn shared(
     family: Family,
     own: Option<&[(&'static str, Vec<String>)]>,
 ) -> Result<Vec<(&'static str, String)>, String> {
+    let others = others(family, own)?;
+    Ok(IPTABLES_TABLES
+        .iter()
+        .filter_map(|&table| {
+            let points: Vec<(u32, i32)> = find::builtin_chains_of(table)
+                .iter()
+                .filter_map(|chain| find::iptables_nft_base_chain(table, chain))
+                .map(|(hook, priority, _)| (hook, priority))
+                .collect();
+            others
+                .iter()
+                .find(|h| points.contains(&(h.hook, h.priority)))
+                .map(|h| (table, h.shown.clone()))
+        })
+        .collect())
+}
+
+/// Every base chain `family`'s packets meet that is not iptables-nft's
+/// own (a native `inet`, `ip` or `ip6` table's), at any priority: what the
+/// fates cannot read. Empty where nf_tables is not in the kernel.
+pub fn others(family: Family, own: Option<&[(&'static str, Vec<String>)]>) -> Result<Vec<HookedChain>, String> {
     if !modules::nf_tables_readable()? {
         return Ok(Vec::new());
     }
@@ -46,18 +67,5 @@ pub fn shared(
                 .iter()
                 .any(|(table, base)| *table == h.table && base.contains(&h.chain))
     };
-    Ok(IPTABLES_TABLES
-        .iter()
-        .filter_map(|&table| {
-            let points: Vec<(u32, i32)> = find::builtin_chains_of(table)
-                .iter()
-                .filter_map(|chain| find::iptables_nft_base_chain(table, chain))
-                .map(|(hook, priority, _)| (hook, priority))
-                .collect();
-            hooked
-                .iter()
-                .find(|h| !is_own(h) && points.contains(&(h.hook, h.priority)))
-                .map(|h| (table, h.shown.clone()))
-        })
-        .collect())
+    Ok(hooked.into_iter().filter(|h| !is_own(h)).collect())
 }

@@ -400,10 +400,11 @@ pub fn openings(
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let shared = hooks::shared(family, live_save.own.as_deref())?;
+    let native = hooks::others(family, live_save.own.as_deref())?;
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
-    let host = fates::Host::read(family);
+    let host = fates::Host::read(family, &native);
     let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables, &host);
     Ok((
         unenforced_in(&stale, &live_copy, &no_twin, tables)

@@ -3,7 +3,9 @@
 //! takes after PREROUTING, a packet the host sends to itself looping back
 //! to INPUT); and the policy routing rules that read a packet's mark
 //! (`ip rule ... fwmark`: routes are not modelled, so a mark such a rule
-//! reads, changed before routing, leaves the way unknown). Read once per
+//! reads, changed before routing, leaves the way unknown); and the native
+//! nftables base chains at each hook (not read: a packet past one has no
+//! known fate). Read once per
 //! judgement from the network namespace the command runs in; addresses
 //! not read (unit tests over save text), the way a packet was tried on
 //! stays after a `DNAT`.
@@ -12,6 +14,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::family::Family;
 use crate::kernel::ip_rules::{self, MarkRule};
+use crate::kernel::nft::HookedChain;
+
+use super::packet::Way;
+use super::walk::{NATIVE, ROUTING};
 
 /// The addresses of the host's interfaces, where read; the family's
 /// routing rules that read the mark (Err: why they could not be read).
@@ -20,17 +26,40 @@ pub struct Host {
     pub family: Family,
     locals: Option<Vec<IpAddr>>,
     mark_rules: Result<Vec<MarkRule>, String>,
+    /// The base chains not iptables-nft's own (native nftables), per hook
+    /// as iptables names it: not read, so a packet past them has no known
+    /// fate.
+    native: Vec<(&'static [u8], String)>,
 }
 
 impl Host {
     /// This network namespace's addresses (none where they cannot be read:
     /// then as [`Host::unread`]) and `family`'s rules that route by mark.
-    pub fn read(family: Family) -> Host {
+    pub fn read(family: Family, native: &[HookedChain]) -> Host {
+        const HOOKS: [&[u8]; 5] = [b"PREROUTING", b"INPUT", b"FORWARD", b"OUTPUT", b"POSTROUTING"];
         Host {
             family,
             locals: interface_addresses(),
             mark_rules: ip_rules::mark_rules(family).map_err(|e| e.to_string()),
+            native: native
+                .iter()
+                .filter_map(|h| Some((*HOOKS.get(h.hook as usize)?, h.shown.clone())))
+                .collect(),
         }
+    }
+
+    /// What the model cannot read past `hook` for a packet on `way`: a
+    /// native nftables chain there ([`NATIVE`]), or routing after it
+    /// (PREROUTING; OUTPUT for what the host sends) by a mark changed from
+    /// `arrived` to `now` in a bit a routing rule reads ([`ROUTING`]); as a
+    /// step's backend and text.
+    pub fn unread_past(&self, hook: &[u8], way: Way, arrived: u32, now: u32) -> Option<(&'static str, String)> {
+        if let Some((_, shown)) = self.native.iter().find(|(h, _)| *h == hook) {
+            return Some((NATIVE, format!("native nftables chain {shown}")));
+        }
+        let routed = hook == b"PREROUTING" || (hook == b"OUTPUT" && way == Way::Output);
+        let rule = routed.then(|| self.routes_apart(arrived, now)).flatten()?;
+        Some((ROUTING, rule))
     }
 
     /// Addresses not read, no rule routing by mark (unit tests over save
@@ -41,6 +70,7 @@ impl Host {
             family: Family::Ipv4,
             locals: None,
             mark_rules: Ok(Vec::new()),
+            native: Vec::new(),
         }
     }
 
@@ -62,6 +92,15 @@ impl Host {
         }
     }
 
+    /// A native nftables base chain at `hook` (unit tests).
+    #[cfg(test)]
+    pub fn with_native(hook: &'static [u8], shown: &str) -> Host {
+        Host {
+            native: vec![(hook, shown.to_string())],
+            ..Host::unread()
+        }
+    }
+
     /// These rules routing by mark (unit tests).
     #[cfg(test)]
     pub fn routing_by(mark_rules: &[MarkRule]) -> Host {
@@ -74,7 +113,7 @@ impl Host {
     /// The routing rule that reads a bit in which marks `from` and `to`
     /// differ, said (`ip rule 100: fwmark 0x1/0xffffffff lookup 7`); or
     /// that the rules could not be read. None where none reads one.
-    pub fn routes_apart(&self, from: u32, to: u32) -> Option<String> {
+    fn routes_apart(&self, from: u32, to: u32) -> Option<String> {
         let changed = from ^ to;
         if changed == 0 {
             return None;

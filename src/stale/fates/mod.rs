@@ -171,6 +171,13 @@ fn unknown_said(step: &Step) -> String {
             String::from_utf8_lossy(&step.text)
         );
     }
+    if step.backend == walk::NATIVE {
+        return format!(
+            "the {} at {} (not read)",
+            String::from_utf8_lossy(&step.text),
+            String::from_utf8_lossy(&step.chain)
+        );
+    }
     format!(
         "`{}` ({} {} {} rule {})",
         String::from_utf8_lossy(&step.text),

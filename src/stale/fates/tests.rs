@@ -431,3 +431,18 @@ fn an_iptables_nft_nat_table_alone_keeps_no_connection_tracking_on() {
     let live = "*nat\n-A PREROUTING -p udp -j MARK --set-xmark 0x1/0x1\nCOMMIT\n*filter\n-A FORWARD -m mark --mark 0x2/0x2 -j DROP\nCOMMIT\n";
     assert_eq!(found(stale, live, &["nat"]), vec![Found::Nothing]);
 }
+
+#[test]
+fn a_witness_past_a_native_nftables_chain_is_undecided() {
+    let stale = "*raw\n-A PREROUTING -p udp -m udp --dport 123 -j MARK --set-xmark 0x2/0x2\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -m mark --mark 0x2/0x2 -j DROP\nCOMMIT\n";
+    assert!(matches!(found(stale, live, &["raw"])[0], Found::Opens(_)));
+    // `inet native pre` may clear the mark, or drop: not read.
+    match &found_on(stale, live, &["raw"], &Host::with_native(b"PREROUTING", "inet native pre"))[0] {
+        Found::Undecided(why, _) => assert!(
+            why.contains("the model cannot tell what the native nftables chain inet native pre at PREROUTING (not read) does to udp any → any:123"),
+            "{why}"
+        ),
+        other => panic!("not undecided: {other:?}"),
+    }
+}

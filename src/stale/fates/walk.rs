@@ -113,6 +113,9 @@ impl Copy {
 
 /// A [`Step`]'s backend where routing, not a rule, left the way unknown.
 pub const ROUTING: &str = "routing";
+/// A [`Step`]'s backend where a native nftables chain (not read) met the
+/// packet.
+pub const NATIVE: &str = "nftables";
 
 /// Where a fate was decided or the packet changed: a rule or a policy
 /// (or routing by a mark, [`ROUTING`]).
@@ -142,6 +145,9 @@ impl fmt::Display for Step {
         let s = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         if self.backend == ROUTING {
             return write!(f, "routing after {} by {}", s(&self.chain), s(&self.text));
+        }
+        if self.backend == NATIVE {
+            return write!(f, "{} at {}", s(&self.text), s(&self.chain));
         }
         write!(f, "{} {} {} ", self.backend, s(&self.table), s(&self.chain))?;
         match self.rule {
@@ -450,17 +456,17 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
                 return (Fate { end, steps, packet }, out_of_choices);
             }
         }
-        // Routed after PREROUTING (and again after OUTPUT): a mark
-        // changed since, in a bit a routing rule reads, may send it
-        // another way, which is not modelled.
-        let routed = *hook == b"PREROUTING" || (*hook == b"OUTPUT" && way == Way::Output);
-        if let Some(rule) = routed.then(|| host.routes_apart(arrived_marked, packet.mark)).flatten() {
+        // Past a native nftables chain, or routed by a mark a routing rule
+        // reads: not read, so the fate is unknown.
+        if let Some((backend, text)) = host.unread_past(hook, way, arrived_marked, packet.mark) {
+            let chain = hook.to_vec();
+            let (table, rule, text) = (Vec::new(), None, text.into_bytes());
             steps.push(Step {
-                backend: ROUTING,
-                table: Vec::new(),
-                chain: hook.to_vec(),
-                rule: None,
-                text: rule.into_bytes(),
+                backend,
+                table,
+                chain,
+                rule,
+                text,
             });
             let end = End::Unknown;
             return (Fate { end, steps, packet }, out_of_choices);
