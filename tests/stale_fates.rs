@@ -520,7 +520,7 @@ fn a_stale_nat_hashlimit_a_live_filter_reads_by_name_holds_its_family() {
     let said = stdout(&held) + &stderr(&held);
     eprintln!("{said}");
     assert!(
-        said.contains("legacy ipv4 nat: cannot tell: `-A PREROUTING -p tcp -m tcp --dport 9999 -m hashlimit")
+        said.contains("legacy ipv4 nat: cannot tell: what `-A PREROUTING -p tcp -m tcp --dport 9999 -m hashlimit")
             && said.contains("removing it is not proven safe: 1 item that nft holds no twin of"),
         "{said}"
     );
@@ -599,4 +599,25 @@ fn a_nat_table_alone_keeps_no_connection_tracking_on() {
         let entries = node.sh("conntrack -L 2>/dev/null | grep -c 'dport=9999' || true");
         assert_eq!(entries.trim() != "0", tracked, "{nft}: {entries} entries");
     }
+}
+
+/// A stale nat `MARK` that a live `ACCEPT` reads (`! --mark`) before the
+/// live `DROP` policy: today the mark keeps the packet from the accept,
+/// and the policy drops it; without the stale copy it is accepted. No
+/// live rule blocks, so the packet tried is the stale rule's with what
+/// the live accept names.
+#[test]
+fn a_stale_nat_mark_a_live_accept_reads_before_a_drop_policy_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x10/0xffffffff\nCOMMIT\n",
+        "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -m state --state RELATED,ESTABLISHED -j ACCEPT\n-A FORWARD -s 10.1.0.5/32 -m mark ! --mark 0x10 -j ACCEPT\nCOMMIT\n",
+        "nat",
+        &[
+            "tcp 10.1.0.5 → any:80, forwarded",
+            "then nft filter FORWARD policy DROP; after: passes nft filter FORWARD rule 2 ACCEPT",
+        ],
+        flow(true, SERVER.v4, 80),
+        "",
+    );
 }

@@ -3,9 +3,10 @@
 //! the same table and chain, a packet its tests match (with the tests of
 //! the first rule that jumps to its chain, up to a built-in chain), once
 //! at the low and once at the high edge of its port ranges; and each
-//! packet of a stale rule again with what a live rule that stops packets
-//! names (its interfaces, addresses, ports) where the stale rule names
-//! nothing, at most [`BLOCKS_MERGED`] such rules a packet: a stale rule's
+//! packet of a stale rule again with what a live rule that stops packets,
+//! or lets them on (`ACCEPT`, `RETURN`), names (its protocol, interfaces,
+//! addresses, ports) where the stale rule names nothing, at most
+//! [`BLOCKS_MERGED`] rules of each kind a packet: a stale rule's
 //! packet (`-s A`) rewritten into a live block's (`-i eth0`); and again
 //! with what the block names of a reply (`-i eth1 --sport 8080`) named of
 //! the packet it answers (`-o eth1 --dport 8080`). At most
@@ -21,8 +22,9 @@ use std::collections::HashSet;
 /// The most packets tried per family.
 pub const CANDIDATES: usize = 256;
 
-/// The live rules dropping or queueing packets each stale rule's packets are tried
-/// with again.
+/// The live rules dropping or queueing packets, and those accepting or
+/// returning them, each stale rule's packets are tried with again (this
+/// many of each).
 const BLOCKS_MERGED: usize = 16;
 
 /// Callers followed up from a user chain.
@@ -156,16 +158,25 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     }
     // In the order of the tables, then of the chains' names: the same
     // state gives the same packets, and so the same witness, every run.
-    let blocks: Vec<&Rule> = live
-        .tables
-        .iter()
-        .flat_map(|(_, table)| {
+    let live_rules = || {
+        live.tables.iter().flat_map(|(_, table)| {
             let mut chains: Vec<_> = table.chains.iter().collect();
             chains.sort_by(|a, b| a.0.cmp(b.0));
             chains.into_iter().flat_map(|(_, rules)| rules)
         })
+    };
+    // The rules that stop packets, then those that let them on before a
+    // policy or a later block does (`-s A -m mark ! --mark M -j ACCEPT`
+    // before a `DROP` policy): what either names, a stale change can move
+    // a packet across.
+    let blocks: Vec<&Rule> = live_rules()
         .filter(|rule| matches!(rule.action, Action::Drop | Action::Queue))
         .take(BLOCKS_MERGED)
+        .chain(
+            live_rules()
+                .filter(|rule| matches!(rule.action, Action::Accept | Action::Return))
+                .take(BLOCKS_MERGED),
+        )
         .collect();
     // Each copy's rules the other lacks, taken in turn.
     let mut lacking = [differing(stale, live), differing(live, stale)].map(Vec::into_iter);

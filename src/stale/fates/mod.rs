@@ -490,7 +490,9 @@ pub fn said(found: &Found, held: Option<String>) -> Option<String> {
         (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
         (Found::Undecided(why, _), None) => Some(format!("cannot tell: {why}")),
         (Found::Undecided(why, _), Some(held)) => Some(format!("cannot tell: {why}; {held}")),
-        (Found::CannotTell(rule), Some(why)) => Some(format!("cannot tell: {rule} is not modelled; {why}")),
+        (Found::CannotTell(rule), Some(why)) => Some(format!(
+            "cannot tell: what {rule} does (a match not modelled, or a value not read); {why}"
+        )),
         (_, held) => held,
     }
 }

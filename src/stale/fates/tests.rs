@@ -446,3 +446,15 @@ fn a_witness_past_a_native_nftables_chain_is_undecided() {
         other => panic!("not undecided: {other:?}"),
     }
 }
+
+#[test]
+fn a_stale_nat_mark_a_live_accept_reads_before_a_drop_policy_opens() {
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x10/0xffffffff\nCOMMIT\n";
+    let live = "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -m state --state RELATED,ESTABLISHED -j ACCEPT\n-A FORWARD -s 10.1.0.5/32 -m mark ! --mark 0x10 -j ACCEPT\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["nat"])[0]);
+    assert!(witness.starts_with("tcp 10.1.0.5 → any:80, forwarded"), "{witness}");
+    assert!(
+        witness.contains("then nft filter FORWARD policy DROP; after: passes nft filter FORWARD rule 2 ACCEPT"),
+        "{witness}"
+    );
+}
