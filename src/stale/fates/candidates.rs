@@ -165,7 +165,7 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
             chains.into_iter().flat_map(|(_, rules)| rules)
         })
     };
-    // The rules that stop packets, then those that let them on before a
+    // The rules stopping packets, then those letting them on before a
     // policy or a later block does (`-s A -m mark ! --mark M -j ACCEPT`
     // before a `DROP` policy): what either names, a stale change can move
     // a packet across.
