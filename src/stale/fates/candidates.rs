@@ -172,11 +172,10 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     let blocks: Vec<&Rule> = live_rules()
         .filter(|rule| matches!(rule.action, Action::Drop | Action::Queue))
         .take(BLOCKS_MERGED)
-        .chain(
-            live_rules()
-                .filter(|rule| matches!(rule.action, Action::Accept | Action::Return))
-                .take(BLOCKS_MERGED),
-        )
+        .collect();
+    let accepts: Vec<&Rule> = live_rules()
+        .filter(|rule| matches!(rule.action, Action::Accept | Action::Return))
+        .take(BLOCKS_MERGED)
         .collect();
     // Each copy's rules the other lacks, taken in turn.
     let mut lacking = [differing(stale, live), differing(live, stale)].map(Vec::into_iter);
@@ -186,13 +185,19 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
             if let Some((table, chain, rule)) = rules.next() {
                 any = true;
                 for packet in packets_for(table, chain, rule) {
-                    if from_stale {
-                        for block in &blocks {
-                            add(merged(&packet, rule, block), &mut packets);
-                            add(merged(&packet, rule, &reversed(block)), &mut packets);
-                        }
+                    // The blocks' first, then the packet as it is, then the
+                    // accepts' (a witness names the fewest things it can).
+                    let merges = |rules: &[&Rule]| -> Vec<Packet> {
+                        rules
+                            .iter()
+                            .filter(|_| from_stale)
+                            .flat_map(|other| [merged(&packet, rule, other), merged(&packet, rule, &reversed(other))])
+                            .collect()
+                    };
+                    let (stopped, let_on) = (merges(&blocks), merges(&accepts));
+                    for candidate in stopped.into_iter().chain([packet.clone()]).chain(let_on) {
+                        add(candidate, &mut packets);
                     }
-                    add(packet, &mut packets);
                 }
             }
         }
