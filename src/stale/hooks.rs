@@ -18,16 +18,11 @@ use crate::kernel::modules;
 use crate::kernel::nft::{HookedChain, NftSocket};
 use crate::kernel::IPTABLES_TABLES;
 
-/// Per iptables table of `family` whose hook and priority another base
-/// chain shares: its name and that chain, as `nft` names it. Empty where
-/// nf_tables is not in the kernel. Read only. `own`: iptables-nft's own
-/// tables with their base chains, where already read (the live save's).
-pub fn shared(
-    family: Family,
-    own: Option<&[(&'static str, Vec<String>)]>,
-) -> Result<Vec<(&'static str, String)>, String> {
-    let others = others(family, own)?;
-    Ok(IPTABLES_TABLES
+/// Per iptables table whose hook and priority one of `others` (the base
+/// chains not iptables-nft's own, from [`others`]) shares: its name and
+/// that chain, as `nft` names it.
+pub fn shared(others: &[HookedChain]) -> Vec<(&'static str, String)> {
+    IPTABLES_TABLES
         .iter()
         .filter_map(|&table| {
             let points: Vec<(u32, i32)> = find::builtin_chains_of(table)
@@ -40,12 +35,14 @@ pub fn shared(
                 .find(|h| points.contains(&(h.hook, h.priority)))
                 .map(|h| (table, h.shown.clone()))
         })
-        .collect())
+        .collect()
 }
 
 /// Every base chain `family`'s packets meet that is not iptables-nft's
 /// own (a native `inet`, `ip` or `ip6` table's), at any priority: what the
-/// fates cannot read. Empty where nf_tables is not in the kernel.
+/// fates cannot read. Empty where nf_tables is not in the kernel. Read
+/// only. `own`: iptables-nft's own tables with their base chains, where
+/// already read (the live save's).
 pub fn others(family: Family, own: Option<&[(&'static str, Vec<String>)]>) -> Result<Vec<HookedChain>, String> {
     if !modules::nf_tables_readable()? {
         return Ok(Vec::new());

@@ -399,8 +399,8 @@ pub fn openings(
 ) -> Result<(Vec<Option<Opening>>, usize), String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
-    let shared = hooks::shared(family, live_save.own.as_deref())?;
     let native = hooks::others(family, live_save.own.as_deref())?;
+    let shared = hooks::shared(&native);
     let no_twin: Vec<&str> = shared.iter().map(|(table, _)| *table).collect();
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());

@@ -188,11 +188,15 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
                     // The blocks' first, then the packet as it is, then the
                     // accepts' (a witness names the fewest things it can).
                     let merges = |rules: &[&Rule]| -> Vec<Packet> {
-                        rules
-                            .iter()
-                            .filter(|_| from_stale)
-                            .flat_map(|other| [merged(&packet, rule, other), merged(&packet, rule, &reversed(other))])
-                            .collect()
+                        match from_stale {
+                            true => rules
+                                .iter()
+                                .flat_map(|other| {
+                                    [merged(&packet, rule, other), merged(&packet, rule, &reversed(other))]
+                                })
+                                .collect(),
+                            false => Vec::new(),
+                        }
                     };
                     let (stopped, let_on) = (merges(&blocks), merges(&accepts));
                     for candidate in stopped.into_iter().chain([packet.clone()]).chain(let_on) {
