@@ -64,6 +64,10 @@ struct Sent<'a> {
     /// The flow stays stopped after the removal: what the table is held
     /// for is not a flow the packets open (said as "cannot tell").
     stays_stopped: bool,
+    /// The witness's reply is stopped after: its packet is sent and seen
+    /// arriving (tests/common/arrival.rs); no exchange completes, before
+    /// or after.
+    reply_stopped: bool,
 }
 
 const OPENS: &str = "removing it opens: ";
@@ -101,11 +105,19 @@ fn held_by(
     } else {
         &topology.client
     };
+    let to_server = [SERVER.v4, SERVER.v6].iter().any(|a| a.parse() == Ok(flow.to.ip()));
+    let at = if to_server { &topology.server } else { &topology.router };
     let probe = |flow: Flow| {
         if !sent.after.is_empty() {
             topology.probe(sent.after, WAIT);
         }
-        topology.probe_from(from, &[flow], WAIT)[0]
+        match sent.reply_stopped {
+            false => topology.probe_from(from, &[flow], WAIT)[0],
+            true => common::arrival::arrived(at, flow.tcp, flow.to, WAIT, move || {
+                from.enter();
+                let _ = flow.answered(WAIT);
+            }),
+        }
     };
     let shown = stale(&node, &[]);
     let said = stdout(&shown);
@@ -181,6 +193,12 @@ fn held_by(
     match sent.stays_stopped {
         false => assert!(probe(flow), "{flow}, the witness, still stopped after the removal"),
         true => assert!(!probe(flow), "{flow} passes after the removal"),
+    }
+    if sent.reply_stopped {
+        assert!(
+            !topology.probe_from(from, &[flow], WAIT)[0],
+            "{flow} answered after the removal"
+        );
     }
 }
 
@@ -618,6 +636,43 @@ fn a_stale_nat_mark_a_live_accept_reads_before_a_drop_policy_holds_with_its_witn
             "then nft filter FORWARD policy DROP; after: passes nft filter FORWARD rule 2 ACCEPT",
         ],
         flow(true, SERVER.v4, 80),
+        "",
+    );
+}
+
+/// A stale drop of tcp/8080 where the live copy drops what the router
+/// sends from :8080: removing it lets the connection's first packet in,
+/// and the witness says its reply stays dropped (no exchange completes).
+/// Another stale drop whose reply passes after is the witness where
+/// there is one.
+#[test]
+fn a_witness_whose_reply_is_dropped_after_says_so_and_arrives() {
+    common::root_or_skip!();
+    let live = "*filter\n-A OUTPUT -p tcp -m tcp --sport 8080 -j DROP\nCOMMIT\n";
+    held_by(
+        OPENS,
+        Sent {
+            reply_stopped: true,
+            ..Sent::default()
+        },
+        "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n",
+        live,
+        "filter",
+        &[
+            " → any:8080, arriving for the host",
+            "after: passes (no rule meets it), but its reply is dropped nft filter OUTPUT rule 1 DROP",
+        ],
+        flow(true, ROUTER.v4, 8080),
+        "",
+    );
+    held_by(
+        OPENS,
+        Sent::default(),
+        "*filter\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A INPUT -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n",
+        live,
+        "filter",
+        &[" → any:22, arriving for the host", "after: passes (no rule meets it))"],
+        flow(true, ROUTER.v4, 22),
         "",
     );
 }

@@ -182,8 +182,10 @@ fn replay_in_lab(state: &State, entries: &[(usize, Replay)], wait: Duration) -> 
         .collect();
     let lab = Lab::new(state, &ports);
     // One after the other where a list kept by name could carry one
-    // witness's packets into another's; else all at once.
-    let lists = super::differential::rules_of(state).contains("-m recent");
+    // witness's packets into another's, or where one is seen arriving
+    // (by port, not by connection); else all at once.
+    let lists =
+        super::differential::rules_of(state).contains("-m recent") || entries.iter().any(|(_, r)| r.reply_stopped);
     let send_all = |lab: &Lab| -> Vec<[bool; 2]> {
         if lists {
             return entries.iter().map(|(_, r)| lab.sent_twice(r, wait)).collect();

@@ -2,6 +2,7 @@
 //! thread into a fresh network namespace, so nothing reaches the machine's.
 #![allow(dead_code)]
 
+pub mod arrival;
 pub mod diff_motifs;
 pub mod diff_tally;
 pub mod differential;

@@ -270,7 +270,7 @@ impl std::fmt::Display for Flow {
 }
 
 impl Flow {
-    fn answered(&self, wait: Duration) -> std::io::Result<()> {
+    pub fn answered(&self, wait: Duration) -> std::io::Result<()> {
         let mut reply = [0u8; 1];
         if self.tcp {
             let mut stream = TcpStream::connect_timeout(&self.to, wait)?;

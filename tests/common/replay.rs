@@ -98,8 +98,25 @@ ip -6 route add {v6}/128 via fd00:2::2"
         })
     }
 
+    /// Sends `send` from the client; true if it arrived where addressed
+    /// (the server, else the router) within `wait`, whatever met its reply.
+    pub fn arrived(&self, send: Send, wait: Duration) -> bool {
+        let servers = ["10.2.0.2", EXTRA_SERVER[0], "fd00:2::2", EXTRA_SERVER[1]];
+        let to_server = servers.iter().any(|a| a.parse() == Ok(send.to.ip()));
+        let at = if to_server {
+            &self.topology.server
+        } else {
+            &self.topology.router
+        };
+        let client = &self.topology.client;
+        super::arrival::arrived(at, send.tcp, send.to, wait, move || {
+            client.enter();
+            let _ = exchange(send, wait);
+        })
+    }
+
     /// `replay` sent twice (after its first packet, if any): whether each
-    /// of the two was answered.
+    /// of the two was answered (or, its reply stopped, arrived).
     pub fn sent_twice(&self, replay: &Replay, wait: Duration) -> [bool; 2] {
         if replay.primer.is_some() || self.node.sh("ls /proc/net/xt_recent 2>/dev/null || true").trim() != "" {
             self.clear_lists();
@@ -109,7 +126,10 @@ ip -6 route add {v6}/128 via fd00:2::2"
             if let Some(primer) = replay.primer {
                 self.answered(primer, wait);
             }
-            *slot = self.answered(replay.send, wait);
+            *slot = match replay.reply_stopped {
+                true => self.arrived(replay.send, wait),
+                false => self.answered(replay.send, wait),
+            };
         }
         answered
     }

@@ -45,7 +45,7 @@ pub struct Said {
 
 /// A witness: its packet, whether a second such packet is the one
 /// stopped, the packet it is sent after (a list written), whether only
-/// one order of the copies stops it.
+/// one order of the copies stops it, whether its reply is stopped after.
 #[derive(Clone, Debug)]
 pub struct Witness {
     pub text: String,
@@ -53,6 +53,7 @@ pub struct Witness {
     pub second: bool,
     pub primer: Option<Said>,
     pub one_order: bool,
+    pub reply_stopped: bool,
 }
 
 fn address(text: &str) -> Option<Option<IpAddr>> {
@@ -134,6 +135,7 @@ pub fn parse(text: &str) -> Option<Witness> {
         second,
         primer,
         one_order,
+        reply_stopped: text[now..].contains(", but its reply is "),
     })
 }
 
@@ -238,13 +240,15 @@ pub struct Send {
     pub to: SocketAddr,
 }
 
-/// A witness as the topology sends it.
+/// A witness as the topology sends it; `reply_stopped`: it arrives, but
+/// no exchange completes.
 #[derive(Clone, Debug)]
 pub struct Replay {
     pub send: Send,
     pub primer: Option<Send>,
     pub second: bool,
     pub one_order: bool,
+    pub reply_stopped: bool,
 }
 
 /// The value `said` names, or the first of `choices` no rule names.
@@ -364,5 +368,6 @@ pub fn replay(witness: &Witness, family: Family, named: &Named) -> Result<Replay
         primer,
         second: witness.second,
         one_order: witness.one_order,
+        reply_stopped: witness.reply_stopped,
     })
 }

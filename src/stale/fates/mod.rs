@@ -26,6 +26,7 @@ mod packet;
 mod rule;
 mod target;
 mod walk;
+mod witness;
 
 #[cfg(test)]
 mod tests;
@@ -34,72 +35,13 @@ use crate::stale::saved_rules::SavedTable;
 pub use host::Host;
 use packet::{ListEntry, Packet};
 use walk::{fate, Copy, End, Fate, Step};
+pub use witness::{said, Found, Witness};
 
 /// The most packets other packets are sent after (see the module's note).
 const PRIMERS: usize = 16;
 
 /// A rule's table, chain and text as saved.
 pub type Place = (Vec<u8>, Vec<u8>, Vec<u8>);
-
-/// A packet removing a table lets through, each part said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Witness {
-    /// `tcp any → any:8080, arriving for the host by any interface, NEW`,
-    /// and what it is sent after where it meets what another wrote.
-    pub packet: String,
-    /// The copy run first at each hook, where only that order stops it.
-    pub order: Option<String>,
-    /// Its fate through both copies, then the live one alone: how it
-    /// ends, then the rules that changed or decided it.
-    pub now: String,
-    pub after: String,
-    /// The first rule of the stale copy it meets that changed or decided it.
-    pub stale_rule: Option<Place>,
-}
-
-impl std::fmt::Display for Witness {
-    /// `PACKET (now: dropped ...; after: passes ...)`, the order after
-    /// "now" where said.
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let order = self.order.as_ref().map(|o| format!(", {o}")).unwrap_or_default();
-        write!(f, "{} (now{order}: {}; after: {})", self.packet, self.now, self.after)
-    }
-}
-
-/// What the fates say of one stale table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Found {
-    /// A packet removing it lets through.
-    Opens(Witness),
-    /// No witness for it, but a rule not modelled that only it holds
-    /// decides a packet that passes after: the rule and the packet, said,
-    /// and where the rule is.
-    Undecided(String, Place),
-    /// No witness for it, but a rule not modelled decides some packet:
-    /// that rule, said.
-    CannotTell(String),
-    Nothing,
-}
-
-impl Found {
-    /// The witness packet, where one opens.
-    pub fn witness(&self) -> Option<&Witness> {
-        match self {
-            Found::Opens(witness) => Some(witness),
-            _ => None,
-        }
-    }
-
-    /// The stale rule the witness met first, or the stale rule the model
-    /// cannot tell past; with how the side-by-side view says it.
-    pub fn first_place(&self) -> Option<(&Place, &'static str)> {
-        match self {
-            Found::Opens(witness) => witness.stale_rule.as_ref().map(|p| (p, "the witness meets first")),
-            Found::Undecided(_, place) => Some((place, "the model cannot tell past")),
-            _ => None,
-        }
-    }
-}
 
 /// The fate of `packet` sent twice through `copies` (the second meets
 /// what the first wrote): the first's fate, unless the second's is
@@ -163,6 +105,15 @@ fn end_said(end: End) -> &'static str {
     }
 }
 
+/// A reply's fate after, where it does not pass: `dropped RULE`, or
+/// what the model cannot tell past.
+fn reply_said(reply: &Fate) -> String {
+    match (reply.end, reply.steps.last()) {
+        (End::Unknown, Some(last)) => format!("one the model cannot tell past {}", unknown_said(last)),
+        (end, _) => format!("{} {}", end_said(end), said_steps(reply)),
+    }
+}
+
 /// "`-A INPUT -m limit ... -j DROP` (legacy filter INPUT rule 7)".
 fn unknown_said(step: &Step) -> String {
     if step.backend == walk::ROUTING {
@@ -186,6 +137,18 @@ fn unknown_said(step: &Step) -> String {
         String::from_utf8_lossy(&step.chain),
         step.rule.unwrap_or_default()
     )
+}
+
+/// A packet tried: what is said of it, its fates now (each order) and
+/// after (each with whether a second such packet decided it), the first
+/// stale rule of the packet it was sent after, and the packet as sent
+/// after (none for a reply, whose own reply is not followed).
+struct Trial {
+    said: String,
+    nows: [(Fate, bool); 2],
+    after: (Fate, bool),
+    primed_place: Option<Place>,
+    sent: Option<Packet>,
 }
 
 /// A packet the stale copy's rules write into a list for: the lists it
@@ -268,18 +231,14 @@ pub fn judged(
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
     let mut undecided: Option<(String, Place)> = None;
-    let mut any_witness: Option<Witness> = None;
     let mut tried = 0;
     let tries = packets.iter().map(|p| (p, None)).chain(
         primers
             .iter()
             .flat_map(|primer| packets.iter().map(move |p| (p, Some(primer)))),
     );
-    // Each packet tried, and where it passes both now and after, its
-    // reply: what is said of it, and its fates now (each order) and after.
-    // (and the first stale rule of the packet it was sent after).
-    #[allow(clippy::type_complexity)]
-    let mut trials: Vec<(String, [(Fate, bool); 2], (Fate, bool), Option<Place>)> = Vec::new();
+    // Each packet tried, and where it passes both now and after, its reply.
+    let mut trials: Vec<Trial> = Vec::new();
     for (packet, primer) in tries {
         let with_lists = |lists: &[ListEntry]| Packet {
             lists: lists.to_vec(),
@@ -313,20 +272,36 @@ pub fn judged(
                 fate.steps.splice(0..0, first.steps.iter().cloned());
                 (fate, false)
             };
-            trials.push((
-                format!("the reply to {packet}"),
-                [
+            trials.push(Trial {
+                said: format!("the reply to {packet}"),
+                nows: [
                     answered(&[&stale, &live], &nows[0].0, &replies[0]),
                     answered(&[&live, &stale], &nows[1].0, &replies[1]),
                 ],
-                answered(&[&live], &after.0, &replies[2]),
-                None,
-            ));
+                after: answered(&[&live], &after.0, &replies[2]),
+                primed_place: None,
+                sent: None,
+            });
         }
-        let place = primer.and_then(|p| p.place.clone());
-        trials.push((format!("{packet}{primed}"), nows, after, place));
+        trials.push(Trial {
+            said: format!("{packet}{primed}"),
+            nows,
+            after,
+            primed_place: primer.and_then(|p| p.place.clone()),
+            sent: Some(after_packet),
+        });
     }
-    for (said_packet, nows, (after, after_again), primed_place) in &trials {
+    // Witnesses found, each with the steps that stopped it now and
+    // whether its reply passes after too.
+    let mut witnesses: Vec<(Witness, Vec<Step>, bool)> = Vec::new();
+    for Trial {
+        said: said_packet,
+        nows,
+        after: (after, after_again),
+        primed_place,
+        sent,
+    } in &trials
+    {
         let after_again = *after_again;
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
@@ -415,27 +390,45 @@ pub fn judged(
             after: format!("{} {}", end_said(after.end), said_steps(after)),
             stale_rule,
         };
-        any_witness.get_or_insert(witness.clone());
+        // Its reply after: where stopped, said (the packet arrives, but
+        // no exchange completes).
+        let reply_after = sent
+            .as_ref()
+            .and_then(|sent| after.packet.reply_to(sent))
+            .map(|reply| fate(&[&live], host, &reply))
+            .filter(|reply| reply.end != End::Passed);
+        let answered = reply_after.is_none();
+        let witness = match reply_after {
+            Some(reply) => Witness {
+                after: format!("{}, but its reply is {}", witness.after, reply_said(&reply)),
+                ..witness
+            },
+            None => witness,
+        };
+        witnesses.push((witness, now.steps.clone(), answered));
+    }
+    // Per table, the first witness a stale rule of it stopped, one whose
+    // reply passes after before one whose reply is stopped; else the
+    // first table takes the first witness.
+    witnesses.sort_by_key(|(_, _, answered)| !answered);
+    for (witness, steps, _) in &witnesses {
         for (name, said) in tables.iter().zip(found.iter_mut()) {
-            let by_it = now
-                .steps
+            let by_it = steps
                 .iter()
                 .any(|s| s.backend == stale_name && s.table == name.as_bytes() && !s.lets_on());
             if by_it && !matches!(said, Found::Opens(_)) {
                 // The side-by-side view starts at this table's first rule met.
-                let in_it = now.steps.iter().filter(|s| s.table == name.as_bytes());
-                let stale_rule = first_stale(&in_it.cloned().collect::<Vec<_>>(), stale_name);
+                let in_it: Vec<Step> = steps.iter().filter(|s| s.table == name.as_bytes()).cloned().collect();
                 *said = Found::Opens(Witness {
-                    stale_rule: stale_rule.or_else(|| witness.stale_rule.clone()),
+                    stale_rule: first_stale(&in_it, stale_name).or_else(|| witness.stale_rule.clone()),
                     ..witness.clone()
                 });
             }
         }
     }
-    // A witness decided by no stale rule of a table named: the first.
-    if let (Some(witness), false) = (any_witness, found.iter().any(|f| matches!(f, Found::Opens(_)))) {
+    if let (Some((witness, _, _)), false) = (witnesses.first(), found.iter().any(|f| matches!(f, Found::Opens(_)))) {
         if let Some(first) = found.first_mut() {
-            *first = Found::Opens(witness);
+            *first = Found::Opens(witness.clone());
         }
     }
     if let Some((said, place)) = undecided {
@@ -477,22 +470,4 @@ fn neighbour_discovery_stopped(live: &Copy, host: &Host) -> Option<String> {
             )
         })
     })
-}
-
-/// What a stale table's verdict says with the fates' `found`: `held`, why
-/// the judgement by twins holds it (None: it goes). A witness holds it
-/// ("removing it opens: ..."), as does a rule not modelled that only it
-/// holds deciding a packet that passes after ("cannot tell: ..."); any
-/// other unknown is named only where the twins hold it.
-pub fn said(found: &Found, held: Option<String>) -> Option<String> {
-    match (found, held) {
-        (Found::Opens(witness), None) => Some(format!("removing it opens: {witness}")),
-        (Found::Opens(witness), Some(why)) => Some(format!("removing it opens: {witness}; {why}")),
-        (Found::Undecided(why, _), None) => Some(format!("cannot tell: {why}")),
-        (Found::Undecided(why, _), Some(held)) => Some(format!("cannot tell: {why}; {held}")),
-        (Found::CannotTell(rule), Some(why)) => Some(format!(
-            "cannot tell: what {rule} does (a match not modelled, or a value not read); {why}"
-        )),
-        (_, held) => held,
-    }
 }

@@ -458,3 +458,21 @@ fn a_stale_nat_mark_a_live_accept_reads_before_a_drop_policy_opens() {
         "{witness}"
     );
 }
+
+#[test]
+fn a_witness_whose_reply_passes_after_is_chosen_and_a_stopped_reply_is_said() {
+    // Both stale drops open; the live copy drops the replies from 8080.
+    let stale = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\n-A INPUT -p tcp -m tcp --dport 9090 -j DROP\nCOMMIT\n";
+    let live = "*filter\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -p tcp -m tcp --sport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["filter"])[0]);
+    assert!(witness.contains(" → any:9090, arriving for the host"), "{witness}");
+    assert!(!witness.contains("its reply"), "{witness}");
+    // Where every witness's reply is stopped after, that is said.
+    let stale = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let witness = opens(&found(stale, live, &["filter"])[0]);
+    assert!(witness.contains(" → any:8080, arriving for the host"), "{witness}");
+    assert!(
+        witness.ends_with("after: passes (no rule meets it), but its reply is dropped nft filter OUTPUT rule 1 DROP)"),
+        "{witness}"
+    );
+}
