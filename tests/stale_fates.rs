@@ -676,3 +676,73 @@ fn a_witness_whose_reply_is_dropped_after_says_so_and_arrives() {
         "",
     );
 }
+
+/// What the router sends itself comes back by `lo` to INPUT: a stale SNAT
+/// in POSTROUTING makes it `--ctstate SNAT` there, which the live copy
+/// drops; removing it opens tcp/8080 from 127.0.0.1 to 127.0.0.1.
+#[test]
+fn what_the_host_sends_itself_after_a_stale_snat_holds_with_its_witness() {
+    common::root_or_skip!();
+    held_by(
+        OPENS,
+        Sent {
+            by_the_router: true,
+            ..Sent::default()
+        },
+        "*nat\n-A POSTROUTING -p tcp -m tcp --dport 8080 -j SNAT --to-source 10.2.0.1\nCOMMIT\n",
+        "*filter\n:INPUT DROP [0:0]\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A INPUT -m conntrack --ctstate SNAT -j DROP\n-A INPUT -p tcp -j ACCEPT\nCOMMIT\n",
+        "nat",
+        &["tcp 127.0.0.1 → 127.0.0.1:8080, sent by the host", "nft filter INPUT rule 2 DROP", "after: passes"],
+        flow(true, "127.0.0.1", 8080),
+        "",
+    );
+}
+
+/// A live `DNAT` to where a packet already goes rewrites nothing, so the
+/// kernel does not count it (`--ctstate DNAT` does not match): the reply
+/// of what the stale SNAT rewrote is what the live copy drops.
+#[test]
+fn a_live_dnat_to_where_a_packet_goes_sets_no_dnat_state() {
+    common::root_or_skip!();
+    held_by(
+        OPENS,
+        Sent::default(),
+        "*nat\n-A POSTROUTING -p tcp -m tcp --dport 8080 -j SNAT --to-source 10.2.0.1\nCOMMIT\n",
+        "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n*filter\n-A FORWARD -m conntrack --ctstate SNAT -j DROP\n-A FORWARD -m conntrack --ctstate DNAT -j DROP\nCOMMIT\n",
+        "nat",
+        &["the reply to tcp any → 10.2.0.2:8080, forwarded", "after: passes"],
+        flow(true, SERVER.v4, 8080),
+        "",
+    );
+}
+
+/// The order of the two copies is the kernel's per hook: nft's nat
+/// PREROUTING made first runs last, legacy's nat after it, then nft's
+/// POSTROUTING runs first. Only that mixed order stops tcp/8080 (the
+/// legacy DNAT binds, so the live MARK is skipped, so the live SNAT binds
+/// and mangle drops the reply to its address); the witness names it.
+#[test]
+fn a_packet_stopped_only_in_a_mixed_order_holds_with_its_witness() {
+    common::root_or_skip!();
+    let setup = "printf '*nat\\n:PREROUTING ACCEPT [0:0]\\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff\\nCOMMIT\\n' | iptables-nft-restore
+printf '*nat\\n-A PREROUTING -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.2.0.2:8080\\n-A POSTROUTING -p tcp -m tcp --dport 8080 -j SNAT --to-source 10.1.0.5\\nCOMMIT\\n' | iptables-legacy-restore
+printf '*nat\\n:POSTROUTING ACCEPT [0:0]\\n-A POSTROUTING -p tcp -m tcp --dport 8080 -m mark ! --mark 0x1 -j SNAT --to-source 10.2.0.1\\nCOMMIT\\n*mangle\\n-A PREROUTING -d 10.2.0.1/32 -p tcp -m tcp --sport 8080 -j DROP\\nCOMMIT\\n' | iptables-nft-restore --noflush";
+    held_by(
+        OPENS,
+        Sent {
+            router_setup: setup,
+            ..Sent::default()
+        },
+        "",
+        "",
+        "nat",
+        &[
+            "the reply to tcp any → ",
+            ":8080, forwarded",
+            "legacy first at PREROUTING, nft first at POSTROUTING",
+            "after: passes",
+        ],
+        flow(true, SERVER.v4, 8080),
+        "",
+    );
+}

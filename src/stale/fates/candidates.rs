@@ -9,7 +9,8 @@
 //! [`BLOCKS_MERGED`] rules of each kind a packet: a stale rule's
 //! packet (`-s A`) rewritten into a live block's (`-i eth0`); and again
 //! with what the block names of a reply (`-i eth1 --sport 8080`) named of
-//! the packet it answers (`-o eth1 --dport 8080`). At most
+//! the packet it answers (`-o eth1 --dport 8080`); for a `DNAT`, a packet
+//! already addressed where it sends. At most
 //! [`CANDIDATES`] packets: a family's rules are read once, never each
 //! against each.
 
@@ -137,7 +138,17 @@ fn packets_for(table: &ModelTable, chain: &[u8], rule: &Rule) -> Vec<Packet> {
             for rule in &path {
                 name_from(rule, &mut packet, high);
             }
+            // A `DNAT` to where the packet already goes rewrites nothing.
+            let same = match (&rule.action, packet.destination) {
+                (Action::Dnat(Some(to), port), None) => Some(Packet {
+                    destination: Some(*to),
+                    destination_port: packet.destination_port.or(*port),
+                    ..packet.clone()
+                }),
+                _ => None,
+            };
             packets.push(packet);
+            packets.extend(same);
         }
     }
     packets

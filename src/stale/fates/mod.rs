@@ -1,9 +1,9 @@
 //! Whether removing a stale family changes what a concrete packet meets:
 //! packets tried ([`candidates`]) through the kernel as it runs now (each
-//! hook's tables of both backends, in either order: which of the two
-//! registered first is not read, so a packet stopped in either order is
-//! stopped now, the order said where only one stops it) and through the
-//! host's backend alone. A packet stopped now
+//! hook's tables of both backends, in every order [`order`] tries: which
+//! registered last is not read, so a packet stopped in any order is
+//! stopped now, the order said where not every one stops it) and through
+//! the host's backend alone. A packet stopped now
 //! (dropped or queued) that passes after is a witness: removing the family
 //! opens a flow. A packet meets what an earlier one like it wrote (a
 //! `recent` list), so each is sent twice; and each is sent again after
@@ -22,6 +22,7 @@
 
 mod candidates;
 mod host;
+mod order;
 mod packet;
 mod rule;
 mod target;
@@ -34,7 +35,7 @@ mod tests;
 use crate::stale::saved_rules::SavedTable;
 pub use host::Host;
 use packet::{ListEntry, Packet};
-use walk::{fate, Copy, End, Fate, Step};
+use walk::{fate, fate_ordered, Copy, End, Fate, Step};
 pub use witness::{said, Found, Witness};
 
 /// The most packets other packets are sent after (see the module's note).
@@ -46,14 +47,14 @@ pub type Place = (Vec<u8>, Vec<u8>, Vec<u8>);
 /// The fate of `packet` sent twice through `copies` (the second meets
 /// what the first wrote): the first's fate, unless the second's is
 /// stopped or unknown where the first passed; and whether the second's.
-fn twice(copies: &[&Copy], host: &Host, packet: &Packet) -> (Fate, bool) {
-    let first = fate(copies, host, packet);
+fn twice(copies: &[&Copy], order: u8, host: &Host, packet: &Packet) -> (Fate, bool) {
+    let first = fate_ordered(copies, order, host, packet);
     if first.end != End::Passed {
         return (first, false);
     }
     let mut again = packet.clone();
     again.lists = first.packet.lists.clone();
-    let mut second = fate(copies, host, &again);
+    let mut second = fate_ordered(copies, order, host, &again);
     if second.end == End::Passed {
         return (first, false);
     }
@@ -145,7 +146,9 @@ fn unknown_said(step: &Step) -> String {
 /// after (none for a reply, whose own reply is not followed).
 struct Trial {
     said: String,
-    nows: [(Fate, bool); 2],
+    nows: Vec<(Fate, bool)>,
+    /// Each of `nows`' order ([`order::orders`]).
+    orders: Vec<u8>,
     after: (Fate, bool),
     primed_place: Option<Place>,
     sent: Option<Packet>,
@@ -205,6 +208,25 @@ fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet]) -> Vec<Pr
     primers
 }
 
+/// `packet`, and where the host sends it to no address named, again from
+/// and to its own loopback address: back in by `lo`, it meets INPUT with
+/// what OUTPUT and POSTROUTING did to it.
+fn looped_too(packet: Packet, host: &Host) -> Vec<Packet> {
+    let mut packets = vec![packet.clone()];
+    if packet.way == packet::Way::Output && packet.destination.is_none() {
+        let loopback = match host.family {
+            crate::family::Family::Ipv4 => std::net::IpAddr::from([127, 0, 0, 1]),
+            crate::family::Family::Ipv6 => std::net::Ipv6Addr::LOCALHOST.into(),
+        };
+        packets.push(Packet {
+            source: packet.source.or(Some(loopback)),
+            destination: Some(loopback),
+            ..packet
+        });
+    }
+    packets
+}
+
 /// Per name in `tables`: what the fates say of removing that table of
 /// `stale` (the stale backend's tables, read from its save, as `stale_name`
 /// names it) where `live` (the host's backend's) stays, on `host`; and
@@ -223,10 +245,12 @@ pub fn judged(
     let mut seen = std::collections::HashSet::new();
     let packets: Vec<Packet> = candidates::candidates(&stale, &live)
         .into_iter()
+        .flat_map(|p| looped_too(p, host))
         .map(|p| p.on_its_way(host))
         .filter(|p| seen.insert(p.clone()))
         .collect();
     let primers = primers(&stale, &live, host, &packets);
+    let contested = order::contested(&stale, &live);
     let neighbours_stopped = neighbour_discovery_stopped(&live, host);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut unknown: Option<Step> = None;
@@ -250,11 +274,12 @@ pub fn judged(
             None => (packet.clone(), packet.clone()),
         };
         tried += 1;
-        let after = twice(&[&live], host, &after_packet);
-        let nows = [
-            twice(&[&stale, &live], host, &now_packet),
-            twice(&[&live, &stale], host, &now_packet),
-        ];
+        let after = twice(&[&live], 0, host, &after_packet);
+        let orders = order::orders(contested, packet.way);
+        let nows: Vec<(Fate, bool)> = orders
+            .iter()
+            .map(|&o| twice(&[&stale, &live], o, host, &now_packet))
+            .collect();
         let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
         let passed = |(f, _): &(Fate, bool)| f.end == End::Passed;
         let replies = match (primer, nows.iter().all(passed) && passed(&after)) {
@@ -267,18 +292,19 @@ pub fn judged(
         };
         if let Some(replies) = replies {
             // What the first packet met, then what met its reply.
-            let answered = |copies: &[&Copy], first: &Fate, reply: &Packet| {
-                let mut fate = fate(copies, host, reply);
+            let answered = |copies: &[&Copy], order: u8, first: &Fate, reply: &Packet| {
+                let mut fate = fate_ordered(copies, order, host, reply);
                 fate.steps.splice(0..0, first.steps.iter().cloned());
                 (fate, false)
             };
+            let reply_nows = (orders.iter().zip(&nows).zip(&replies))
+                .map(|((&o, (now, _)), reply)| answered(&[&stale, &live], o, now, reply))
+                .collect();
             trials.push(Trial {
                 said: format!("the reply to {packet}"),
-                nows: [
-                    answered(&[&stale, &live], &nows[0].0, &replies[0]),
-                    answered(&[&live, &stale], &nows[1].0, &replies[1]),
-                ],
-                after: answered(&[&live], &after.0, &replies[2]),
+                nows: reply_nows,
+                orders: orders.clone(),
+                after: answered(&[&live], 0, &after.0, &replies[replies.len() - 1]),
                 primed_place: None,
                 sent: None,
             });
@@ -286,6 +312,7 @@ pub fn judged(
         trials.push(Trial {
             said: format!("{packet}{primed}"),
             nows,
+            orders,
             after,
             primed_place: primer.and_then(|p| p.place.clone()),
             sent: Some(after_packet),
@@ -297,6 +324,7 @@ pub fn judged(
     for Trial {
         said: said_packet,
         nows,
+        orders,
         after: (after, after_again),
         primed_place,
         sent,
@@ -381,10 +409,14 @@ pub fn judged(
                     ""
                 },
             ),
-            order: match (nows.iter().all(|n| stopped(&n)), order) {
-                (true, _) => None,
-                (false, 0) => Some(format!("{stale_name} first at each hook")),
-                (false, _) => Some(format!("{live_name} first at each hook")),
+            order: match nows.iter().all(|n| stopped(&n)) {
+                true => None,
+                false => Some(order::said(
+                    orders[order],
+                    orders.get(1).copied().unwrap_or(0),
+                    stale_name,
+                    live_name,
+                )),
             },
             now: format!("{} {}", end_said(now.end), said_steps(now)),
             after: format!("{} {}", end_said(after.end), said_steps(after)),

@@ -84,9 +84,11 @@ pub struct Packet {
     pub mark: u32,
     pub connmark: u32,
     /// A nat rule rewrote its destination (`DNAT`, `REDIRECT`) or its
-    /// source (`SNAT`, `MASQUERADE`): what `--ctstate DNAT`/`SNAT` reads.
-    pub dnat: bool,
-    pub snat: bool,
+    /// source (`SNAT`, `MASQUERADE`) into another value: what `--ctstate
+    /// DNAT`/`SNAT` reads (the kernel counts no rewrite into what it was).
+    /// None: whether the new value is another is not known.
+    pub dnat: Option<bool>,
+    pub snat: Option<bool>,
     /// Its source as a nat rule rewrote it: address (None: not read, as
     /// `MASQUERADE`'s), port, and whether the address is the host's.
     pub source_nat: Option<(Option<IpAddr>, Option<u16>, Option<bool>)>,
@@ -128,8 +130,8 @@ impl Packet {
             state: CtState::New,
             mark: 0,
             connmark: 0,
-            dnat: false,
-            snat: false,
+            dnat: Some(false),
+            snat: Some(false),
             source_nat: None,
             source_unread: false,
             untranslated: None,
@@ -164,8 +166,19 @@ impl Packet {
 impl Packet {
     /// `SNAT`, `MASQUERADE`, a source `NETMAP`: its source rewritten (see
     /// [`Packet::source_nat`]).
+    /// Counted as a rewrite where the new source is known to be another:
+    /// a named address is not "any"; what the host sends carries one of
+    /// its own addresses, which `MASQUERADE`, or a `SNAT` to one of them,
+    /// may keep.
     pub fn source_translated(&mut self, address: Option<IpAddr>, port: Option<u16>, local: Option<bool>) {
-        self.snat = true;
+        self.snat = match (address, self.source) {
+            _ if self.source_unread => None,
+            (Some(a), Some(s)) if a == s => Some(port.is_some_and(|p| self.source_port != Some(p))),
+            (Some(_), Some(_)) => Some(true),
+            _ if self.way != Way::Output => Some(true),
+            (Some(_), None) if local == Some(false) => Some(true),
+            _ => None,
+        };
         self.source_nat = Some((address, port, local));
     }
 

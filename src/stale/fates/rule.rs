@@ -425,11 +425,12 @@ fn test(test: &Test, packet: &mut Packet, writes: bool) -> Tri {
         }
         Test::States { states, dnat, snat } => {
             // What a connection's first packet met decides a later one's.
-            let rewritten = |named: bool, rewritten: bool| match (named, packet.state) {
-                (false, _) => Tri::No,
-                (true, CtState::New) => yes(rewritten),
-                (true, _) if packet.reply => yes(rewritten),
-                (true, _) => Tri::Unknown,
+            let rewritten = |named: bool, rewritten: Option<bool>| match (named, packet.state, rewritten) {
+                (false, _, _) => Tri::No,
+                (true, _, None) => Tri::Unknown,
+                (true, CtState::New, Some(r)) => yes(r),
+                (true, _, Some(r)) if packet.reply => yes(r),
+                (true, _, _) => Tri::Unknown,
             };
             any_of(&[
                 yes(states.contains(&packet.state)),

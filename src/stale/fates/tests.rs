@@ -476,3 +476,45 @@ fn a_witness_whose_reply_passes_after_is_chosen_and_a_stopped_reply_is_said() {
         "{witness}"
     );
 }
+
+#[test]
+fn what_the_host_sends_itself_meets_input_after_a_stale_snat() {
+    // Probe 3's first opening: back in by lo, the packet a stale SNAT
+    // rewrote meets a live `--ctstate SNAT` drop.
+    let stale = "*nat\n-A POSTROUTING -p udp -m udp --dport 443 -j SNAT --to-source 10.2.0.1\nCOMMIT\n";
+    let live = "*filter\n:INPUT DROP [0:0]\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n-A INPUT -m conntrack --ctstate SNAT -j DROP\n-A INPUT -p udp -j ACCEPT\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.contains("udp 127.0.0.1 → 127.0.0.1:443, sent by the host"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_dnat_to_where_a_packet_goes_sets_no_dnat_state() {
+    // Probe 3's second opening: the live DNAT rewrites nothing of a packet
+    // to 10.2.0.2:9002, so `--ctstate DNAT` does not drop it; the reply of
+    // what the stale SNAT rewrote is dropped, now only.
+    let stale = "*nat\n-A POSTROUTING -p tcp -m tcp --dport 9002 -j SNAT --to-source 10.2.0.1\nCOMMIT\n";
+    let live = "*nat\n-A PREROUTING -p tcp -m tcp --dport 9002 -j DNAT --to-destination 10.2.0.2:9002\nCOMMIT\n*filter\n-A FORWARD -m conntrack --ctstate SNAT -j DROP\n-A FORWARD -m conntrack --ctstate DNAT -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["nat"], &router())[0]);
+    assert!(
+        witness.starts_with("the reply to tcp any → 10.2.0.2:9002, forwarded"),
+        "{witness}"
+    );
+}
+
+#[test]
+fn a_packet_is_tried_in_each_order_of_the_contested_hooks() {
+    // Probe 3's third opening: legacy first at PREROUTING (its DNAT binds,
+    // the live MARK is skipped), nft first at POSTROUTING (its MASQUERADE
+    // binds, the reply to the router's address is dropped in mangle).
+    let stale = "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.2.0.2:8080\n-A POSTROUTING -p tcp -m tcp --dport 8080 -j SNAT --to-source 10.1.0.2\nCOMMIT\n";
+    let live = "*nat\n-A PREROUTING -p tcp -m tcp --dport 8080 -j MARK --set-xmark 0x1/0xffffffff\n-A POSTROUTING -p tcp -m tcp --dport 8080 -m mark ! --mark 0x1 -j SNAT --to-source 10.2.0.1\nCOMMIT\n*mangle\n-A PREROUTING -d 10.2.0.1/32 -p tcp -m tcp --sport 8080 -j DROP\nCOMMIT\n";
+    let said = found_on(stale, live, &["nat"], &router());
+    let witness = opens(&said[0]);
+    assert!(
+        witness.contains("legacy first at PREROUTING, nft first at POSTROUTING"),
+        "{witness}"
+    );
+}

@@ -19,6 +19,7 @@
 //! alike, that is the fate; else it is unknown at the first such rule.
 
 use super::host::Host;
+use super::order;
 use super::packet::{CtState, Packet, Way};
 use super::rule::{Rule, Tri};
 use super::target::Action;
@@ -197,27 +198,6 @@ enum Flow {
 /// Calls deeper than this (iptables refuses loops) end as unknown.
 const DEPTH: usize = 64;
 
-/// A hook and its tables in order.
-type Hook = (&'static [u8], &'static [&'static [u8]]);
-
-/// What a packet the host sends to itself meets after POSTROUTING, in by
-/// `lo` (its nat binding made in OUTPUT).
-const LOOPED: [Hook; 2] = [
-    (b"PREROUTING", &[b"raw", b"mangle"]),
-    (b"INPUT", &[b"mangle", b"filter", b"security"]),
-];
-
-/// The hooks a packet meets on `way`, each with its tables in order.
-fn hooks(way: Way) -> &'static [Hook] {
-    const PRE: (&[u8], &[&[u8]]) = (b"PREROUTING", &[b"raw", b"mangle", b"nat"]);
-    const POST: (&[u8], &[&[u8]]) = (b"POSTROUTING", &[b"mangle", b"nat"]);
-    match way {
-        Way::Input => &[PRE, (b"INPUT", &[b"mangle", b"filter", b"security", b"nat"])],
-        Way::Forward => &[PRE, (b"FORWARD", &[b"mangle", b"filter", b"security"]), POST],
-        Way::Output => &[(b"OUTPUT", &[b"raw", b"mangle", b"nat", b"filter", b"security"]), POST],
-    }
-}
-
 /// The most ways a packet's fate is followed along, each rule not
 /// evaluated taken as matching or not.
 const LEAVES: usize = 256;
@@ -319,7 +299,13 @@ impl Walk<'_> {
                 }
                 Action::Dnat(address, port) => {
                     self.translated = true;
-                    packet.dnat = true;
+                    // The kernel counts no rewrite into what it was.
+                    packet.dnat = match (address, packet.destination) {
+                        _ if packet.destination_unread => None,
+                        (Some(a), Some(d)) if *a != d => Some(true),
+                        (Some(_), None) => Some(true),
+                        _ => Some(port.is_some_and(|p| packet.destination_port != Some(p))),
+                    };
                     // Routed by its new destination, where the host's
                     // addresses are read.
                     if let Some(local) = address.and_then(|a| self.host.is_local(a)) {
@@ -334,7 +320,12 @@ impl Walk<'_> {
                 }
                 Action::Redirect(port) => {
                     self.translated = true;
-                    packet.dnat = true;
+                    // To one of the host's addresses, maybe the one it had.
+                    packet.dnat = match port {
+                        Some(p) if packet.destination_port != Some(*p) => Some(true),
+                        _ if packet.for_the_host == Some(false) => Some(true),
+                        _ => None,
+                    };
                     packet.destination_unread = true;
                     packet.for_the_host = Some(true);
                     if packet.way != Way::Output {
@@ -345,7 +336,10 @@ impl Walk<'_> {
                 }
                 Action::Netmap if matches!(self.hook, b"PREROUTING" | b"OUTPUT") => {
                     self.translated = true;
-                    packet.dnat = true;
+                    packet.dnat = match packet.destination {
+                        None if !packet.destination_unread => Some(true),
+                        _ => None,
+                    };
                     packet.destination_unread = true;
                     packet.for_the_host = None;
                     Flow::Accept
@@ -376,14 +370,21 @@ impl Walk<'_> {
 /// then of the second, ...), each rule not evaluated taken both ways (see
 /// the module's note).
 pub fn fate(copies: &[&Copy], host: &Host, packet: &Packet) -> Fate {
-    let (first, chooses) = fate_choosing(copies, host, packet, &[]);
+    fate_ordered(copies, 0, host, packet)
+}
+
+/// [`fate`], with `copies` taken in reverse at the hooks `reversed_at`
+/// holds ([`order::bit`]).
+pub fn fate_ordered(copies: &[&Copy], reversed_at: u8, host: &Host, packet: &Packet) -> Fate {
+    let fate_choosing = |choices: &[bool]| fate_choosing(copies, reversed_at, host, packet, choices);
+    let (first, chooses) = fate_choosing(&[]);
     if !chooses {
         return first;
     }
     let mut ways = std::collections::VecDeque::from([vec![true], vec![false]]);
     let mut ends: Vec<Fate> = Vec::new();
     while let Some(choices) = ways.pop_front() {
-        let (fate, chooses) = fate_choosing(copies, host, packet, &choices);
+        let (fate, chooses) = fate_choosing(&choices);
         if !chooses {
             ends.push(fate);
         } else if ends.len() + ways.len() + 2 <= LEAVES {
@@ -400,13 +401,13 @@ pub fn fate(copies: &[&Copy], host: &Host, packet: &Packet) -> Fate {
 
 /// The fate of `packet` with the rules not evaluated taken as `choices`
 /// says; and whether one was met beyond them.
-fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool]) -> (Fate, bool) {
+fn fate_choosing(copies: &[&Copy], reversed_at: u8, host: &Host, packet: &Packet, choices: &[bool]) -> (Fate, bool) {
     let mut packet = packet.clone();
     let mut steps = Vec::new();
     let (mut taken, mut out_of_choices) = (0, false);
     let tracked = copies.iter().any(|c| c.tracks);
     let arrived_marked = packet.mark;
-    let mut plan: Vec<Hook> = hooks(packet.way).to_vec();
+    let mut plan: Vec<order::Hook> = order::hooks(packet.way).to_vec();
     let mut at = 0;
     while let Some(&(hook, tables)) = plan.get(at) {
         let hook = &hook;
@@ -419,7 +420,12 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
                     continue;
                 }
             }
-            for copy in copies {
+            let reversed = reversed_at & order::bit(hook) != 0;
+            let ordered: Vec<&Copy> = match reversed {
+                true => copies.iter().rev().copied().collect(),
+                false => copies.to_vec(),
+            };
+            for copy in ordered {
                 let Some(table) = copy.table(table_name) else { continue };
                 if !table.policies.contains_key(*hook) && !table.chains.contains_key(*hook) {
                     continue;
@@ -474,11 +480,11 @@ fn fate_choosing(copies: &[&Copy], host: &Host, packet: &Packet, choices: &[bool
         // Routed after PREROUTING by where a nat rule sent it; sent to
         // the host itself, back in by lo after POSTROUTING.
         if packet.way != way {
-            plan = hooks(packet.way).to_vec();
+            plan = order::hooks(packet.way).to_vec();
         }
         if *hook == b"POSTROUTING" && packet.way == Way::Output && packet.for_the_host == Some(true) {
             packet.in_interface = Some(b"lo".to_vec());
-            plan.extend(LOOPED);
+            plan.extend(order::LOOPED);
         }
     }
     (
