@@ -211,7 +211,7 @@ fn text_with(
                 Some(Ok(None)) => {
                     let _ = writeln!(
                         out,
-                        "  removing it opens nothing: {} holds a twin of each rule and policy in its family that is not on the allowlist",
+                        "  removing it opens nothing: each rule and policy of its family that needs a twin (by the table of effects) has one in {}, and no packet tried passes after that is stopped now",
                         host_of(hosts, family)
                     );
                 }
