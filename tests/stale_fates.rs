@@ -746,3 +746,67 @@ printf '*nat\\n:POSTROUTING ACCEPT [0:0]\\n-A POSTROUTING -p tcp -m tcp --dport 
         "",
     );
 }
+
+/// A stale DNAT of :9999 to :8080, nothing live reading either: removing
+/// it changes where tcp/9999 goes (it holds nothing, and goes). `stale`
+/// lists the change with its packet, and packets show it: before, what is
+/// sent to :9999 arrives at the server's :8080; after, at :9999.
+#[test]
+fn a_stale_redirect_is_listed_as_a_change_and_goes() {
+    common::root_or_skip!();
+    let (node, topology) = router(
+        "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n",
+        "*filter\n-A FORWARD -p tcp -m tcp --dport 22 -j DROP\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        false,
+    );
+    let said = stdout(&stale(&node, &[]));
+    let line = said
+        .lines()
+        .find(|l| l.contains("removing it changes, holding nothing: "))
+        .unwrap_or_else(|| panic!("no change shown:\n{said}"));
+    assert!(line.contains("tcp any → 10.2.0.2:9999, forwarded"), "{line}");
+    assert!(
+        line.contains("now: passes legacy nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:8080"),
+        "{line}"
+    );
+    let report = json(&stale(&node, &["--json"]));
+    let nat = report["findings"][0]["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == "nat")
+        .unwrap()
+        .clone();
+    assert!(
+        nat["change"]["packet"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("10.2.0.2:9999"),
+        "{nat}"
+    );
+    let arrives_at = |port: u16| {
+        let to_9999 = flow(true, SERVER.v4, 9999);
+        let client = &topology.client;
+        common::arrival::arrived(
+            &topology.server,
+            true,
+            flow(true, SERVER.v4, port).to,
+            WAIT,
+            move || {
+                client.enter();
+                let _ = to_9999.answered(WAIT);
+            },
+        )
+    };
+    assert_eq!([arrives_at(8080), arrives_at(9999)], [true, false], "before");
+    let removed = stale(&node, &["--remove"]);
+    assert_eq!(
+        removed.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&removed),
+        stderr(&removed)
+    );
+    node.sh("conntrack -F 2>/dev/null || true");
+    assert_eq!([arrives_at(8080), arrives_at(9999)], [false, true], "after");
+}

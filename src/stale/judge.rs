@@ -31,7 +31,7 @@ pub fn held_back(
         return Ok(vec![None; names.len()]);
     }
     opening::openings(save, live, family, names, private_lock)
-        .map(|(opens, _)| opens.into_iter().map(|open| open.map(|o| o.why)).collect())
+        .map(|(opens, _, _)| opens.into_iter().map(|open| open.map(|o| o.why)).collect())
         .map_err(|why| format!("whether removing it is safe is unknown: {why}; nothing removed"))
 }
 

@@ -388,15 +388,15 @@ pub struct Opening {
 }
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
-/// is not proven safe, or None when the host's backend `live` holds a
-/// twin of every item it holds; and how many packets the fates tried.
+/// is not proven safe (None: `live` holds a twin of every item it holds);
+/// a change that holds nothing ([`fates::judged`]); packets tried.
 pub fn openings(
     stale_save: &[u8],
     live: Mode,
     family: Family,
     tables: &[&str],
     private_lock: &Path,
-) -> Result<(Vec<Option<Opening>>, usize), String> {
+) -> Result<Judgement, String> {
     let live_save =
         proven_live_save(live, family, private_lock).map_err(|why| format!("{live} {}: {why}", family.label()))?;
     let native = hooks::others(family, live_save.own.as_deref())?;
@@ -405,7 +405,7 @@ pub fn openings(
     let stale = parse(stale_save);
     let live_copy = live_tables(&live_save.exact, live_save.own.as_deref());
     let host = fates::Host::read(family, &native);
-    let (found, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables, &host);
+    let (found, changes, tried) = fates::judged(&stale, live.other().name(), &live_copy, live.name(), tables, &host);
     Ok((
         unenforced_in(&stale, &live_copy, &no_twin, tables)
             .into_iter()
@@ -430,9 +430,13 @@ pub fn openings(
                 })
             })
             .collect(),
+        changes,
         tried,
     ))
 }
+
+/// What [`openings`] says.
+type Judgement = (Vec<Option<Opening>>, Vec<Option<fates::Witness>>, usize);
 
 /// Items shown at most in one line.
 const ITEMS_SHOWN: usize = 20;

@@ -82,13 +82,15 @@ type Openings = Vec<Vec<Result<Option<String>, String>>>;
 
 /// What the judgement says per finding: [`Openings`]; per table its held
 /// chains stale against live (empty where it is not held, or where that
-/// is unknown) and the witness packet of a table held by one; and how
-/// many packets the fates tried (None: not judged).
+/// is unknown), the witness packet of a table held by one, and a change
+/// that holds nothing; and how many packets the fates tried (None: not
+/// judged).
 #[derive(Default)]
 struct Judged {
     opens: Openings,
     side_by_side: Vec<Vec<Vec<String>>>,
     witnesses: Vec<Vec<Option<Witness>>>,
+    changes: Vec<Vec<Option<Witness>>>,
     tried: Vec<Option<usize>>,
 }
 
@@ -96,39 +98,29 @@ struct Judged {
 fn openings(hosts: &[HostBackend], findings: &[Finding]) -> Judged {
     let mut judged = Judged::default();
     for f in findings {
-        let (opens, side_by_side, witnesses, tried) = judged_one(hosts, f);
-        judged.opens.push(opens);
-        judged.side_by_side.push(side_by_side);
-        judged.witnesses.push(witnesses);
-        judged.tried.push(tried);
+        judge_one(hosts, f, &mut judged);
     }
     judged
 }
 
-/// One finding's part of [`Judged`].
-#[allow(clippy::type_complexity)]
-fn judged_one(
-    hosts: &[HostBackend],
-    f: &Finding,
-) -> (
-    Vec<Result<Option<String>, String>>,
-    Vec<Vec<String>>,
-    Vec<Option<Witness>>,
-    Option<usize>,
-) {
+/// One finding's part of [`Judged`], added to it.
+fn judge_one(hosts: &[HostBackend], f: &Finding, judged: &mut Judged) {
     let live = host_of(hosts, f.family);
-    if f.backend == live || f.tables().is_empty() {
-        return (Vec::new(), Vec::new(), Vec::new(), None);
-    }
     let names: Vec<&str> = f.tables().iter().map(|t| t.name).collect();
-    let opens = proof::AnonymousLock::new().and_then(|lock| {
-        save_tool::tables(f.backend, f.family, &names)
-            .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
-    });
-    let (mut said, mut side_by_side, mut witnesses, mut tried) = (Vec::new(), Vec::new(), Vec::new(), None);
+    let (mut said, mut side_by_side, mut witnesses, mut changes, mut tried) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), None);
+    let opens = match f.backend == live || names.is_empty() {
+        true => Ok((Vec::new(), Vec::new(), 0)),
+        false => proof::AnonymousLock::new().and_then(|lock| {
+            save_tool::tables(f.backend, f.family, &names)
+                .and_then(|save| opening::openings(&save.stdout, live, f.family, &names, lock.path()))
+        }),
+    };
     match opens {
-        Ok((opens, packets)) => {
+        Ok((opens, _, _)) if opens.is_empty() => {}
+        Ok((opens, found_changes, packets)) => {
             tried = Some(packets);
+            changes = found_changes;
             for open in opens {
                 let (why, shown, witness) = match open {
                     Some(open) => (Some(open.why), open.side_by_side, open.witness),
@@ -143,9 +135,18 @@ fn judged_one(
             said = names.iter().map(|_| Err(why.clone())).collect();
             side_by_side = vec![Vec::new(); names.len()];
             witnesses = vec![None; names.len()];
+            changes = vec![None; names.len()];
         }
     }
-    (judge::shown_as_one(said, &names), side_by_side, witnesses, tried)
+    let said = match said.is_empty() {
+        true => said,
+        false => judge::shown_as_one(said, &names),
+    };
+    judged.opens.push(said);
+    judged.side_by_side.push(side_by_side);
+    judged.witnesses.push(witnesses);
+    judged.changes.push(changes);
+    judged.tried.push(tried);
 }
 
 /// The report in words.
@@ -214,6 +215,13 @@ fn text_with(
                         "  removing it opens nothing: each rule and policy of its family that needs a twin (by the table of effects) has one in {}, and no packet tried passes after that is stopped now",
                         host_of(hosts, family)
                     );
+                    if let Some(Some(change)) = judged.changes.get(index).and_then(|c| c.get(table_index)) {
+                        let _ = writeln!(
+                            out,
+                            "  removing it changes, holding nothing: {}",
+                            printable(&change.to_string())
+                        );
+                    }
                 }
                 Some(Ok(Some(why))) => {
                     let _ = writeln!(out, "  {}; --remove leaves it unless --allow-opening", printable(why));
@@ -384,6 +392,15 @@ fn json_report(
                         _ if opening.is_empty() => String::new(),
                         _ => ",\"witness\":null".into(),
                     };
+                    let change = match judged.changes.get(index).and_then(|c| c.get(table_index)) {
+                        Some(Some(w)) => format!(
+                            ",\"change\":{{\"packet\":{},\"now\":{},\"after\":{}}}",
+                            string(&w.packet),
+                            string(&w.now),
+                            string(&w.after)
+                        ),
+                        _ => String::new(),
+                    };
                     let chains: Vec<String> = t
                         .chains
                         .iter()
@@ -398,7 +415,7 @@ fn json_report(
                         })
                         .collect();
                     format!(
-                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]{opening}{witness}}}",
+                        "{{\"table\":{},\"rules\":{},\"chains\":[{}]{opening}{witness}{change}}}",
                         string(t.name),
                         t.rules(),
                         chains.join(",")

@@ -36,6 +36,7 @@ use crate::stale::saved_rules::SavedTable;
 pub use host::Host;
 use packet::{ListEntry, Packet};
 use walk::{fate, fate_ordered, Copy, End, Fate, Step};
+use witness::{end_said, reply_said, said_steps, unknown_said};
 pub use witness::{said, Found, Witness};
 
 /// The most packets other packets are sent after (see the module's note).
@@ -61,83 +62,6 @@ fn twice(copies: &[&Copy], order: u8, host: &Host, packet: &Packet) -> (Fate, bo
     // What the first wrote, then what decided the second.
     second.steps.splice(0..0, first.steps);
     (second, true)
-}
-
-/// The steps of a fate worth saying: what changed the packet, then what
-/// decided it (for a packet that passed, the last rule or policy of a
-/// filter table that let it on, else the last one).
-fn said_steps(fate: &Fate) -> String {
-    let decided = |s: &&Step| s.rule.is_none() || verdict_of(s);
-    let mut shown: Vec<&Step> = fate.steps.iter().filter(|s| !decided(s)).collect();
-    let last = match fate.end {
-        End::Passed => fate
-            .steps
-            .iter()
-            .rev()
-            .filter(decided)
-            .find(|s| s.table == b"filter")
-            .or_else(|| fate.steps.iter().rev().find(decided)),
-        _ => fate.steps.last(),
-    };
-    shown.extend(last);
-    let mut said: Vec<String> = shown.iter().map(|s| s.to_string()).collect();
-    said.dedup();
-    match (fate.end, said.is_empty()) {
-        (End::Passed, true) => "(no rule meets it)".into(),
-        _ => said.join(" then "),
-    }
-}
-
-/// Whether a step is a rule's verdict (rather than a change it made).
-fn verdict_of(step: &Step) -> bool {
-    let text = String::from_utf8_lossy(&step.text);
-    [" ACCEPT", " DROP", " REJECT", " QUEUE", " NFQUEUE"]
-        .iter()
-        .any(|v| text.split(" -j").nth(1).is_some_and(|t| t.starts_with(v)))
-}
-
-/// How `fate` ends, said: `dropped`, `queued`, `passes`.
-fn end_said(end: End) -> &'static str {
-    match end {
-        End::Passed => "passes",
-        End::Dropped => "dropped",
-        End::Queued => "queued",
-        End::Unknown => "unknown",
-    }
-}
-
-/// A reply's fate after, where it does not pass: `dropped RULE`, or
-/// what the model cannot tell past.
-fn reply_said(reply: &Fate) -> String {
-    match (reply.end, reply.steps.last()) {
-        (End::Unknown, Some(last)) => format!("one the model cannot tell past {}", unknown_said(last)),
-        (end, _) => format!("{} {}", end_said(end), said_steps(reply)),
-    }
-}
-
-/// "`-A INPUT -m limit ... -j DROP` (legacy filter INPUT rule 7)".
-fn unknown_said(step: &Step) -> String {
-    if step.backend == walk::ROUTING {
-        return format!(
-            "`{}` (a routing rule, routes not modelled)",
-            String::from_utf8_lossy(&step.text)
-        );
-    }
-    if step.backend == walk::NATIVE {
-        return format!(
-            "the {} at {} (not read)",
-            String::from_utf8_lossy(&step.text),
-            String::from_utf8_lossy(&step.chain)
-        );
-    }
-    format!(
-        "`{}` ({} {} {} rule {})",
-        String::from_utf8_lossy(&step.text),
-        step.backend,
-        String::from_utf8_lossy(&step.table),
-        String::from_utf8_lossy(&step.chain),
-        step.rule.unwrap_or_default()
-    )
 }
 
 /// A packet tried: what is said of it, its fates now (each order) and
@@ -229,8 +153,10 @@ fn looped_too(packet: Packet, host: &Host) -> Vec<Packet> {
 
 /// Per name in `tables`: what the fates say of removing that table of
 /// `stale` (the stale backend's tables, read from its save, as `stale_name`
-/// names it) where `live` (the host's backend's) stays, on `host`; and
-/// how many packets were tried.
+/// names it) where `live` (the host's backend's) stays, on `host`; per
+/// name, a packet a stale nat rule sends elsewhere than it goes after,
+/// passing both ways (a change that holds nothing); and how many packets
+/// were tried.
 pub fn judged(
     stale: &[(Vec<u8>, SavedTable)],
     stale_name: &'static str,
@@ -238,7 +164,7 @@ pub fn judged(
     live_name: &'static str,
     tables: &[&str],
     host: &Host,
-) -> (Vec<Found>, usize) {
+) -> (Vec<Found>, Vec<Option<Witness>>, usize) {
     let stale = Copy::read(stale_name, stale);
     let live = Copy::read(live_name, live);
     let live_rules = live.rules_held();
@@ -253,6 +179,7 @@ pub fn judged(
     let contested = order::contested(&stale, &live);
     let neighbours_stopped = neighbour_discovery_stopped(&live, host);
     let mut found = vec![Found::Nothing; tables.len()];
+    let mut changes: Vec<Option<Witness>> = vec![None; tables.len()];
     let mut unknown: Option<Step> = None;
     let mut undecided: Option<(String, Place)> = None;
     let mut tried = 0;
@@ -334,6 +261,33 @@ pub fn judged(
         for (fate, _) in nows.iter().chain([&(after.clone(), after_again)]) {
             if fate.end == End::Unknown && unknown.is_none() {
                 unknown = fate.steps.last().cloned();
+            }
+        }
+        // Passing now and after, sent elsewhere by a stale nat rule: a
+        // change that holds nothing (a redirect), said.
+        let whither = |f: &Fate| {
+            (
+                f.packet.destination,
+                f.packet.destination_port,
+                f.packet.destination_unread,
+            )
+        };
+        let moved = nows.iter().all(|(n, _)| n.end == End::Passed) && after.end == End::Passed;
+        let nat_rule = |n: &Fate| {
+            let by_stale = |s: &&Step| s.backend == stale_name && s.table == b"nat" && s.rule.is_some();
+            n.steps.iter().rev().find(by_stale).cloned()
+        };
+        let rewritten = nows.iter().find(|(n, _)| whither(n) != whither(after));
+        if let (true, true, Some((now, _))) = (moved, primed_place.is_none() && sent.is_some(), rewritten) {
+            let at = tables.iter().position(|t| *t == "nat");
+            if let (Some(at), Some(step)) = (at, nat_rule(now)) {
+                changes[at].get_or_insert(Witness {
+                    packet: said_packet.clone(),
+                    order: None,
+                    now: format!("passes {}", said_steps(now)),
+                    after: format!("passes {}", said_steps(after)),
+                    stale_rule: Some((step.table, step.chain, step.text)),
+                });
             }
         }
         // Unknown after too, but for a packet a stale change made other.
@@ -477,7 +431,7 @@ pub fn judged(
             }
         }
     }
-    (found, tried)
+    (found, changes, tried)
 }
 
 /// In IPv6, what stops neighbour discovery without the stale copy (an

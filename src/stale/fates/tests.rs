@@ -518,3 +518,28 @@ fn a_packet_is_tried_in_each_order_of_the_contested_hooks() {
         "{witness}"
     );
 }
+
+#[test]
+fn a_stale_redirect_is_a_change_that_holds_nothing() {
+    let stale = "*nat\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 9999 -j DNAT --to-destination 10.2.0.2:8080\nCOMMIT\n";
+    let live = "*filter\n-A FORWARD -p tcp -m tcp --dport 22 -j DROP\nCOMMIT\n";
+    let (found, changes, _) = judged(
+        &tables(stale.as_bytes()),
+        "legacy",
+        &tables(live.as_bytes()),
+        "nft",
+        &["nat"],
+        &router(),
+    );
+    assert_eq!(found, vec![Found::Nothing]);
+    let change = changes[0].as_ref().expect("a change").to_string();
+    assert!(change.starts_with("tcp any → 10.2.0.2:9999, forwarded"), "{change}");
+    assert!(
+        change.contains("now: passes legacy nat PREROUTING rule 1 DNAT --to-destination 10.2.0.2:8080"),
+        "{change}"
+    );
+    assert!(
+        change.contains("after: passes nft filter FORWARD policy ACCEPT"),
+        "{change}"
+    );
+}

@@ -3,6 +3,7 @@
 //! first, and where it passes while its reply is stopped, that too), a
 //! rule the model cannot tell past, or nothing.
 
+use super::walk::{self, End, Fate, Step};
 use super::Place;
 
 /// A packet removing a table lets through, each part said.
@@ -81,4 +82,81 @@ pub fn said(found: &Found, held: Option<String>) -> Option<String> {
         )),
         (_, held) => held,
     }
+}
+
+/// The steps of a fate worth saying: what changed the packet, then what
+/// decided it (for a packet that passed, the last rule or policy of a
+/// filter table that let it on, else the last one).
+pub fn said_steps(fate: &Fate) -> String {
+    let decided = |s: &&Step| s.rule.is_none() || verdict_of(s);
+    let mut shown: Vec<&Step> = fate.steps.iter().filter(|s| !decided(s)).collect();
+    let last = match fate.end {
+        End::Passed => fate
+            .steps
+            .iter()
+            .rev()
+            .filter(decided)
+            .find(|s| s.table == b"filter")
+            .or_else(|| fate.steps.iter().rev().find(decided)),
+        _ => fate.steps.last(),
+    };
+    shown.extend(last);
+    let mut said: Vec<String> = shown.iter().map(|s| s.to_string()).collect();
+    said.dedup();
+    match (fate.end, said.is_empty()) {
+        (End::Passed, true) => "(no rule meets it)".into(),
+        _ => said.join(" then "),
+    }
+}
+
+/// Whether a step is a rule's verdict (rather than a change it made).
+fn verdict_of(step: &Step) -> bool {
+    let text = String::from_utf8_lossy(&step.text);
+    [" ACCEPT", " DROP", " REJECT", " QUEUE", " NFQUEUE"]
+        .iter()
+        .any(|v| text.split(" -j").nth(1).is_some_and(|t| t.starts_with(v)))
+}
+
+/// How `fate` ends, said: `dropped`, `queued`, `passes`.
+pub fn end_said(end: End) -> &'static str {
+    match end {
+        End::Passed => "passes",
+        End::Dropped => "dropped",
+        End::Queued => "queued",
+        End::Unknown => "unknown",
+    }
+}
+
+/// A reply's fate after, where it does not pass: `dropped RULE`, or
+/// what the model cannot tell past.
+pub fn reply_said(reply: &Fate) -> String {
+    match (reply.end, reply.steps.last()) {
+        (End::Unknown, Some(last)) => format!("one the model cannot tell past {}", unknown_said(last)),
+        (end, _) => format!("{} {}", end_said(end), said_steps(reply)),
+    }
+}
+
+/// "`-A INPUT -m limit ... -j DROP` (legacy filter INPUT rule 7)".
+pub fn unknown_said(step: &Step) -> String {
+    if step.backend == walk::ROUTING {
+        return format!(
+            "`{}` (a routing rule, routes not modelled)",
+            String::from_utf8_lossy(&step.text)
+        );
+    }
+    if step.backend == walk::NATIVE {
+        return format!(
+            "the {} at {} (not read)",
+            String::from_utf8_lossy(&step.text),
+            String::from_utf8_lossy(&step.chain)
+        );
+    }
+    format!(
+        "`{}` ({} {} {} rule {})",
+        String::from_utf8_lossy(&step.text),
+        step.backend,
+        String::from_utf8_lossy(&step.table),
+        String::from_utf8_lossy(&step.chain),
+        step.rule.unwrap_or_default()
+    )
 }
