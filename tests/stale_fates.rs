@@ -810,3 +810,43 @@ fn a_stale_redirect_is_listed_as_a_change_and_goes() {
     node.sh("conntrack -F 2>/dev/null || true");
     assert_eq!([arrives_at(8080), arrives_at(9999)], [false, true], "after");
 }
+
+/// A live MARK that spares the client's prefix (`! -s 10.1.0.0/24`): from
+/// inside it, the stale DNAT to :8080 (legacy made last, so run first)
+/// meets the live drop of :8080; removing it lets tcp/80 through.
+#[test]
+fn a_packet_from_inside_an_excluded_prefix_holds_with_its_witness() {
+    common::root_or_skip!();
+    let mark =
+        "-A PREROUTING -d 10.2.0.2/32 ! -s 10.1.0.0/24 -p tcp -m tcp --dport 80 -j MARK --set-xmark 0x4000/0x4000";
+    let legacy = format!("*nat\\n{mark}\\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:8080\\nCOMMIT\\n");
+    let setup = format!("printf '{legacy}' | iptables-legacy-restore");
+    held_by(
+        OPENS,
+        Sent {
+            router_setup: &setup,
+            ..Sent::default()
+        },
+        "",
+        &format!("*nat\n{mark}\n-A PREROUTING -d 10.2.0.2/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.2.0.2:80\nCOMMIT\n*filter\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\n-A FORWARD -m mark --mark 0x4000/0x4000 -j ACCEPT\n-A FORWARD -d 10.2.0.2/32 -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n"),
+        "nat",
+        &["tcp 10.1.0.0 → 10.2.0.2:80, forwarded", "legacy first at each hook", "after: passes"],
+        flow(true, SERVER.v4, 80),
+        "",
+    );
+}
+
+/// The reply to what a stale SNAT sent from the router's address comes
+/// back to that address from :80, which a live raw rule drops.
+#[test]
+fn a_reply_to_a_stale_snat_dropped_by_address_and_port_holds_with_its_witness() {
+    common::root_or_skip!();
+    opens(
+        "*nat\n-A POSTROUTING -o rs -j SNAT --to-source 10.2.0.1\nCOMMIT\n",
+        "*raw\n-A PREROUTING -d 10.2.0.1/32 -p tcp -m tcp --sport 80 -j DROP\nCOMMIT\n*filter\n-A FORWARD -m conntrack --ctstate INVALID -j DROP\nCOMMIT\n",
+        "nat",
+        &["the reply to tcp any → any:80, forwarded", "after: passes"],
+        flow(true, SERVER.v4, 80),
+        "",
+    );
+}

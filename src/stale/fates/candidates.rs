@@ -28,6 +28,10 @@ pub const CANDIDATES: usize = 256;
 /// many of each).
 const BLOCKS_MERGED: usize = 16;
 
+/// Prefixes excluded by a `! -s` each stale rule's packet is tried from
+/// (the lowest, so the same state gives the same packets).
+const EXCLUDED: usize = 4;
+
 /// Callers followed up from a user chain.
 const CALLERS: usize = 8;
 
@@ -111,6 +115,29 @@ fn reversed(rule: &Rule) -> Rule {
     reversed
 }
 
+/// `rule` without its tests of addresses.
+fn without_addresses(rule: &Rule) -> Rule {
+    let mut bare = rule.clone();
+    bare.conds
+        .retain(|c| !matches!(c.test, Test::Source(_) | Test::Destination(_)));
+    bare
+}
+
+/// `rule` of `chain` with the tests of the first rules that jump or go to
+/// its chain, up to a built-in chain, added.
+fn with_callers(table: &ModelTable, chain: &[u8], rule: &Rule) -> Rule {
+    let mut whole = rule.clone();
+    let mut at = chain;
+    for _ in 0..CALLERS {
+        let Some((caller_chain, caller)) = first_caller(table, at) else {
+            break;
+        };
+        whole.conds.extend(caller.conds.iter().cloned());
+        at = caller_chain;
+    }
+    whole
+}
+
 /// An interface `-i`/`-o`'s name matches (`eth+`: `eth0`).
 fn interface(pattern: &[u8]) -> Vec<u8> {
     match pattern.strip_suffix(b"+") {
@@ -169,25 +196,42 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
     }
     // In the order of the tables, then of the chains' names: the same
     // state gives the same packets, and so the same witness, every run.
+    // Each with what its chain's callers test, up to a built-in chain
+    // (`-A FORWARD -i eth0 -j NP`, `-A NP -p tcp --dport 8080 -j DROP`).
     let live_rules = || {
         live.tables.iter().flat_map(|(_, table)| {
             let mut chains: Vec<_> = table.chains.iter().collect();
             chains.sort_by(|a, b| a.0.cmp(b.0));
-            chains.into_iter().flat_map(|(_, rules)| rules)
+            chains
+                .into_iter()
+                .flat_map(move |(chain, rules)| rules.iter().map(move |rule| with_callers(table, chain, rule)))
         })
     };
     // The rules stopping packets, then those letting them on before a
     // policy or a later block does (`-s A -m mark ! --mark M -j ACCEPT`
     // before a `DROP` policy): what either names, a stale change can move
     // a packet across.
-    let blocks: Vec<&Rule> = live_rules()
+    let blocks: Vec<Rule> = live_rules()
         .filter(|rule| matches!(rule.action, Action::Drop | Action::Queue))
         .take(BLOCKS_MERGED)
         .collect();
-    let accepts: Vec<&Rule> = live_rules()
+    let accepts: Vec<Rule> = live_rules()
         .filter(|rule| matches!(rule.action, Action::Accept | Action::Return))
         .take(BLOCKS_MERGED)
         .collect();
+    // The lowest prefixes a rule of either copy excludes a source from.
+    let mut excluded: Vec<std::net::IpAddr> = [stale, live]
+        .iter()
+        .flat_map(|copy| copy.tables.iter().flat_map(|(_, t)| t.chains.values().flatten()))
+        .flat_map(|rule| &rule.conds)
+        .filter_map(|c| match (&c.test, c.negated) {
+            (Test::Source(net), true) => Some(net.address),
+            _ => None,
+        })
+        .collect();
+    excluded.sort();
+    excluded.dedup();
+    excluded.truncate(EXCLUDED);
     // Each copy's rules the other lacks, taken in turn.
     let mut lacking = [differing(stale, live), differing(live, stale)].map(Vec::into_iter);
     loop {
@@ -198,19 +242,34 @@ pub fn candidates(stale: &Copy, live: &Copy) -> Vec<Packet> {
                 for packet in packets_for(table, chain, rule) {
                     // The blocks' first, then the packet as it is, then the
                     // accepts' (a witness names the fewest things it can).
-                    let merges = |rules: &[&Rule]| -> Vec<Packet> {
+                    // Each block as the packet's, and as its reply's: with
+                    // the addresses, and without (a reply to a rewritten
+                    // source is addressed to it, not to the packet's).
+                    let merges = |rules: &[Rule]| -> Vec<Packet> {
                         match from_stale {
                             true => rules
                                 .iter()
                                 .flat_map(|other| {
-                                    [merged(&packet, rule, other), merged(&packet, rule, &reversed(other))]
+                                    let reply = reversed(other);
+                                    let bare = without_addresses(&reply);
+                                    [other.clone(), reply, bare]
                                 })
+                                .map(|other| merged(&packet, rule, &other))
                                 .collect(),
                             false => Vec::new(),
                         }
                     };
                     let (stopped, let_on) = (merges(&blocks), merges(&accepts));
-                    for candidate in stopped.into_iter().chain([packet.clone()]).chain(let_on) {
+                    // From inside a prefix a rule excludes (`! -s 10.0.1.0/24`).
+                    let inside = excluded
+                        .iter()
+                        .filter(|_| from_stale && packet.source.is_none())
+                        .map(|address| Packet {
+                            source: Some(*address),
+                            ..packet.clone()
+                        });
+                    let inside: Vec<Packet> = inside.collect();
+                    for candidate in stopped.into_iter().chain([packet.clone()]).chain(let_on).chain(inside) {
                         add(candidate, &mut packets);
                     }
                 }

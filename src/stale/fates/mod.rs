@@ -290,23 +290,38 @@ pub fn judged(
                 });
             }
         }
+        // Stopped now, unknown after: cannot tell, at the stale rule it
+        // met first (or the one that wrote the list it was sent after).
+        let stopped = |(f, _): &&(Fate, bool)| matches!(f.end, End::Dropped | End::Queued);
+        if let (End::Unknown, Some((now, _)), None) = (after.end, nows.iter().find(|n| stopped(n)), &undecided) {
+            let place = first_stale(&now.steps, stale_name).or_else(|| primed_place.clone());
+            if let (Some(place), Some(last)) = (place, after.steps.last()) {
+                let said = format!(
+                    "{said_packet} is {} now by {}; without the {stale_name} copy, the model cannot tell what {} does to it",
+                    end_said(now.end),
+                    said_steps(now),
+                    unknown_said(last)
+                );
+                undecided = Some((said, place));
+            }
+        }
         // Unknown after too, but for a packet a stale change made other.
         let otherwise_unknown = |now: &Fate| after.end == End::Unknown && after.packet != now.packet;
         if after.end != End::Passed && !nows.iter().any(|(n, _)| otherwise_unknown(n)) {
             continue;
         }
-        // Which copy the kernel runs first is not read: stopped in either
-        // order counts. Where both stop it, and one only a second such
-        // packet, that is what is said (it holds in both); where one
-        // alone, that order is said.
-        let stopped = |(f, _): &&(Fate, bool)| matches!(f.end, End::Dropped | End::Queued);
+        // Which copy the kernel runs first is not read: stopped in any
+        // order counts. Where all stop it, and one only a second such
+        // packet, that is what is said (it holds in all); where some,
+        // the order is said.
         let witnessed = nows
             .iter()
             .enumerate()
             .filter(|(_, n)| stopped(n) && after.end == End::Passed)
             .max_by_key(|(_, (_, again))| *again);
         let Some((order, (now, again))) = witnessed else {
-            // Unknown now only for what the stale copy alone holds or did.
+            // Unknown now only for what the stale copy alone holds or did
+            // (a rule of its own, or the list entry it wrote).
             let stale_only = |s: &Step| {
                 s.backend == stale_name
                     && s.rule.is_some()
@@ -315,15 +330,21 @@ pub fn judged(
             let by_stale = nows
                 .iter()
                 .filter(|(n, _)| n.end == End::Unknown && (after.end == End::Passed || otherwise_unknown(n)))
-                .find_map(|(n, _)| Some((n.steps.iter().find(|s| stale_only(s))?, n.steps.last()?)));
-            if let (Some((by, last)), None) = (by_stale, &undecided) {
-                let decides = match by == last {
-                    true => format!("{} is not modelled, and decides", unknown_said(by)),
-                    false => format!(
+                .find_map(|(n, _)| {
+                    let last = n.steps.last()?;
+                    let by = n.steps.iter().find(|s| stale_only(s));
+                    let place = by.map(|b| (b.table.clone(), b.chain.clone(), b.text.clone()));
+                    Some((by, last, place.or_else(|| primed_place.clone())?))
+                });
+            if let (Some((by, last, place)), None) = (by_stale, &undecided) {
+                let decides = match by {
+                    Some(by) if by == last => format!("{} is not modelled, and decides", unknown_said(by)),
+                    Some(by) => format!(
                         "after {}, the model cannot tell what {} does to",
                         unknown_said(by),
                         unknown_said(last)
                     ),
+                    None => format!("the model cannot tell what {} does to", unknown_said(last)),
                 };
                 let said = format!(
                     "{decides} {said_packet}, which without the {stale_name} copy {} {}",
@@ -333,7 +354,7 @@ pub fn judged(
                     },
                     said_steps(after)
                 );
-                undecided = Some((said, (by.table.clone(), by.chain.clone(), by.text.clone())));
+                undecided = Some((said, place));
             }
             continue;
         };
