@@ -457,7 +457,8 @@ pub fn judged(
 
 /// In IPv6, what stops neighbour discovery without the stale copy (an
 /// `icmpv6` solicitation or advertisement, arriving or sent, untracked),
-/// said: then no packet crosses a link whose neighbour is not yet known.
+/// or may (a rule not modelled decides it), said: then no packet crosses
+/// a link whose neighbour is not yet known.
 fn neighbour_discovery_stopped(live: &Copy, host: &Host) -> Option<String> {
     if host.family != crate::family::Family::Ipv6 {
         return None;
@@ -469,12 +470,18 @@ fn neighbour_discovery_stopped(live: &Copy, host: &Host) -> Option<String> {
             ..Packet::unnamed(way)
         };
         let after = fate(&[live], host, &discovery);
-        matches!(after.end, End::Dropped | End::Queued).then(|| {
-            format!(
+        match (after.end, after.steps.last()) {
+            (End::Dropped | End::Queued, _) => Some(format!(
                 "neighbour discovery ({discovery}) is {} {}",
                 end_said(after.end),
                 said_steps(&after)
-            )
-        })
+            )),
+            // A set's members, say, not read: it may be stopped.
+            (End::Unknown, Some(last)) => Some(format!(
+                "the model cannot tell what {} does to neighbour discovery ({discovery})",
+                unknown_said(last)
+            )),
+            _ => None,
+        }
     })
 }

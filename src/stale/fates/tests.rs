@@ -603,3 +603,16 @@ fn a_reply_to_a_rewritten_source_is_tried_with_a_blocks_ports_alone() {
         "{witness}"
     );
 }
+
+#[test]
+fn neighbour_discovery_a_live_set_may_stop_makes_an_ipv6_witness_undecided() {
+    // The differential's class: a live `--match-set ... src -j DROP` at
+    // INPUT (members not read) may stop the client's advertisements.
+    let stale = "*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -p tcp -m tcp --dport 8080 -j DROP\nCOMMIT\n";
+    let live = "*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m set --match-set iptw-block6 src -j DROP\nCOMMIT\n";
+    let found = found_on(stale, live, &["filter"], &Host::ipv6());
+    assert!(
+        matches!(&found[0], Found::Undecided(said, _) if said.contains("what `-A INPUT -m set --match-set iptw-block6 src -j DROP`")),
+        "{found:?}"
+    );
+}
