@@ -389,7 +389,7 @@ pub struct Opening {
 
 /// Per name in `tables` (of `stale`'s save in `family`): why emptying it
 /// is not proven safe (None: `live` holds a twin of every item it holds);
-/// a change that holds nothing ([`fates::judged`]); packets tried.
+/// a change that holds nothing (see `fates::judged`); packets tried.
 pub fn openings(
     stale_save: &[u8],
     live: Mode,

@@ -79,14 +79,23 @@ struct Trial {
 }
 
 /// A packet the stale copy's rules write into a list for: the lists it
-/// leaves now and after, and what only now holds, said.
+/// leaves now (in each order of [`order::orders`]) and after, and what
+/// only now holds, said.
 struct Primer {
     packet: Packet,
-    now: Vec<ListEntry>,
+    by_order: Vec<(u8, Vec<ListEntry>)>,
     after: Vec<ListEntry>,
     said: String,
     /// The first stale rule it met (the writer, or one before it).
     place: Option<Place>,
+}
+
+impl Primer {
+    /// The lists it leaves now in `order`.
+    fn now_in(&self, order: u8) -> &[ListEntry] {
+        let found = self.by_order.iter().find(|(o, _)| *o == order);
+        found.map_or(&[], |(_, lists)| lists.as_slice())
+    }
 }
 
 /// The place of the first rule of the `stale_name` copy among `steps`.
@@ -99,7 +108,7 @@ fn first_stale(steps: &[Step], stale_name: &str) -> Option<Place> {
 
 /// The packets the stale copy writes a list entry for that the live copy
 /// alone does not: the first [`PRIMERS`].
-fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet]) -> Vec<Primer> {
+fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet], contested: u8) -> Vec<Primer> {
     let mut primers = Vec::new();
     for packet in packets {
         let after = fate(&[live], host, packet).packet.lists;
@@ -117,9 +126,15 @@ fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet]) -> Vec<Pr
                 stale.backend,
                 String::from_utf8_lossy(name),
             );
+            // What it leaves in each order: only where the stale rule
+            // runs before a live one stops it is the entry written.
+            let by_order = order::orders(contested, packet::Way::Output)
+                .into_iter()
+                .map(|o| (o, fate_ordered(&[stale, live], o, host, packet).packet.lists))
+                .collect();
             primers.push(Primer {
                 packet: packet.clone(),
-                now,
+                by_order,
                 after,
                 said,
                 place,
@@ -175,8 +190,8 @@ pub fn judged(
         .map(|p| p.on_its_way(host))
         .filter(|p| seen.insert(p.clone()))
         .collect();
-    let primers = primers(&stale, &live, host, &packets);
     let contested = order::contested(&stale, &live);
+    let primers = primers(&stale, &live, host, &packets, contested);
     let neighbours_stopped = neighbour_discovery_stopped(&live, host);
     let mut found = vec![Found::Nothing; tables.len()];
     let mut changes: Vec<Option<Witness>> = vec![None; tables.len()];
@@ -196,7 +211,7 @@ pub fn judged(
             ..packet.clone()
         };
         let (now_packet, after_packet) = match primer {
-            Some(primer) if *packet != primer.packet => (with_lists(&primer.now), with_lists(&primer.after)),
+            Some(primer) if *packet != primer.packet => (packet.clone(), with_lists(&primer.after)),
             Some(_) => continue,
             None => (packet.clone(), packet.clone()),
         };
@@ -205,7 +220,10 @@ pub fn judged(
         let orders = order::orders(contested, packet.way);
         let nows: Vec<(Fate, bool)> = orders
             .iter()
-            .map(|&o| twice(&[&stale, &live], o, host, &now_packet))
+            .map(|&o| match primer {
+                Some(primer) => twice(&[&stale, &live], o, host, &with_lists(primer.now_in(o))),
+                None => twice(&[&stale, &live], o, host, &now_packet),
+            })
             .collect();
         let primed = primer.map(|p| format!(" ({})", p.said)).unwrap_or_default();
         let passed = |(f, _): &(Fate, bool)| f.end == End::Passed;

@@ -616,3 +616,18 @@ fn neighbour_discovery_a_live_set_may_stop_makes_an_ipv6_witness_undecided() {
         "{found:?}"
     );
 }
+
+#[test]
+fn a_list_entry_written_in_one_order_only_says_that_order() {
+    // The differential's class: the stale `--set` runs only where legacy
+    // is first at FORWARD (nft's DROP policy stops the packet before it
+    // otherwise), so the witness is stopped in that order only.
+    let stale = "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -p tcp -m tcp --dport 443 -m recent --set --name X --mask 255.255.255.255 --rsource\n-A FORWARD -p icmp -j ACCEPT\nCOMMIT\n";
+    let live = "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -p icmp -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8080 -m recent --rcheck --name X --mask 255.255.255.255 --rsource -j DROP\nCOMMIT\n";
+    let witness = opens(&found_on(stale, live, &["filter"], &router())[0]);
+    assert!(witness.contains("any:8080, arriving for the host"), "{witness}");
+    assert!(
+        witness.contains("(now, legacy first at each hook: dropped"),
+        "{witness}"
+    );
+}
