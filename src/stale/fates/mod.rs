@@ -8,7 +8,7 @@
 //! opens a flow. A packet meets what an earlier one like it wrote (a
 //! `recent` list), so each is sent twice; and each is sent again after
 //! each packet that the stale copy's rules write into a list for
-//! ([`PRIMERS`] at most), meeting what it wrote.
+//! ([`primer::PRIMERS`] at most), meeting what it wrote.
 //!
 //! A packet that passes after, but meets a rule not modelled that only
 //! the stale copy holds (or that a change only it made leads to) now,
@@ -24,6 +24,7 @@ mod candidates;
 mod host;
 mod order;
 mod packet;
+mod primer;
 mod rule;
 mod target;
 mod walk;
@@ -35,12 +36,10 @@ mod tests;
 use crate::stale::saved_rules::SavedTable;
 pub use host::Host;
 use packet::{ListEntry, Packet};
+use primer::primers;
 use walk::{fate, fate_ordered, Copy, End, Fate, Step};
 use witness::{end_said, reply_said, said_steps, unknown_said};
 pub use witness::{said, Found, Witness};
-
-/// The most packets other packets are sent after (see the module's note).
-const PRIMERS: usize = 16;
 
 /// A rule's table, chain and text as saved.
 pub type Place = (Vec<u8>, Vec<u8>, Vec<u8>);
@@ -78,73 +77,12 @@ struct Trial {
     sent: Option<Packet>,
 }
 
-/// A packet the stale copy's rules write into a list for: the lists it
-/// leaves now (in each order of [`order::orders`]) and after, and what
-/// only now holds, said.
-struct Primer {
-    packet: Packet,
-    by_order: Vec<(u8, Vec<ListEntry>)>,
-    after: Vec<ListEntry>,
-    said: String,
-    /// The first stale rule it met (the writer, or one before it).
-    place: Option<Place>,
-}
-
-impl Primer {
-    /// The lists it leaves now in `order`.
-    fn now_in(&self, order: u8) -> &[ListEntry] {
-        let found = self.by_order.iter().find(|(o, _)| *o == order);
-        found.map_or(&[], |(_, lists)| lists.as_slice())
-    }
-}
-
 /// The place of the first rule of the `stale_name` copy among `steps`.
 fn first_stale(steps: &[Step], stale_name: &str) -> Option<Place> {
     steps
         .iter()
         .find(|s| s.backend == stale_name && s.rule.is_some())
         .map(|s| (s.table.clone(), s.chain.clone(), s.text.clone()))
-}
-
-/// The packets the stale copy writes a list entry for that the live copy
-/// alone does not: the first [`PRIMERS`].
-fn primers(stale: &Copy, live: &Copy, host: &Host, packets: &[Packet], contested: u8) -> Vec<Primer> {
-    let mut primers = Vec::new();
-    for packet in packets {
-        let after = fate(&[live], host, packet).packet.lists;
-        let stale_first = fate(&[stale, live], host, packet);
-        let place = first_stale(&stale_first.steps, stale.backend);
-        let mut now = stale_first.packet.lists;
-        for entry in fate(&[live, stale], host, packet).packet.lists {
-            if !now.contains(&entry) {
-                now.push(entry);
-            }
-        }
-        if let Some((name, _)) = now.iter().find(|e| !after.contains(e)) {
-            let said = format!(
-                "sent after {packet}, whose address the {} rules put in list {}",
-                stale.backend,
-                String::from_utf8_lossy(name),
-            );
-            // What it leaves in each order: only where the stale rule
-            // runs before a live one stops it is the entry written.
-            let by_order = order::orders(contested, packet::Way::Output)
-                .into_iter()
-                .map(|o| (o, fate_ordered(&[stale, live], o, host, packet).packet.lists))
-                .collect();
-            primers.push(Primer {
-                packet: packet.clone(),
-                by_order,
-                after,
-                said,
-                place,
-            });
-            if primers.len() == PRIMERS {
-                break;
-            }
-        }
-    }
-    primers
 }
 
 /// `packet`, and where the host sends it to no address named, again from
